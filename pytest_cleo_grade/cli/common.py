@@ -1,0 +1,102 @@
+"""Shared pieces of the CLI: errors with exit statuses, paths, and grade rendering."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pytest_cleo_grade.history import DEFAULT_HISTORY
+from pytest_cleo_grade.models import GradeResult, letter_for
+
+__all__ = [
+    "CommandError",
+    "Handler",
+    "add_history_option",
+    "history_path",
+    "parse_threshold",
+    "print_json",
+    "render_grade",
+]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class CommandError(Exception):
+    """A usage or input error: one line on stderr and an exit status (2 by default)."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def add_history_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--history",
+        metavar="PATH",
+        help=f"grade history file (default: {DEFAULT_HISTORY} under the current directory)",
+    )
+
+
+def history_path(args: argparse.Namespace) -> Path:
+    value: str | None = getattr(args, "history", None)
+    return Path(value) if value else Path.cwd() / DEFAULT_HISTORY
+
+
+def parse_threshold(value: str) -> float:
+    """A threshold as a letter (A-F) or a percentage (``85``, ``85%``, ``85.5``)."""
+    from pytest_cleo_grade.thresholds import parse_grade_threshold
+
+    try:
+        return parse_grade_threshold(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def print_json(data: object) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def render_grade(result: GradeResult) -> str:
+    """The human-readable report of one grade (seed 000's CLI fields)."""
+    lines = [
+        f"Session:    {result.session_id}",
+        *([f"Task:       {result.task_id}"] if result.task_id else []),
+        f"Score:      {_num(result.total_score)}/{_num(result.max_score)}"
+        f"  ({result.display_percent}%, grade {result.letter})",
+        f"Entries:    {result.entry_count}",
+        f"Graded at:  {result.model_dump(mode='json', by_alias=True)['timestamp']}",
+        "",
+        "Dimensions:",
+    ]
+    width = max((len(name) for name in result.dimensions), default=0)
+    for name, dim in result.dimensions.items():
+        lines.append(f"  {name:<{width}}  {_num(dim.score):>3}/{_num(dim.max)}")
+        lines.extend(f"  {'':<{width}}    - {text}" for text in dim.evidence)
+    lines.append("")
+    if result.flags:
+        lines.append(f"Flags ({len(result.flags)}):")
+        lines.extend(f"  - {flag}" for flag in result.flags)
+    else:
+        lines.append("Flags: none")
+    return "\n".join(lines)
+
+
+def _num(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def passes(result: GradeResult, threshold: float | None) -> bool:
+    """The one predicate behind every verdict: the exact percentage reaches the threshold."""
+    return threshold is None or result.percent >= threshold
+
+
+def describe_threshold(threshold: float) -> str:
+    return f"{threshold:g}% ({letter_for(threshold)})"
+
+
+def env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None

@@ -1,0 +1,168 @@
+"""``cleo-grade grade`` and ``cleo-grade list``: grade a session, show the history."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pytest_cleo_grade.cli.common import (
+    CommandError,
+    add_history_option,
+    describe_threshold,
+    history_path,
+    parse_threshold,
+    passes,
+    print_json,
+    render_grade,
+)
+from pytest_cleo_grade.entryfile import load_entries_file
+from pytest_cleo_grade.history import append_grade, read_grades
+from pytest_cleo_grade.models import AuditEntry, GradeResult
+from pytest_cleo_grade.rubrics.cleo import grade_entries
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    grade = subparsers.add_parser(
+        "grade",
+        help="grade one session",
+        description="Grade one session's audit entries and append the grade to the history.",
+    )
+    grade.add_argument("session", nargs="?", metavar="SESSION_ID", help="the session to grade")
+    grade.add_argument("--entries", metavar="FILE", help="read entries from a JSON or JSONL file")
+    grade.add_argument(
+        "--session-id",
+        dest="session_id",
+        metavar="ID",
+        help="session to grade (as SESSION_ID)",
+    )
+    grade.add_argument("--json", action="store_true", help="print the GradeResult as JSON")
+    grade.add_argument("--no-save", action="store_true", help="do not append to the history")
+    grade.add_argument(
+        "--fail-under",
+        type=parse_threshold,
+        metavar="GRADE",
+        help="exit with status 1 when the grade is below GRADE (a letter or a percentage)",
+    )
+    add_history_option(grade)
+    grade.set_defaults(handler=run_grade)
+
+    listing = subparsers.add_parser(
+        "list", help="list graded sessions", description="List the grade history."
+    )
+    listing.add_argument("--session-id", dest="session_id", metavar="ID", help="only this session")
+    listing.add_argument("--json", action="store_true", help="print GradeResults as JSON")
+    add_history_option(listing)
+    listing.set_defaults(handler=run_list)
+
+
+def _session_id(args: argparse.Namespace) -> str | None:
+    positional: str | None = args.session
+    option: str | None = args.session_id
+    if positional and option and positional != option:
+        raise CommandError(
+            f"cleo-grade grade: SESSION_ID {positional!r} and --session-id {option!r} differ"
+        )
+    return positional or option
+
+
+def _entries_from_file(path: str, session_id: str | None) -> tuple[str, list[AuditEntry]]:
+    entries = load_entries_file(path)
+    sessions = sorted({e.session_id for e in entries if e.session_id is not None})
+    if session_id is None:
+        if len(sessions) > 1:
+            raise CommandError(
+                f"cleo-grade grade: {path} holds {len(sessions)} sessions "
+                f"({', '.join(sessions[:5])}{', ...' if len(sessions) > 5 else ''}); "
+                "choose one with --session-id"
+            )
+        if not sessions:
+            raise CommandError(
+                f"cleo-grade grade: entries in {path} carry no sessionId; name it with --session-id"
+            )
+        session_id = sessions[0]
+    return session_id, [e for e in entries if e.session_id in (None, session_id)]
+
+
+def run_grade(args: argparse.Namespace) -> int:
+    session_id = _session_id(args)
+    if args.entries:
+        session_id, entries = _entries_from_file(args.entries, session_id)
+    else:
+        raise CommandError(
+            "cleo-grade grade: give --entries FILE (grading from the audit store needs SESSION_ID "
+            "and the store)"
+        )
+    result = grade_entries(entries, session_id=session_id)
+    return report(args, result)
+
+
+def report(args: argparse.Namespace, result: GradeResult) -> int:
+    """Print a grade, save it unless --no-save, and turn --fail-under into the exit status."""
+    if not args.no_save:
+        append_grade(result, history_path(args))
+    if result.entry_count == 0:
+        print(
+            f"cleo-grade: warning: no audit entries found for session {result.session_id}",
+            file=sys.stderr,
+        )
+    if args.json:
+        print_json(result.to_report_dict())
+    else:
+        print(render_grade(result))
+    threshold: float | None = args.fail_under
+    if not passes(result, threshold):
+        assert threshold is not None
+        print(
+            f"cleo-grade: FAIL: {result.display_percent}% ({result.letter}) is below "
+            f"{describe_threshold(threshold)}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    path = history_path(args)
+    with _warnings_to_stderr():
+        grades = read_grades(path, session_id=args.session_id)
+    if args.json:
+        print_json([g.to_report_dict() for g in grades])
+        return 0
+    if not grades:
+        print(f"No grades in {path}")
+        return 0
+    rows = [
+        (
+            g.session_id,
+            f"{g.total_score:g}/{g.max_score:g}",
+            f"{g.display_percent}%",
+            g.letter,
+            g.model_dump(mode="json", by_alias=True)["timestamp"],
+            str(len(g.flags)),
+        )
+        for g in grades
+    ]
+    header = ("SESSION", "SCORE", "PERCENT", "GRADE", "TIMESTAMP", "FLAGS")
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+class _warnings_to_stderr:
+    """Show CleoGradeWarnings (a skipped corrupt line) as one stderr line each."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._catcher = warnings.catch_warnings(record=True)
+        self._caught = self._catcher.__enter__()
+        warnings.simplefilter("always")
+
+    def __exit__(self, *exc: object) -> None:
+        self._catcher.__exit__(None, None, None)
+        for warning in self._caught:
+            print(f"cleo-grade: warning: {warning.message}", file=sys.stderr)

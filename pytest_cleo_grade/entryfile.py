@@ -1,0 +1,89 @@
+"""Reading audit entries from JSON and JSONL files, with errors that name file and line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from pytest_cleo_grade.errors import EntryError
+from pytest_cleo_grade.models import AuditEntry, format_validation_error
+
+__all__ = ["load_entries_file", "parse_entries_text"]
+
+
+def _reject_constant(name: str) -> Any:
+    # json accepts NaN and Infinity by default; an audit log carrying them is corrupt.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def load_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
+    """Load every entry of a JSON array or JSONL file, or raise EntryError naming the place.
+
+    All-or-nothing: the first invalid line aborts the load. An empty file is an error, not
+    an empty session.
+    """
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise EntryError(f"{target}: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise EntryError(f"{target}: cannot read: {exc.strerror or exc}") from exc
+    return parse_entries_text(text, str(target))
+
+
+def parse_entries_text(text: str, where: str) -> list[AuditEntry]:
+    """Parse entries from text that is a JSON array, one JSON object, or JSONL."""
+    stripped = text.strip()
+    if not stripped:
+        raise EntryError(f"{where}: file is empty (no audit entries)")
+    if stripped.startswith("["):
+        return _parse_array(stripped, where)
+    return _parse_lines(text, where)
+
+
+def _parse_array(text: str, where: str) -> list[AuditEntry]:
+    try:
+        data = _loads(text)
+    except json.JSONDecodeError as exc:
+        raise EntryError(f"{where}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+    except ValueError as exc:
+        raise EntryError(f"{where}: invalid JSON: {exc}") from exc
+    if not data:
+        raise EntryError(f"{where}: the JSON array is empty (no audit entries)")
+    entries: list[AuditEntry] = []
+    for index, item in enumerate(data):
+        entries.append(_validate(item, f"{where}: entry {index}"))
+    return entries
+
+
+def _parse_lines(text: str, where: str) -> list[AuditEntry]:
+    entries: list[AuditEntry] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = _loads(line)
+        except json.JSONDecodeError as exc:
+            raise EntryError(f"{where}:{number}: invalid JSON: {exc.msg}") from exc
+        except ValueError as exc:
+            raise EntryError(f"{where}:{number}: invalid JSON: {exc}") from exc
+        entries.append(_validate(item, f"{where}:{number}"))
+    return entries
+
+
+def _validate(item: object, place: str) -> AuditEntry:
+    if not isinstance(item, dict):
+        raise EntryError(f"{place}: expected a JSON object, got {type(item).__name__}")
+    try:
+        return AuditEntry.model_validate(item)
+    except ValidationError as exc:
+        raise EntryError(format_validation_error(exc, place)) from exc

@@ -1,0 +1,361 @@
+"""CLEO's 5-dimension, 100-point rubric (seed 000) as a pure function of audit entries.
+
+Evidence and flag strings are verbatim from the CLEO Grade Specification v1.0.0. Decisions on
+the spec's ambiguities are those of DESIGN.md section 3; each is commented where it is made.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from pydantic import TypeAdapter, ValidationError
+
+from pytest_cleo_grade.errors import EntryError
+from pytest_cleo_grade.models import (
+    AuditEntry,
+    DimensionScore,
+    GradeResult,
+    format_validation_error,
+)
+
+__all__ = [
+    "CLEO_DIMENSIONS",
+    "EMPTY_SESSION_FLAG",
+    "coerce_entries",
+    "grade_entries",
+    "order_entries",
+]
+
+RUBRIC_NAME: Final = "cleo"
+RUBRIC_VERSION: Final = "1.0.0"
+DIMENSION_MAX: Final = 20
+
+#: The dimensions in rubric order (S1..S5), each worth 20 points.
+CLEO_DIMENSIONS: Final[tuple[str, ...]] = (
+    "sessionDiscipline",
+    "discoveryEfficiency",
+    "taskHygiene",
+    "errorProtocol",
+    "disclosureUse",
+)
+
+EMPTY_SESSION_FLAG: Final = (
+    "No audit entries found for session (use --grade flag when starting session)"
+)
+
+# CLEO renamed its MCP read gateway from cleo_query to query; both count for S5.
+QUERY_GATEWAYS: Final = frozenset({"cleo_query", "query"})
+HELP_CALLS: Final = frozenset(
+    {
+        ("admin", "help"),
+        ("tools", "skill.show"),
+        ("tools", "skill.list"),
+        ("skills", "list"),
+        ("skills", "show"),
+    }
+)
+E_NOT_FOUND: Final = 4
+RECOVERY_WINDOW: Final = 4
+RECOVERY_OPS: Final = frozenset({"find", "exists"})
+
+_ENTRY_LIST: Final = TypeAdapter(list[AuditEntry])
+
+
+@dataclass(slots=True)
+class _Facts:
+    """What one pass over the ordered entries observed; every dimension is scored from it."""
+
+    first_task_time: datetime | None = None
+    first_list_time: datetime | None = None
+    session_list_calls: int = 0
+    session_end_calls: int = 0
+    find_calls: int = 0
+    list_calls: int = 0
+    show_calls: int = 0
+    successful_adds: int = 0
+    adds_without_description: list[str] = field(default_factory=list)
+    subtask_adds: int = 0
+    subtask_without_exists: bool = False
+    titles: list[str] = field(default_factory=list)
+    not_found_positions: list[int] = field(default_factory=list)
+    help_calls: int = 0
+    query_calls: int = 0
+
+
+def coerce_entries(entries: Iterable[AuditEntry | Mapping[str, Any]]) -> list[AuditEntry]:
+    """Validate CLEO-shaped dicts into AuditEntry objects; AuditEntry objects pass through.
+
+    Raises EntryError naming the index and field of the first invalid entry.
+    """
+    items = list(entries)
+    if all(isinstance(item, AuditEntry) for item in items):
+        return items  # type: ignore[return-value]
+    result: list[AuditEntry] = []
+    for index, item in enumerate(items):
+        if isinstance(item, AuditEntry):
+            result.append(item)
+            continue
+        try:
+            result.append(AuditEntry.model_validate(item))
+        except ValidationError as exc:
+            raise EntryError(format_validation_error(exc, f"entries[{index}]")) from exc
+    return result
+
+
+def validate_entry_dicts(raw: Sequence[Mapping[str, Any]]) -> list[AuditEntry]:
+    """Validate many raw dicts at once (faster than one at a time); errors name the index."""
+    try:
+        return _ENTRY_LIST.validate_python(raw)
+    except ValidationError as exc:
+        raise EntryError(format_validation_error(exc, "entries")) from exc
+
+
+def order_entries(entries: Sequence[AuditEntry]) -> list[AuditEntry]:
+    """Session order: by timestamp, ties in recording order (a stable sort).
+
+    Entries usually arrive ordered already; checking that first keeps the common case linear.
+    """
+    times = [entry.timestamp for entry in entries]
+    if any(map(operator.gt, times, times[1:])):
+        return sorted(entries, key=operator.attrgetter("timestamp"))
+    return list(entries)
+
+
+def _has_value(value: object) -> bool:
+    """Whether a description was given: blank strings and empty containers were not.
+
+    Any other non-string value (a number, an object) counts as present, so odd input never
+    crashes grading.
+    """
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return bool(value.strip())
+    if isinstance(value, list | dict | tuple):
+        return bool(value)
+    return True
+
+
+def _title_key(value: object) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return text.strip().lower()
+
+
+def _scan(entries: Sequence[AuditEntry]) -> _Facts:
+    facts = _Facts()
+    exists_seen = False
+    for position, entry in enumerate(entries):
+        domain = entry.domain
+        op = entry.operation
+        result = entry.result
+        if entry.metadata.gateway in QUERY_GATEWAYS:
+            facts.query_calls += 1
+        if not result.success and result.exit_code == E_NOT_FOUND:
+            facts.not_found_positions.append(position)
+        if domain == "tasks":
+            # S1 compares with the first tasks.* entry of any operation, failed or not.
+            if facts.first_task_time is None:
+                facts.first_task_time = entry.timestamp
+            if op == "find":
+                facts.find_calls += 1
+            elif op == "list":
+                facts.list_calls += 1
+            elif op == "show":
+                facts.show_calls += 1
+            elif op == "exists":
+                exists_seen = True
+            elif op == "add" and result.success:
+                _note_add(facts, entry, exists_seen)
+        elif domain == "session":
+            if op == "list":
+                facts.session_list_calls += 1
+                if facts.first_list_time is None:
+                    facts.first_list_time = entry.timestamp
+            elif op == "end":
+                facts.session_end_calls += 1
+        elif (domain, op) in HELP_CALLS:
+            facts.help_calls += 1
+    return facts
+
+
+def _note_add(facts: _Facts, entry: AuditEntry, exists_seen: bool) -> None:
+    params = entry.params
+    facts.successful_adds += 1
+    if not _has_value(params.get("description")):
+        facts.adds_without_description.append(entry.metadata.task_id or "unknown")
+    if params.get("parent"):
+        facts.subtask_adds += 1
+        # The spec says "preceding": an exists later in the session does not verify.
+        if not exists_seen:
+            facts.subtask_without_exists = True
+    title = _title_key(params.get("title"))
+    if title is not None:
+        facts.titles.append(title)
+
+
+def _percent_half_up(part: int, whole: int) -> int:
+    """round(100 * part / whole) half up, in exact integer arithmetic (33/40 -> 83)."""
+    return (200 * part + whole) // (2 * whole)
+
+
+def _session_discipline(facts: _Facts, flags: list[str]) -> DimensionScore:
+    score = 0
+    evidence: list[str] = []
+    if facts.first_list_time is None:
+        flags.append("session.list never called (check existing sessions before starting)")
+    elif facts.first_task_time is None or facts.first_list_time <= facts.first_task_time:
+        # No task ops at all counts as "before"; so do equal timestamps.
+        score += 10
+        evidence.append("session.list called before first task op")
+    else:
+        flags.append("session.list called after task ops (should check sessions first)")
+    if facts.session_end_calls:
+        score += 10
+        evidence.append("session.end called")
+    else:
+        flags.append("session.end never called (always end sessions when done)")
+    return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
+
+
+def _discovery_efficiency(facts: _Facts, flags: list[str]) -> DimensionScore:
+    score = 0
+    evidence: list[str] = []
+    finds, lists = facts.find_calls, facts.list_calls
+    total = finds + lists
+    if total == 0:
+        score += 10
+        evidence.append("No discovery calls needed")
+    elif finds * 5 >= total * 4:  # ratio >= 80 %, compared exactly
+        score += 15
+        evidence.append(f"find:list ratio {_percent_half_up(finds, total)}% >= 80%")
+    else:
+        # round(15 * ratio) half up, exactly: 1:5 -> 3, 1:29 -> 1, 7:3 -> 11.
+        score += (30 * finds + total) // (2 * total)
+        flags.append(f"tasks.list used {lists}x (prefer tasks.find for discovery)")
+    if facts.show_calls:
+        score += 5
+        evidence.append(f"tasks.show used {facts.show_calls}x for detail")
+    return DimensionScore(score=min(score, DIMENSION_MAX), max=DIMENSION_MAX, evidence=evidence)
+
+
+def _task_hygiene(facts: _Facts, flags: list[str]) -> DimensionScore:
+    score = DIMENSION_MAX
+    evidence: list[str] = []
+    for task_id in facts.adds_without_description:
+        score -= 5
+        flags.append(f"tasks.add without description (taskId: {task_id})")
+    if facts.subtask_adds:
+        if facts.subtask_without_exists:
+            score -= 3
+            message = "Subtasks created without tasks.exists parent check"
+            evidence.append(message)
+            flags.append(message)
+        else:
+            evidence.append("Parent existence verified before subtask creation")
+    if facts.successful_adds and not facts.adds_without_description:
+        evidence.append(f"All {facts.successful_adds} tasks.add calls had descriptions")
+    return DimensionScore(score=max(score, 0), max=DIMENSION_MAX, evidence=evidence)
+
+
+def _error_protocol(
+    entries: Sequence[AuditEntry], facts: _Facts, flags: list[str]
+) -> DimensionScore:
+    score = DIMENSION_MAX
+    evidence: list[str] = []
+    for position in facts.not_found_positions:
+        window = entries[position + 1 : position + 1 + RECOVERY_WINDOW]
+        if any(e.domain == "tasks" and e.operation in RECOVERY_OPS for e in window):
+            evidence.append("E_NOT_FOUND followed by recovery lookup")
+        else:
+            score -= 5
+            flags.append("E_NOT_FOUND not followed by recovery lookup")
+    duplicates = len(facts.titles) - len(set(facts.titles))
+    if duplicates:
+        score -= 5
+        evidence.append(f"{duplicates} potentially duplicate task create(s) detected")
+    if score == DIMENSION_MAX:
+        evidence.append("No error protocol violations")
+    return DimensionScore(score=max(score, 0), max=DIMENSION_MAX, evidence=evidence)
+
+
+def _disclosure_use(facts: _Facts, flags: list[str]) -> DimensionScore:
+    score = 0
+    evidence: list[str] = []
+    if facts.help_calls:
+        score += 10
+        evidence.append(f"Progressive disclosure used ({facts.help_calls}x)")
+    else:
+        flags.append("No admin.help or skill lookup calls (load ct-cleo for guidance)")
+    if facts.query_calls:
+        score += 10
+        evidence.append(f"cleo_query (MCP) used {facts.query_calls}x")
+    else:
+        flags.append("No MCP query calls (prefer cleo_query over CLI for programmatic access)")
+    return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
+
+
+def grade_ordered(
+    ordered: Sequence[AuditEntry],
+    *,
+    session_id: str,
+    now: datetime | None = None,
+    task_id: str | None = None,
+) -> GradeResult:
+    """Grade entries already validated, filtered to one session and in session order."""
+    timestamp = now or datetime.now(UTC)
+    if not ordered:
+        empty = DimensionScore(score=0, max=DIMENSION_MAX, evidence=[])
+        return GradeResult(
+            session_id=session_id,
+            task_id=task_id,
+            total_score=0,
+            max_score=100,
+            dimensions=dict.fromkeys(CLEO_DIMENSIONS, empty),
+            flags=[EMPTY_SESSION_FLAG],
+            timestamp=timestamp,
+            entry_count=0,
+        )
+    facts = _scan(ordered)
+    flags: list[str] = []
+    scores = (
+        _session_discipline(facts, flags),
+        _discovery_efficiency(facts, flags),
+        _task_hygiene(facts, flags),
+        _error_protocol(ordered, facts, flags),
+        _disclosure_use(facts, flags),
+    )
+    return GradeResult(
+        session_id=session_id,
+        task_id=task_id,
+        total_score=sum(int(s.score) for s in scores),
+        max_score=100,
+        dimensions=dict(zip(CLEO_DIMENSIONS, scores, strict=True)),
+        flags=flags,
+        timestamp=timestamp,
+        entry_count=len(ordered),
+    )
+
+
+def grade_entries(
+    entries: Iterable[AuditEntry | Mapping[str, Any]],
+    *,
+    session_id: str,
+    now: datetime | None = None,
+    task_id: str | None = None,
+) -> GradeResult:
+    """Grade a session's audit entries with CLEO's rubric.
+
+    ``entries`` may be AuditEntry objects or CLEO-shaped dicts. Entries tagged with another
+    session id are left out; entries without one are taken to belong to ``session_id``. Every
+    remaining entry is graded (no truncation), in timestamp order with ties in list order.
+    ``now`` fixes the result's timestamp (the only clock the function reads).
+    """
+    validated = coerce_entries(entries)
+    mine = [e for e in validated if e.session_id is None or e.session_id == session_id]
+    return grade_ordered(order_entries(mine), session_id=session_id, now=now, task_id=task_id)
