@@ -1,0 +1,371 @@
+"""How code under test leaves audit entries: ``record()``, ``@audited`` and a dispatcher."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, ParamSpec, Protocol, TypeVar
+
+from pydantic import ValidationError
+
+from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning, EntryError, StoreError
+from pytest_cleo_grade.models import AuditEntry, format_validation_error
+from pytest_cleo_grade.store import AuditStore
+
+__all__ = [
+    "ENV_AUDIT_DB",
+    "ENV_GRADE",
+    "ENV_GRADE_ID",
+    "ENV_SESSION_ID",
+    "MUTATE_GATEWAYS",
+    "AuditedDispatcher",
+    "Recorder",
+    "UnknownOperationError",
+    "active_session",
+    "audited",
+    "exit_code_for",
+    "make_entry",
+    "record",
+]
+
+ENV_GRADE: Final = "CLEO_SESSION_GRADE"
+ENV_GRADE_ID: Final = "CLEO_SESSION_GRADE_ID"
+ENV_SESSION_ID: Final = "CLEO_SESSION_ID"
+ENV_AUDIT_DB: Final = "CLEO_AUDIT_DB"
+
+#: Outside grade mode CLEO audits only writes, i.e. calls through these gateways.
+MUTATE_GATEWAYS: Final = frozenset({"cleo_mutate", "mutate"})
+E_NOT_FOUND: Final = 4
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Recorder(Protocol):
+    """Anything with ``record()``'s signature (the module function, a GradeSession)."""
+
+    def __call__(
+        self,
+        domain: str,
+        operation: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        success: bool = True,
+        exit_code: int = 0,
+        duration: float | None = None,
+        gateway: str | None = None,
+        source: str = "mcp",
+        task_id: str | None = None,
+        error: str | None = None,
+    ) -> AuditEntry | None: ...
+
+
+def make_entry(
+    session_id: str | None,
+    domain: str,
+    operation: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    success: bool = True,
+    exit_code: int = 0,
+    duration: float | None = None,
+    gateway: str | None = None,
+    source: str = "mcp",
+    task_id: str | None = None,
+    error: str | None = None,
+) -> AuditEntry:
+    """Build (and validate) the entry of one call made now; EntryError names the bad field."""
+    try:
+        return AuditEntry(
+            timestamp=datetime.now(UTC),
+            session_id=session_id,
+            domain=domain,
+            operation=operation,
+            params=dict(params) if params is not None else {},
+            result={
+                "success": success,
+                "exit_code": exit_code,
+                "duration": 0 if duration is None else duration,
+            },
+            metadata={"source": source, "gateway": gateway, "task_id": task_id},
+            error=error,
+        )
+    except ValidationError as exc:
+        raise EntryError(format_validation_error(exc, f"{domain}.{operation}")) from exc
+
+
+def active_session() -> tuple[str, Path, bool] | None:
+    """The session the environment names: (session id, store path, grade mode), or None."""
+    env = os.environ
+    db = env.get(ENV_AUDIT_DB)
+    if not db:
+        return None
+    grade_mode = env.get(ENV_GRADE, "").lower() == "true"
+    session_id = (env.get(ENV_GRADE_ID) if grade_mode else None) or env.get(ENV_SESSION_ID)
+    if not session_id:
+        return None
+    return session_id, Path(db), grade_mode
+
+
+# One open store per (process, path): a connection must not cross a fork, and reopening the
+# store for every call would cost more than the write itself.
+_stores: dict[tuple[int, Path], AuditStore] = {}
+_stores_lock = threading.Lock()
+
+
+def _store_for(path: Path) -> AuditStore:
+    key = (os.getpid(), path)
+    store = _stores.get(key)
+    if store is None:
+        with _stores_lock:
+            store = _stores.get(key)
+            if store is None:
+                store = AuditStore(path)
+                _stores[key] = store
+    return store
+
+
+def record(
+    domain: str,
+    operation: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    success: bool = True,
+    exit_code: int = 0,
+    duration: float | None = None,
+    gateway: str | None = None,
+    source: str = "mcp",
+    task_id: str | None = None,
+    error: str | None = None,
+) -> AuditEntry | None:
+    """Record one call into the graded session the environment names; durable on return.
+
+    A no-op returning None when no session is active (``CLEO_AUDIT_DB`` and a session id are
+    not set) and, outside grade mode, for calls that are not mutations, as CLEO's audit
+    middleware does. Invalid arguments raise EntryError; a store that cannot be written
+    (a full disk, a read-only directory) gives a CleoGradeWarning instead of breaking the code
+    under test, and None.
+    """
+    active = active_session()
+    if active is None:
+        return None
+    session_id, path, grade_mode = active
+    if not grade_mode and gateway not in MUTATE_GATEWAYS:
+        return None
+    entry = make_entry(
+        session_id,
+        domain,
+        operation,
+        params,
+        success=success,
+        exit_code=exit_code,
+        duration=duration,
+        gateway=gateway,
+        source=source,
+        task_id=task_id,
+        error=error,
+    )
+    try:
+        _store_for(path.absolute()).append(entry)
+    except StoreError as exc:
+        warnings.warn(
+            f"cleo-grade: audit entry {domain}.{operation} not recorded: {exc}",
+            CleoGradeWarning,
+            stacklevel=2,
+        )
+        return None
+    return entry
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code a failed call is recorded with.
+
+    An integer ``exit_code`` attribute wins; LookupError (KeyError, IndexError) is CLEO's
+    E_NOT_FOUND (4); anything else is 1.
+    """
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
+    if isinstance(exc, LookupError):
+        return E_NOT_FOUND
+    return 1
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _call_params(signature: inspect.Signature, args: Any, kwargs: Any) -> dict[str, Any]:
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        # The call itself is wrong and will raise; record what was passed.
+        return {"args": list(args), **kwargs}
+    params: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if name in {"self", "cls"}:
+            continue
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            params.update(value)
+        elif kind is inspect.Parameter.VAR_POSITIONAL:
+            params[name] = list(value)
+        else:
+            params[name] = value
+    return params
+
+
+def audited(
+    domain: str,
+    operation: str,
+    *,
+    gateway: str | None = None,
+    source: str = "mcp",
+    recorder: Recorder | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a tool function so every call is recorded as ``domain.operation``.
+
+    The call's arguments become the params, its wall time the duration. An exception is
+    recorded as a failure (exit code from :func:`exit_code_for`) and then propagates
+    unchanged. Coroutine functions are awaited. ``recorder`` defaults to :func:`record`.
+    """
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        signature = inspect.signature(func)
+
+        def emit(params: dict[str, Any], started: float, exc: BaseException | None) -> None:
+            rec = recorder or record
+            rec(
+                domain,
+                operation,
+                params,
+                success=exc is None,
+                exit_code=0 if exc is None else exit_code_for(exc),
+                duration=(time.perf_counter() - started) * 1000.0,
+                gateway=gateway,
+                source=source,
+                error=None if exc is None else _error_text(exc),
+            )
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                params = _call_params(signature, args, kwargs)
+                started = time.perf_counter()
+                try:
+                    value = await func(*args, **kwargs)
+                except Exception as exc:
+                    emit(params, started, exc)
+                    raise
+                emit(params, started, None)
+                return value
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            params = _call_params(signature, args, kwargs)
+            started = time.perf_counter()
+            try:
+                value = func(*args, **kwargs)
+            except Exception as exc:
+                emit(params, started, exc)
+                raise
+            emit(params, started, None)
+            return value
+
+        return wrapper
+
+    return decorate
+
+
+class UnknownOperationError(CleoGradeError, LookupError):
+    """The dispatcher has no handler for a domain.operation (CLEO's E_INVALID_OPERATION)."""
+
+    exit_code = 2
+
+
+Handler = Callable[[dict[str, Any]], Any]
+
+
+class AuditedDispatcher:
+    """CLEO's gateway shape: handlers per ``domain.operation``, called through query/mutate.
+
+    Every call is recorded with its params, outcome, duration and gateway (``cleo_query`` for
+    :meth:`query`, ``cleo_mutate`` for :meth:`mutate`), including calls that fail and calls
+    to operations nobody registered. ``recorder`` defaults to :func:`record` (the session the
+    environment names).
+    """
+
+    def __init__(self, *, recorder: Recorder | None = None, source: str = "mcp") -> None:
+        self._handlers: dict[tuple[str, str], Handler] = {}
+        self._recorder = recorder
+        self.source = source
+
+    def register(
+        self, domain: str, operation: str, handler: Handler | None = None
+    ) -> Callable[[Handler], Handler]:
+        """Register ``handler(params)`` for ``domain.operation``; usable as a decorator."""
+
+        def add(func: Handler) -> Handler:
+            self._handlers[(domain, operation)] = func
+            return func
+
+        if handler is not None:
+            add(handler)
+        return add
+
+    def query(self, domain: str, operation: str, params: Mapping[str, Any] | None = None) -> Any:
+        """Call a read operation through the query gateway."""
+        return self._dispatch("cleo_query", domain, operation, params)
+
+    def mutate(self, domain: str, operation: str, params: Mapping[str, Any] | None = None) -> Any:
+        """Call a write operation through the mutate gateway."""
+        return self._dispatch("cleo_mutate", domain, operation, params)
+
+    def _dispatch(
+        self, gateway: str, domain: str, operation: str, params: Mapping[str, Any] | None
+    ) -> Any:
+        call_params = dict(params) if params is not None else {}
+        handler = self._handlers.get((domain, operation))
+        started = time.perf_counter()
+        try:
+            if handler is None:
+                raise UnknownOperationError(f"no handler registered for {domain}.{operation}")
+            value = handler(call_params)
+        except Exception as exc:
+            self._emit(gateway, domain, operation, call_params, started, exc)
+            raise
+        self._emit(gateway, domain, operation, call_params, started, None)
+        return value
+
+    def _emit(
+        self,
+        gateway: str,
+        domain: str,
+        operation: str,
+        params: dict[str, Any],
+        started: float,
+        failure: Exception | None,
+    ) -> None:
+        task_id = params.get("taskId")
+        (self._recorder or record)(
+            domain,
+            operation,
+            params,
+            success=failure is None,
+            exit_code=0 if failure is None else exit_code_for(failure),
+            duration=(time.perf_counter() - started) * 1000.0,
+            gateway=gateway,
+            source=self.source,
+            task_id=task_id if isinstance(task_id, str) else None,
+            error=None if failure is None else _error_text(failure),
+        )
