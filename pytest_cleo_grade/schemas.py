@@ -51,6 +51,13 @@ def build_schema(
             "generatedFrom": f"{model.__module__}.{model.__name__}",
         },
     }
+    if mode == "serialization":
+        # We serialise with exclude_none: every non-nullable property is always written.
+        body["required"] = [
+            name
+            for name, prop in body["properties"].items()
+            if {"type": "null"} not in prop.get("anyOf", [])
+        ]
     schema.update(_draft07(body))
     return schema
 

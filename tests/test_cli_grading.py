@@ -1,0 +1,202 @@
+"""``cleo-grade grade --entries`` and ``cleo-grade list``: output, history, errors, statuses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from pytest_cleo_grade import read_grades
+from pytest_cleo_grade.cli import main
+from tests.entries import entry, sequence
+
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parent.parent / "schemas" / "grade.schema.json").read_text()
+)
+
+
+def write_jsonl(path: Path, entries: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    return path
+
+
+def session_entries(session: str = "s1") -> list[dict[str, Any]]:
+    entries = sequence(
+        ("session", "list"),
+        ("tasks", "find"),
+        ("tasks", "list"),
+        ("tasks", "show"),
+        ("session", "end"),
+    )
+    for item in entries:
+        item["sessionId"] = session
+    return entries
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("cleo-grade")
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_grading_a_jsonl_file_prints_json_with_percent_and_grade(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", session_entries())
+    done = run(
+        "grade", "--entries", str(path), "--session-id", "s1", "--json", "--no-save", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["totalScore"], data["percent"], data["grade"], data["entryCount"]) == (
+        83,
+        83,
+        "B",
+        5,
+    )
+    jsonschema.validate({k: v for k, v in data.items() if k not in {"percent", "grade"}}, SCHEMA)
+    assert not (tmp_path / ".cleo").exists()
+
+
+def test_grading_a_json_array_saves_to_the_default_history(tmp_path: Path) -> None:
+    (tmp_path / "e.json").write_text(json.dumps(session_entries()), encoding="utf-8")
+    done = run("grade", "--entries", "e.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Score:      83/100  (83%, grade B)" in done.stdout
+    assert "  - tasks.list used 1x (prefer tasks.find for discovery)" in done.stdout
+    saved = read_grades(tmp_path / ".cleo" / "metrics" / "GRADES.jsonl")
+    assert [g.total_score for g in saved] == [83]
+
+
+def test_a_file_with_several_sessions_needs_session_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", session_entries("a") + session_entries("b"))
+    assert main(["grade", "--entries", str(path), "--no-save"]) == 2
+    assert "holds 2 sessions (a, b); choose one with --session-id" in capsys.readouterr().err
+    assert main(["grade", "--entries", str(path), "--session-id", "b", "--no-save", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sessionId"] == "b"
+
+
+def test_an_unknown_session_id_grades_as_an_empty_session_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", session_entries("a"))
+    assert main(["grade", "--entries", str(path), "--session-id", "zz", "--no-save", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["totalScore"] == 0
+    assert "warning: no audit entries found for session zz" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param("", "file is empty (no audit entries)", id="empty"),
+        pytest.param("[]", "the JSON array is empty", id="empty-array"),
+        pytest.param('{"a": 1', ":1: invalid JSON", id="broken-json"),
+        pytest.param("[1]", "entry 0: expected a JSON object", id="not-an-object"),
+        pytest.param(
+            json.dumps(entry("tasks", "find")) + "\n" + json.dumps(entry("tasks", "find"))[:-1],
+            ":2: invalid JSON",
+            id="torn-second-line",
+        ),
+    ],
+)
+def test_bad_files_exit_two_with_one_line_naming_the_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text(content, encoding="utf-8")
+    history = tmp_path / "h.jsonl"
+    assert main(["grade", "--entries", str(path), "--history", str(history)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and str(path) in err
+    assert not history.exists()
+
+
+def test_an_invalid_field_names_file_line_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = entry("tasks", "find")
+    bad["timestamp"] = "2026-03-01T12:00:00"
+    path = write_jsonl(tmp_path / "e.jsonl", [entry("tasks", "find"), bad])
+    assert main(["grade", "--entries", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"cleo-grade: error: {path}:2: timestamp: Input should have timezone info\n"
+    )
+
+
+def test_nan_in_a_file_is_rejected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text(json.dumps(entry("tasks", "find")).replace('"duration": 3', '"duration": NaN'))
+    assert main(["grade", "--entries", str(path)]) == 2
+    assert "NaN is not valid JSON" in capsys.readouterr().err
+
+
+def test_fail_under_sets_exit_status_one_below_and_zero_at_the_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", session_entries())
+    base = ["grade", "--entries", str(path), "--no-save"]
+    assert main([*base, "--fail-under", "83"]) == 0
+    assert main([*base, "--fail-under", "83.5%"]) == 1
+    assert main([*base, "--fail-under", "A"]) == 1
+    assert "FAIL: 83% (B) is below 90% (A)" in capsys.readouterr().err
+    assert main([*base, "--fail-under", "B"]) == 0
+
+
+def test_a_bad_fail_under_value_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["grade", "--entries", "x", "--fail-under", "Q"]) == 2
+    assert "--fail-under: invalid grade 'Q'" in capsys.readouterr().err
+
+
+def test_unreadable_file_is_a_clean_error_without_traceback(tmp_path: Path) -> None:
+    done = run("grade", "--entries", "missing.jsonl", cwd=tmp_path)
+    assert done.returncode == 2
+    assert (
+        done.stderr == "cleo-grade: error: missing.jsonl: cannot read: No such file or directory\n"
+    )
+
+
+def test_list_shows_the_history_and_seed_parity_forms_agree(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", session_entries("a") + session_entries("b"))
+    for sid in ("a", "b"):
+        assert (
+            run("grade", "--entries", str(path), "--session-id", sid, cwd=tmp_path).returncode == 0
+        )
+    listing = run("list", cwd=tmp_path)
+    assert listing.returncode == 0
+    lines = listing.stdout.splitlines()
+    assert lines[0].split() == ["SESSION", "SCORE", "PERCENT", "GRADE", "TIMESTAMP", "FLAGS"]
+    assert [line.split()[:4] for line in lines[1:]] == [
+        ["a", "83/100", "83%", "B"],
+        ["b", "83/100", "83%", "B"],
+    ]
+    assert run("--list", cwd=tmp_path).stdout == listing.stdout
+    assert run(cwd=tmp_path).stdout == listing.stdout
+    as_json = json.loads(run("list", "--json", "--session-id", "b", cwd=tmp_path).stdout)
+    assert [(g["sessionId"], g["grade"]) for g in as_json] == [("b", "B")]
+
+
+def test_list_warns_about_a_corrupt_line_and_shows_the_rest(tmp_path: Path) -> None:
+    history = tmp_path / "h.jsonl"
+    path = write_jsonl(tmp_path / "e.jsonl", session_entries())
+    assert (
+        run("grade", "--entries", str(path), "--history", str(history), cwd=tmp_path).returncode
+        == 0
+    )
+    with history.open("a") as handle:
+        handle.write("garbage\n")
+    done = run("list", "--history", str(history), cwd=tmp_path)
+    assert done.returncode == 0
+    assert f"{history}:2: skipped corrupt grade line" in done.stderr
+    assert "s1" in done.stdout
+
+
+def test_listing_an_absent_history_says_so(tmp_path: Path) -> None:
+    done = run("list", "--history", str(tmp_path / "none.jsonl"), cwd=tmp_path)
+    assert done.stdout.startswith("No grades in ")

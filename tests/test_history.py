@@ -1,0 +1,152 @@
+"""GRADES.jsonl: seed 000's line format, safe concurrent appends, and tolerant reading."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade import CleoGradeWarning, HistoryError, append_grade, read_grades
+from pytest_cleo_grade.rubrics.cleo import grade_entries
+from tests.entries import NOW, sequence
+
+
+def sample(session_id: str = "s1") -> object:
+    entries = sequence(("session", "list"), ("tasks", "find"), ("tasks", "list"))
+    for item in entries:
+        item["sessionId"] = session_id
+    return grade_entries(entries, session_id=session_id, now=NOW)
+
+
+def test_a_grade_line_is_compact_camel_case_json_with_evaluator_auto(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "metrics" / "GRADES.jsonl"
+    result = sample()
+    append_grade(result, path)  # type: ignore[arg-type]
+    line = path.read_text(encoding="utf-8")
+    assert line.endswith("}\n") and line.count("\n") == 1
+    assert ", " not in line and '": ' not in line
+    data = json.loads(line)
+    assert list(data) == [
+        "sessionId",
+        "totalScore",
+        "maxScore",
+        "dimensions",
+        "flags",
+        "timestamp",
+        "entryCount",
+        "evaluator",
+    ]
+    assert data["evaluator"] == "auto"
+    assert data["timestamp"] == "2026-03-01T13:00:00.000Z"
+    assert list(data["dimensions"]) == [
+        "sessionDiscipline",
+        "discoveryEfficiency",
+        "taskHygiene",
+        "errorProtocol",
+        "disclosureUse",
+    ]
+
+
+def test_reading_returns_grades_in_file_order_and_filters_by_session(tmp_path: Path) -> None:
+    path = tmp_path / "GRADES.jsonl"
+    for sid in ("a", "b", "a"):
+        append_grade(sample(sid), path)  # type: ignore[arg-type]
+    assert [g.session_id for g in read_grades(path)] == ["a", "b", "a"]
+    assert [g.session_id for g in read_grades(path, session_id="a")] == ["a", "a"]
+    assert read_grades(path)[0] == sample("a")
+
+
+def test_a_missing_history_is_empty(tmp_path: Path) -> None:
+    assert read_grades(tmp_path / "nope.jsonl") == []
+
+
+def test_a_corrupt_line_is_skipped_with_a_warning_naming_its_number(tmp_path: Path) -> None:
+    path = tmp_path / "GRADES.jsonl"
+    append_grade(sample("a"), path)  # type: ignore[arg-type]
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('{"sessionId": "torn", "totalSc\n')
+        handle.write('{"sessionId": "x"}\n')
+        handle.write("\n")
+    append_grade(sample("b"), path)  # type: ignore[arg-type]
+    with pytest.warns(CleoGradeWarning) as caught:
+        grades = read_grades(path)
+    assert [g.session_id for g in grades] == ["a", "b"]
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2
+    assert messages[0].startswith(f"{path}:2: skipped corrupt grade line: invalid JSON")
+    assert messages[1].startswith(f"{path}:3: skipped corrupt grade line: totalScore")
+
+
+def test_reading_a_directory_is_a_history_error(tmp_path: Path) -> None:
+    with pytest.raises(HistoryError, match=str(tmp_path)):
+        read_grades(tmp_path)
+
+
+def test_appending_under_a_file_is_a_history_error_naming_the_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(HistoryError, match=r"file/GRADES\.jsonl: cannot append grade"):
+        append_grade(sample(), blocker / "GRADES.jsonl")  # type: ignore[arg-type]
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pytest_cleo_grade import GradeResult, append_grade
+    from pytest_cleo_grade.models import DimensionScore
+    path, tag, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    # A long evidence list makes each line far larger than the pipe/page atomicity limits.
+    evidence = [f"{tag} evidence line {i} " + "x" * 60 for i in range(120)]
+    for n in range(count):
+        append_grade(GradeResult(session_id=f"{tag}-{n}", total_score=n % 100, max_score=100,
+            dimensions={"d": DimensionScore(score=1, max=20, evidence=evidence)},
+            timestamp="2026-03-01T12:00:00Z", entry_count=n), path)
+    """
+)
+
+
+def test_concurrent_appends_from_several_processes_never_tear_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "GRADES.jsonl"
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"w{i}", "60"]) for i in range(4)
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0, 0, 0]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 240
+    parsed = [json.loads(line) for line in lines]  # a torn line would not parse
+    assert sorted(p["sessionId"] for p in parsed) == sorted(
+        f"w{i}-{n}" for i in range(4) for n in range(60)
+    )
+
+
+FULL_DISK = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from pytest_cleo_grade import HistoryError, append_grade, read_grades
+    path = sys.argv[1]
+    before = open(path, "rb").read()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    # The file may grow by 20 bytes only: the next line is written in part, then fails.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 20, len(before) + 20))
+    try:
+        append_grade(read_grades(path)[0], path)
+    except HistoryError as exc:
+        print("ERROR", exc)
+    assert open(path, "rb").read() == before, "a partial line was left behind"
+    """
+)
+
+
+def test_a_full_disk_leaves_no_partial_line_behind(tmp_path: Path) -> None:
+    path = tmp_path / "GRADES.jsonl"
+    append_grade(sample(), path)  # type: ignore[arg-type]
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"ERROR {path}: cannot append grade: File too large")
+    assert len(read_grades(path)) == 1

@@ -1,0 +1,151 @@
+"""The data model: CLEO-shaped JSON in and out, strict inputs, letters and rounding."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from pytest_cleo_grade import AuditEntry, GradeResult, letter_for
+from pytest_cleo_grade.models import round_half_up
+from tests.entries import entry
+
+
+@pytest.mark.parametrize(
+    ("percent", "letter"),
+    [
+        (100, "A"),
+        (90, "A"),
+        (89.99, "B"),
+        (75, "B"),
+        (74.99, "C"),
+        (60, "C"),
+        (59.99, "D"),
+        (45, "D"),
+        (44.99, "F"),
+        (0, "F"),
+    ],
+)
+def test_letters_compare_the_exact_percentage_with_the_cutoffs(percent: float, letter: str) -> None:
+    assert letter_for(percent) == letter
+
+
+def test_letter_of_nan_is_an_error() -> None:
+    with pytest.raises(ValueError, match="NaN"):
+        letter_for(math.nan)
+
+
+@pytest.mark.parametrize(
+    ("value", "rounded"), [(82.5, 83), (0.5, 1), (2.5, 3), (89.49, 89), (89.5, 90)]
+)
+def test_display_rounding_is_half_up_not_bankers(value: float, rounded: int) -> None:
+    assert round_half_up(value) == rounded
+
+
+def test_display_percent_rounds_half_up_while_the_letter_uses_the_exact_value() -> None:
+    result = GradeResult.model_validate(
+        {
+            "sessionId": "s",
+            "totalScore": 89.5,
+            "maxScore": 100,
+            "dimensions": {},
+            "timestamp": "2026-03-01T12:00:00Z",
+            "entryCount": 1,
+        }
+    )
+    assert (result.display_percent, result.letter) == (90, "B")
+
+
+@pytest.mark.parametrize("source", ["cli", "mcp", "rpc", "http", "dispatch"])
+@pytest.mark.parametrize("gateway", ["cleo_query", "cleo_mutate", "query", "mutate", None])
+def test_cleo_entries_load_unchanged(source: str, gateway: str | None) -> None:
+    raw = entry("tasks", "find", source=source, gateway=gateway, task_id="T9")
+    raw["metadata"]["role"] = "worker"
+    parsed = AuditEntry.model_validate(raw)
+    dumped = parsed.to_json_dict()
+    assert dumped["metadata"] == raw["metadata"]
+    assert (dumped["timestamp"], dumped["sessionId"], dumped["result"]) == (
+        "2026-03-01T12:00:00.000Z",
+        "s1",
+        {"success": True, "exitCode": 0, "duration": 3},
+    )
+
+
+def test_entries_populate_by_snake_case_name_too() -> None:
+    parsed = AuditEntry(
+        timestamp="2026-03-01T12:00:00+00:00",  # type: ignore[arg-type]
+        session_id="s",
+        domain="tasks",
+        operation="skill.show",
+        result={"success": True, "exit_code": 4},  # type: ignore[arg-type]
+    )
+    assert (parsed.session_id, parsed.result.exit_code, parsed.metadata.source) == ("s", 4, "mcp")
+
+
+def test_timestamps_are_serialised_as_utc_with_milliseconds() -> None:
+    raw = entry("tasks", "find")
+    raw["timestamp"] = "2026-03-01T14:00:00.123456+02:00"
+    assert AuditEntry.model_validate(raw).to_json_dict()["timestamp"] == "2026-03-01T12:00:00.123Z"
+
+
+def test_null_params_load_as_an_empty_object() -> None:
+    raw = entry("tasks", "find")
+    raw["params"] = None
+    assert AuditEntry.model_validate(raw).params == {}
+
+
+def invalid(raw: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as info:
+        AuditEntry.model_validate(raw)
+    return ".".join(str(p) for p in info.value.errors()[0]["loc"])
+
+
+def test_a_timestamp_without_timezone_is_rejected() -> None:
+    raw = entry("tasks", "find")
+    raw["timestamp"] = "2026-03-01T12:00:00"
+    assert invalid(raw) == "timestamp"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1])
+def test_durations_must_be_finite_and_non_negative(bad: float) -> None:
+    raw = entry("tasks", "find")
+    raw["result"]["duration"] = bad
+    assert invalid(raw) == "result.duration"
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("result", "success"), "yes"),
+        (("result", "exitCode"), 4.5),
+        (("domain",), ""),
+        (("operation",), None),
+    ],
+)
+def test_malformed_fields_are_rejected_by_name(path: tuple[str, ...], value: object) -> None:
+    raw = entry("tasks", "find")
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    assert invalid(raw) == ".".join(path)
+
+
+def test_grade_results_keep_extra_keys_and_drop_empty_task_id() -> None:
+    data = {
+        "sessionId": "s",
+        "totalScore": 85,
+        "maxScore": 100,
+        "dimensions": {"x": {"score": 5, "max": 20, "evidence": ["e"]}},
+        "flags": [],
+        "timestamp": "2026-03-01T12:00:00.000Z",
+        "entryCount": 47,
+        "evaluator": "auto",
+        "testId": "tests/test_a.py::test_b",
+    }
+    result = GradeResult.model_validate(data)
+    assert result.to_json_dict() == data
+    assert result.to_report_dict()["percent"] == 85
+    assert result.to_report_dict()["grade"] == "B"
