@@ -1,3 +1,272 @@
-"""pytest glue for pytest-cleo-grade (the ``pytest11`` entry point)."""
+"""pytest glue for pytest-cleo-grade (the ``pytest11`` entry point ``cleo_grade``)."""
 
 from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Generator, Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
+from pytest_cleo_grade.history import append_grade
+from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.options import (
+    MARKER_DOC,
+    MarkerOptions,
+    PluginOptions,
+    add_options,
+    load_options,
+    marker_options,
+)
+from pytest_cleo_grade.report import (
+    GRADE_ATTRIBUTE,
+    GradedTest,
+    RunGrade,
+    decode_graded_test,
+    encode_graded_test,
+    failure_message,
+    junit_properties,
+    markdown_summary,
+    summary_line,
+    summary_lines,
+)
+from pytest_cleo_grade.session import GradeSession, SessionSettings
+from pytest_cleo_grade.store import AuditStore
+
+__all__ = ["GradeReporter", "GradedSession", "graded_session"]
+
+OPTIONS_KEY = pytest.StashKey[PluginOptions]()
+REPORTER_KEY = pytest.StashKey["GradeReporter"]()
+MARKER_KEY = pytest.StashKey[MarkerOptions]()
+SESSION_KEY = pytest.StashKey["GradedSession"]()
+GRADED_KEY = pytest.StashKey[GradedTest]()
+
+
+class GradedSession(GradeSession):
+    """The ``graded_session`` fixture: a GradeSession that remembers its latest grade.
+
+    ``result`` is None until the test grades explicitly or the plugin grades the finished
+    test body; afterwards it is the latest GradeResult.
+    """
+
+    result: GradeResult | None = None
+
+    def grade(self, *, now: datetime | None = None) -> GradeResult:
+        self.result = super().grade(now=now)
+        return self.result
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_DOC)
+    options = load_options(config)
+    config.stash[OPTIONS_KEY] = options
+    # Writers live on the controller only: a worker's grades reach the controller on its
+    # test reports, and the controller persists, summarises and gates.
+    if not hasattr(config, "workerinput"):
+        reporter = GradeReporter(config, options)
+        config.stash[REPORTER_KEY] = reporter
+        config.pluginmanager.register(reporter, "cleo_grade_reporter")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    reporter = config.stash.get(REPORTER_KEY, None)
+    if reporter is not None:
+        reporter.close()
+        del config.stash[REPORTER_KEY]
+        config.pluginmanager.unregister(reporter)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Validating markers at collection turns a typo into one usage error before any test runs.
+    for item in items:
+        if item.get_closest_marker("cleo_grade") is not None:
+            item.stash[MARKER_KEY] = marker_options(item)
+
+
+def _warn(message: str) -> None:
+    warnings.warn(CleoGradeWarning(message), stacklevel=2)
+
+
+@pytest.fixture
+def graded_session(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GradedSession]:
+    """A grade-mode session for this test; the test body's entries are graded when it ends."""
+    options = request.config.stash[OPTIONS_KEY]
+    session = GradedSession(
+        SessionSettings(db_path=options.db_path, history_path=options.history_path)
+    )
+    try:
+        session.start()
+    except CleoGradeError as exc:
+        # An unwritable store must not decide the test: grade from a private store instead.
+        fallback = tmp_path_factory.mktemp("cleo-grade") / "audit.db"
+        _warn(f"cleo-grade: {exc}; recording this test into {fallback} instead")
+        session.close()
+        session = GradedSession(
+            SessionSettings(db_path=fallback, history_path=options.history_path),
+            session_id=session.id,
+        )
+        session.start()
+    request.node.stash[SESSION_KEY] = session
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def _threshold(item: pytest.Item, options: PluginOptions) -> tuple[float | None, str | None, str]:
+    marker = item.stash.get(MARKER_KEY, MarkerOptions())
+    mode = marker.mode or options.mode
+    if marker.fail_under is not None:
+        return marker.fail_under, "@pytest.mark.cleo_grade(fail_under=...)", mode
+    return options.fail_under, options.fail_under_source, mode
+
+
+def _grade_item(item: pytest.Item, session: GradedSession) -> GradedTest | None:
+    options = item.config.stash[OPTIONS_KEY]
+    try:
+        result = session.grade()
+    except CleoGradeError as exc:
+        _warn(f"cleo-grade: {item.nodeid}: cannot grade: {exc}")
+        return None
+    result = result.model_copy(update={"testId": item.nodeid})
+    session.result = result
+    threshold, source, mode = _threshold(item, options)
+    graded = GradedTest(item.nodeid, result, threshold, source, mode)
+    item.stash[GRADED_KEY] = graded
+    return graded
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    session = item.stash.get(SESSION_KEY, None)
+    if session is None:
+        return (yield)
+    try:
+        outcome = yield
+    except (Exception, pytest.fail.Exception):
+        # A test that failed on its own keeps its failure; its grade is still recorded.
+        # Skips, xfail() calls and interrupts (other BaseExceptions) are not graded.
+        _grade_item(item, session)
+        raise
+    graded = _grade_item(item, session)
+    if graded is not None and graded.mode == "fail" and not graded.passed:
+        # Raised here, in the call phase, the grade surfaces as FAILED (not a teardown
+        # ERROR) with a proper crash line, serially and under xdist alike.
+        pytest.fail(failure_message(graded), pytrace=False)
+    return outcome
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    graded = item.stash.get(GRADED_KEY, None)
+    if call.when == "call" and graded is not None:
+        properties = junit_properties(graded.result)
+        # item.user_properties feeds the teardown report, which junitxml reads; the call
+        # report gets them too for hooks that look there.
+        item.user_properties.extend(properties)
+        report.user_properties.extend(properties)
+        setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
+    return report
+
+
+class GradeReporter:
+    """Controller-side state: collects graded tests, persists them, summarises and gates."""
+
+    def __init__(self, config: pytest.Config, options: PluginOptions) -> None:
+        self.config = config
+        self.options = options
+        self.graded: list[GradedTest] = []
+        self.problems: list[str] = []
+        self._store: AuditStore | None = None
+        self._store_failed = False
+        self._history_failed = False
+        self._run: RunGrade | None = None
+
+    # -- collecting and persisting -----------------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        encoded = getattr(report, GRADE_ATTRIBUTE, None)
+        if report.when != "call" or not isinstance(encoded, str):
+            return
+        graded = decode_graded_test(encoded)
+        self.graded.append(graded)
+        self._persist(graded.result)
+
+    def _persist(self, result: GradeResult) -> None:
+        # Each storage gets one warning, not one per test; a failure never touches outcomes.
+        if not self._history_failed:
+            try:
+                append_grade(result, self.options.history_path)
+            except CleoGradeError as exc:
+                self._history_failed = True
+                self.problems.append(f"cleo-grade: grade history not written: {exc}")
+        if not self._store_failed:
+            try:
+                if self._store is None:
+                    self._store = AuditStore(self.options.db_path)
+                self._store.add_grade(result)
+            except (CleoGradeError, OSError) as exc:
+                self._store_failed = True
+                self.problems.append(f"cleo-grade: grades table not written: {exc}")
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- the run's grade -----------------------------------------------------------------
+
+    @property
+    def run(self) -> RunGrade:
+        if self._run is None:
+            return RunGrade(tuple(self.graded), self.options.gate)
+        return self._run
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        result = yield
+        # Decided once, after every report arrived (under xdist the controller's loop ends
+        # when all workers are done); the summary prints this same verdict.
+        self._run = RunGrade(tuple(self.graded), self.options.gate)
+        if self._run.gate_failed:
+            session.testsfailed += 1
+        return result
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        run = self.run
+        if not path or not (run.tests or run.gate is not None):
+            return
+        try:
+            with Path(path).open("a", encoding="utf-8") as handle:
+                handle.write(markdown_summary(run))
+        except OSError as exc:
+            self.problems.append(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        run = self.run
+        if run.tests or run.gate is not None:
+            if self.config.get_verbosity() < 0:
+                terminalreporter.write_line(summary_line(run))
+            else:
+                terminalreporter.write_sep("-", "cleo-grade")
+                for line in summary_lines(run):
+                    terminalreporter.write_line(line)
+        for problem in self.problems:
+            try:
+                warnings.warn(CleoGradeWarning(problem), stacklevel=1)
+            except CleoGradeWarning:
+                # filterwarnings=error must not turn a storage hiccup into a crash.
+                terminalreporter.write_line(f"CleoGradeWarning: {problem}", yellow=True)

@@ -1,0 +1,262 @@
+"""What the pytest plugin shows about grades: failure text, JUnit properties, summaries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pytest_cleo_grade.models import GradeResult, letter_for
+
+__all__ = [
+    "GRADE_ATTRIBUTE",
+    "GradedTest",
+    "RunGrade",
+    "decode_graded_test",
+    "describe_percent",
+    "describe_threshold",
+    "encode_graded_test",
+    "failure_message",
+    "junit_properties",
+    "markdown_summary",
+    "passes",
+    "summary_line",
+    "summary_lines",
+]
+
+#: The TestReport attribute carrying a graded test's JSON to the controller. pytest copies a
+#: report's extra attributes through its (xdist) serialisation, as it does for ``wasxfail``.
+GRADE_ATTRIBUTE: Final = "cleo_grade"
+
+
+def passes(percent: float, threshold: float | None) -> bool:
+    """The one predicate behind every verdict: the exact percentage reaches the threshold."""
+    return threshold is None or percent >= threshold
+
+
+def describe_percent(percent: float) -> str:
+    """An exact percentage for display: ``67.5%``, ``85%`` (at most two decimals)."""
+    text = f"{percent:.2f}".rstrip("0").rstrip(".")
+    return f"{text}%"
+
+
+def describe_threshold(threshold: float) -> str:
+    """A threshold with the letter it corresponds to: ``75% (B)``."""
+    return f"{describe_percent(threshold)} ({letter_for(threshold)})"
+
+
+def _num(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def score_text(result: GradeResult) -> str:
+    """``85/100``."""
+    return f"{_num(result.total_score)}/{_num(result.max_score)}"
+
+
+@dataclass(frozen=True, slots=True)
+class GradedTest:
+    """One graded test as the controller sees it: the final grade and the threshold it met."""
+
+    nodeid: str
+    result: GradeResult
+    threshold: float | None
+    threshold_source: str | None
+    mode: str
+
+    @property
+    def passed(self) -> bool:
+        return passes(self.result.percent, self.threshold)
+
+
+def encode_graded_test(test: GradedTest) -> str:
+    """The JSON that travels on the call report (a plain string survives any serialiser)."""
+    return json.dumps(
+        {
+            "nodeid": test.nodeid,
+            "result": test.result.to_json_dict(),
+            "threshold": test.threshold,
+            "thresholdSource": test.threshold_source,
+            "mode": test.mode,
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def decode_graded_test(text: str) -> GradedTest:
+    """Inverse of :func:`encode_graded_test`."""
+    data: dict[str, Any] = json.loads(text)
+    threshold = data["threshold"]
+    return GradedTest(
+        nodeid=data["nodeid"],
+        result=GradeResult.model_validate(data["result"]),
+        threshold=None if threshold is None else float(threshold),
+        threshold_source=data["thresholdSource"],
+        mode=data["mode"],
+    )
+
+
+def dimension_lines(result: GradeResult, indent: str = "  ") -> list[str]:
+    width = max((len(name) for name in result.dimensions), default=0)
+    return [
+        f"{indent}{name:<{width}}  {_num(dim.score):>3}/{_num(dim.max)}"
+        for name, dim in result.dimensions.items()
+    ]
+
+
+def failure_message(test: GradedTest) -> str:
+    """The message of a test failed for its grade: score, percent, letter, threshold, table."""
+    result = test.result
+    assert test.threshold is not None  # only a threshold can fail a test
+    lines = [
+        f"cleo-grade: {score_text(result)} ({result.display_percent}%, grade {result.letter})"
+        f" is below the threshold {describe_threshold(test.threshold)}"
+        f" set by {test.threshold_source}",
+        f"session {result.session_id}, {result.entry_count} audit entries",
+        "dimensions:",
+        *dimension_lines(result),
+    ]
+    if result.flags:
+        lines.append(f"flags ({len(result.flags)}):")
+        lines.extend(f"  - {flag}" for flag in result.flags)
+    else:
+        lines.append("flags: none")
+    return "\n".join(lines)
+
+
+def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
+    """DESIGN section 6's per-test JUnit properties, in a stable order."""
+    properties: list[tuple[str, object]] = [
+        ("cleo_grade", result.letter),
+        ("cleo_score", score_text(result)),
+        ("cleo_percent", result.display_percent),
+        ("cleo_entry_count", result.entry_count),
+        ("cleo_flags", len(result.flags)),
+    ]
+    properties.extend(("cleo_flag", flag) for flag in result.flags)
+    properties.extend(
+        (f"cleo_dim_{name}", f"{_num(dim.score)}/{_num(dim.max)}")
+        for name, dim in result.dimensions.items()
+    )
+    return properties
+
+
+@dataclass(frozen=True, slots=True)
+class RunGrade:
+    """The run's grade: the mean of the graded tests' exact percentages, and the gate verdict."""
+
+    tests: tuple[GradedTest, ...]
+    gate: float | None
+
+    @property
+    def mean(self) -> float | None:
+        if not self.tests:
+            return None
+        return sum(test.result.percent for test in self.tests) / len(self.tests)
+
+    @property
+    def letter(self) -> str | None:
+        mean = self.mean
+        return None if mean is None else letter_for(mean)
+
+    @property
+    def gate_failed(self) -> bool:
+        """Whether the gate turns the exit status to 1 (never without graded tests)."""
+        mean = self.mean
+        return mean is not None and not passes(mean, self.gate)
+
+    def verdict(self) -> str | None:
+        """The gate line, or None when no gate is set."""
+        if self.gate is None:
+            return None
+        mean = self.mean
+        gate = describe_threshold(self.gate)
+        if mean is None:
+            return f"gate {gate}: not applied, no graded tests"
+        if self.gate_failed:
+            return f"gate FAILED: mean {describe_percent(mean)} is below {gate}"
+        return f"gate passed: mean {describe_percent(mean)} reaches {gate}"
+
+    def run_line(self) -> str:
+        mean = self.mean
+        count = len(self.tests)
+        noun = "test" if count == 1 else "tests"
+        if mean is None:
+            return "no graded tests"
+        return f"run grade {self.letter}: mean {describe_percent(mean)} over {count} graded {noun}"
+
+
+def _verdict_cell(test: GradedTest) -> str:
+    if test.threshold is None:
+        return "-"
+    mark = "ok" if test.passed else ("below" if test.mode == "fail" else "below (report)")
+    return f"{mark} {describe_threshold(test.threshold)}"
+
+
+def _rows(run: RunGrade) -> list[tuple[str, str, str, str, str]]:
+    return [
+        (
+            test.nodeid,
+            score_text(test.result),
+            f"{test.result.display_percent}%",
+            test.result.letter,
+            str(len(test.result.flags)),
+        )
+        for test in run.tests
+    ]
+
+
+def summary_lines(run: RunGrade) -> list[str]:
+    """The terminal section: one row per graded test, the run's grade and the gate verdict."""
+    header = ("test", "score", "percent", "grade", "flags", "threshold")
+    rows = [(*row, _verdict_cell(test)) for row, test in zip(_rows(run), run.tests, strict=True)]
+    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
+    right = {1, 2, 4}
+
+    def fmt(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    lines = [fmt(header), *(fmt(row) for row in rows)] if rows else []
+    lines.append(run.run_line())
+    verdict = run.verdict()
+    if verdict is not None:
+        lines.append(verdict)
+    return lines
+
+
+def summary_line(run: RunGrade) -> str:
+    """The ``-q`` form: everything on one line."""
+    parts = [f"cleo-grade: {run.run_line()}"]
+    verdict = run.verdict()
+    if verdict is not None:
+        parts.append(verdict)
+    return "; ".join(parts)
+
+
+def _md(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
+
+
+def markdown_summary(run: RunGrade) -> str:
+    """The same summary as a GitHub step-summary Markdown block."""
+    lines = ["### cleo-grade", ""]
+    if run.tests:
+        lines.append("| Test | Score | Percent | Grade | Flags | Threshold |")
+        lines.append("| --- | ---: | ---: | :---: | ---: | --- |")
+        for row, test in zip(_rows(run), run.tests, strict=True):
+            nodeid, score, percent, letter, flags = row
+            cells = [f"`{_md(nodeid)}`", score, percent, letter, flags, _verdict_cell(test)]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append(f"**{run.run_line()[0].upper()}{run.run_line()[1:]}**")
+    verdict = run.verdict()
+    if verdict is not None:
+        lines.append("")
+        lines.append(f"**{verdict[0].upper()}{verdict[1:]}**")
+    return "\n".join(lines) + "\n"
