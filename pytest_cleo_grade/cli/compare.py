@@ -1,0 +1,121 @@
+"""``cleo-grade compare``: seed 002's verdict table and go/no-go decision over stored grades."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pytest_cleo_grade.cli.common import (
+    CommandError,
+    add_history_option,
+    history_path,
+    print_json,
+)
+from pytest_cleo_grade.cli.grading import _warnings_to_stderr
+from pytest_cleo_grade.comparison import (
+    ComparisonRecord,
+    compare_records,
+    decision_exit_status,
+    load_score_sheet,
+    records_from_grades,
+    render_markdown,
+    render_text,
+)
+from pytest_cleo_grade.comparison.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from pytest_cleo_grade.history import read_grades
+
+__all__ = ["register"]
+
+_EPILOG = (
+    "exit status: 0 GO (also with the monitoring note), 1 NO-GO, 3 CONDITIONAL, "
+    "2 usage or input error"
+)
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def _seed(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare two variants (seed 002 verdicts and go/no-go)",
+        description=(
+            "Compare a candidate variant with a baseline over the comparison grades in the "
+            "history (and hand-entered score sheets): per-query verdicts and the go/no-go "
+            "decision."
+        ),
+        epilog=_EPILOG,
+    )
+    parser.add_argument("--baseline", required=True, metavar="VARIANT", help="reference variant")
+    parser.add_argument("--candidate", required=True, metavar="VARIANT", help="variant to judge")
+    add_history_option(parser)
+    parser.add_argument(
+        "--sheet",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a hand-entered score sheet (JSON or .toml); repeatable. With --sheet the history "
+        "is read only when --history is given",
+    )
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    output.add_argument("--markdown", action="store_true", help="print the report as Markdown")
+    parser.add_argument(
+        "--seed",
+        type=_seed,
+        default=DEFAULT_SEED,
+        help=f"bootstrap seed for repeated runs (default {DEFAULT_SEED})",
+    )
+    parser.add_argument(
+        "--resamples",
+        type=_positive,
+        default=DEFAULT_RESAMPLES,
+        metavar="N",
+        help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})",
+    )
+    parser.set_defaults(handler=run_compare)
+
+
+def _records(args: argparse.Namespace) -> list[ComparisonRecord]:
+    records: list[ComparisonRecord] = []
+    if args.history or not args.sheet:
+        path = history_path(args)
+        with _warnings_to_stderr():
+            grades = read_grades(path)
+        records.extend(records_from_grades(grades))
+    for sheet in args.sheet:
+        records.extend(load_score_sheet(sheet))
+    return records
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    if args.baseline == args.candidate:
+        raise CommandError("cleo-grade compare: --baseline and --candidate must differ")
+    comparison = compare_records(
+        _records(args),
+        args.baseline,
+        args.candidate,
+        seed=args.seed,
+        resamples=args.resamples,
+    )
+    if args.json:
+        print_json(comparison.to_json_dict())
+    elif args.markdown:
+        print(render_markdown(comparison), end="")
+    else:
+        print(render_text(comparison))
+    return decision_exit_status(comparison.decision)

@@ -1,0 +1,291 @@
+"""Seed 002's score sheet: substantive metrics Q-01..Q-06, operational OP-01..OP-05, judges."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+
+from pytest_cleo_grade.errors import JudgeError, RubricError
+from pytest_cleo_grade.models import AuditEntry, format_validation_error
+
+__all__ = [
+    "METRICS",
+    "METRIC_IDS",
+    "MODES",
+    "ComparisonError",
+    "ComparisonRecord",
+    "Judge",
+    "Mode",
+    "OperationalMetrics",
+    "SubstantiveScores",
+    "judge_prompt",
+    "measure_operational",
+    "parse_judge_answer",
+    "scores_from_judge",
+]
+
+Mode = Literal["quick", "medium", "thorough"]
+MetricId = Literal["Q-01", "Q-02", "Q-03", "Q-04", "Q-05", "Q-06"]
+
+#: The thoroughness modes in seed 002's order (least to most thorough).
+MODES: Final[tuple[Mode, ...]] = ("quick", "medium", "thorough")
+
+#: Seed 002's substantive metrics, in order, with their names.
+METRICS: Final[tuple[tuple[MetricId, str], ...]] = (
+    ("Q-01", "Pattern Precision"),
+    ("Q-02", "File Selection Quality"),
+    ("Q-03", "Gap Detection"),
+    ("Q-04", "Cross-Reference Quality"),
+    ("Q-05", "Recommendation Quality"),
+    ("Q-06", "Evidence Density"),
+)
+METRIC_IDS: Final[tuple[MetricId, ...]] = tuple(metric for metric, _ in METRICS)
+
+#: Judge = any callable that takes the prompt and returns the judge's text (JSON expected).
+Judge = Callable[[str], str]
+
+_SCALE: Final = {
+    "Q-01": "How accurately does the agent identify and describe code patterns? "
+    "1 wrong or irrelevant; 3 core patterns correct, minor gaps; 5 comprehensive, nuanced, "
+    "cross-referenced.",
+    "Q-02": "How well does the agent select relevant files? 1 irrelevant or critical files "
+    "missed; 3 most found, 1-2 notable omissions; 5 comprehensive with excellent prioritisation.",
+    "Q-03": "How well does the agent say what it did NOT find? 1 no gaps section or 'nothing "
+    "missing' when gaps exist; 3 key gaps identified; 5 risk assessment and investigation paths.",
+    "Q-04": "How well does the agent connect memory, files and patterns? 1 isolated facts; "
+    "3 some cross-references; 5 synthesis of how findings relate, contradict or complement.",
+    "Q-05": "How actionable is the recommendation? 1 none or contradicts findings; 3 reasonable "
+    "with basic rationale; 5 prioritised, risk-aware, clear rationale.",
+    "Q-06": "How well supported are the findings? 1 no paths, lines or memory ids; 3 most "
+    "supported; 5 every finding has precise path:line or memory-id evidence.",
+}
+
+
+class ComparisonError(RubricError):
+    """Comparison input is unusable: a bad score sheet, a missing variant, unpaired queries."""
+
+
+class SubstantiveScores(BaseModel):
+    """The six 1-5 scores of one output (seed 002 section 2); integers only."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    q01: StrictInt = Field(alias="Q-01", ge=1, le=5, description="Pattern Precision (1-5).")
+    q02: StrictInt = Field(alias="Q-02", ge=1, le=5, description="File Selection Quality (1-5).")
+    q03: StrictInt = Field(alias="Q-03", ge=1, le=5, description="Gap Detection (1-5).")
+    q04: StrictInt = Field(alias="Q-04", ge=1, le=5, description="Cross-Reference Quality (1-5).")
+    q05: StrictInt = Field(alias="Q-05", ge=1, le=5, description="Recommendation Quality (1-5).")
+    q06: StrictInt = Field(alias="Q-06", ge=1, le=5, description="Evidence Density (1-5).")
+
+    @classmethod
+    def of(cls, *scores: int) -> SubstantiveScores:
+        """Six scores in Q-01..Q-06 order (a convenience for code and tests)."""
+        if len(scores) != len(METRIC_IDS):
+            raise ComparisonError(f"expected 6 scores (Q-01..Q-06), got {len(scores)}")
+        return cls.model_validate(dict(zip(METRIC_IDS, scores, strict=True)))
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"Q-01": 4, ...}`` in metric order."""
+        return {
+            metric: value
+            for metric, value in zip(
+                METRIC_IDS,
+                (self.q01, self.q02, self.q03, self.q04, self.q05, self.q06),
+                strict=True,
+            )
+        }
+
+    @property
+    def total(self) -> int:
+        """The sum of the six scores (6..30)."""
+        return sum(self.as_dict().values())
+
+    @property
+    def average(self) -> Fraction:
+        """Seed 002's average: the sum divided by 6, exactly (no float fuzz at 0.5 steps)."""
+        return Fraction(self.total, len(METRIC_IDS))
+
+
+class OperationalMetrics(BaseModel):
+    """Seed 002 section 3: raw measurements, never scored."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    latency_seconds: float | None = Field(
+        None,
+        alias="OP-01",
+        ge=0,
+        description="Latency in seconds: given by the test, else the first to the last entry.",
+    )
+    tool_calls: int | None = Field(
+        None, alias="OP-02", ge=0, description="Tool invocations (audit entries)."
+    )
+    dispatches: int | None = Field(None, alias="OP-03", ge=0, description="Agent dispatches.")
+    tokens: int | None = Field(
+        None, alias="OP-04", ge=0, description="Input + output tokens, when the log reports them."
+    )
+    note: str | None = Field(
+        None, alias="OP-05", description="Dispatch quality: were dispatches necessary?"
+    )
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"OP-01": 12.5, ...}``, unknown values as null."""
+        return self.model_dump(by_alias=True)
+
+
+class ComparisonRecord(BaseModel):
+    """One scored run of one variant on one query: a score-sheet row or a stored grade."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    variant: str = Field(min_length=1, description="Model or configuration under comparison.")
+    query: str = Field(min_length=1, description="The test query (e.g. TQ-1).")
+    mode: Mode = Field(description="Thoroughness mode of the query: quick, medium or thorough.")
+    substantive: SubstantiveScores = Field(description="Q-01..Q-06 on the 1-5 scale.")
+    structural: dict[str, bool] = Field(
+        default_factory=dict, description="S-01..S-06 pass/fail, when checked."
+    )
+    operational: OperationalMetrics = Field(
+        default_factory=OperationalMetrics, description="OP-01..OP-05."
+    )
+    source: str = Field("", description="Where the record came from (file and row, or session).")
+
+    @field_validator("variant", "query")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value.strip()
+
+
+# Keys under which logs commonly report token counts; a total wins over in + out.
+_TOTAL_KEYS: Final = ("tokens", "totalTokens", "total_tokens")
+_PART_KEYS: Final = (
+    ("inputTokens", "outputTokens"),
+    ("input_tokens", "output_tokens"),
+    ("promptTokens", "completionTokens"),
+    ("prompt_tokens", "completion_tokens"),
+)
+
+
+def _tokens_in(data: Mapping[str, Any]) -> int | None:
+    for key in _TOTAL_KEYS:
+        total = _count(data.get(key))
+        if total is not None:
+            return total
+    for first, second in _PART_KEYS:
+        parts = [count for key in (first, second) if (count := _count(data.get(key))) is not None]
+        if parts:
+            return sum(parts)
+    usage = data.get("usage")
+    if isinstance(usage, Mapping):
+        return _tokens_in(usage)
+    return None
+
+
+def _count(value: object) -> int | None:
+    """A token count: a non-negative int (not a bool), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def measure_operational(
+    entries: Sequence[AuditEntry],
+    *,
+    dispatches: int,
+    latency_seconds: float | None = None,
+    tokens: int | None = None,
+    note: str | None = None,
+) -> OperationalMetrics:
+    """OP-01..OP-05 from ordered entries; explicit values (the test knows them) win.
+
+    OP-01 without an explicit value is the span from the first to the last entry's timestamp:
+    the log does not record when the prompt arrived or the output left, so it is a lower
+    bound. OP-04 sums the token counts entries report in ``metadata`` (or else ``params``)
+    under ``tokens``/``totalTokens``, input+output pairs or a ``usage`` object; unknown
+    (null) when no entry reports any.
+    """
+    if latency_seconds is None and entries:
+        stamps = [entry.timestamp for entry in entries]
+        latency_seconds = (max(stamps) - min(stamps)).total_seconds()
+    if tokens is None:
+        found = [
+            count
+            for entry in entries
+            if (count := _tokens_in(entry.metadata.model_dump(by_alias=True))) is not None
+            or (count := _tokens_in(entry.params)) is not None
+        ]
+        tokens = sum(found) if found else None
+    return OperationalMetrics.model_validate(
+        {
+            "OP-01": latency_seconds,
+            "OP-02": len(entries),
+            "OP-03": dispatches,
+            "OP-04": tokens,
+            "OP-05": note,
+        }
+    )
+
+
+def judge_prompt(*, query: str, output_text: str, mode: Mode) -> str:
+    """The prompt a judge answers with a JSON object of the six scores."""
+    scales = "\n".join(f"- {metric} {name}: {_SCALE[metric]}" for metric, name in METRICS)
+    return (
+        "You are grading the output of a context-gathering agent (seed 002 rubric).\n"
+        f"Query: {query}\nThoroughness mode: {mode}\n\n"
+        "Score each metric independently on an integer scale from 1 to 5:\n"
+        f"{scales}\n\n"
+        'Answer with one JSON object only, e.g. {"Q-01": 4, "Q-02": 3, "Q-03": 4, '
+        '"Q-04": 3, "Q-05": 4, "Q-06": 5}.\n\n'
+        f"--- AGENT OUTPUT ---\n{output_text}\n--- END OF OUTPUT ---\n"
+    )
+
+
+_FENCE: Final = re.compile(r"^```[\w-]*\s*\n(?P<body>.*?)\n```\s*$", re.DOTALL)
+
+
+def parse_judge_answer(text: str) -> SubstantiveScores:
+    """Validate a judge's JSON answer (a bare object, or under ``scores``; code fences ok)."""
+    stripped = text.strip()
+    fenced = _FENCE.match(stripped)
+    if fenced:
+        stripped = fenced.group("body").strip()
+    try:
+        data = json.loads(stripped)
+    except ValueError as exc:
+        raise JudgeError(f"judge answer is not JSON: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("scores"), dict):
+        data = data["scores"]
+    if not isinstance(data, dict):
+        raise JudgeError("judge answer is not a JSON object of Q-01..Q-06 scores")
+    try:
+        return SubstantiveScores.model_validate(data)
+    except ValidationError as exc:
+        raise JudgeError(format_validation_error(exc, "judge answer")) from exc
+
+
+def scores_from_judge(
+    judge: Judge, *, query: str, output_text: str, mode: Mode
+) -> SubstantiveScores:
+    """Ask ``judge`` for the six scores of one output and validate its answer."""
+    answer = judge(judge_prompt(query=query, output_text=output_text, mode=mode))
+    if not isinstance(answer, str):
+        raise JudgeError(f"judge returned {type(answer).__name__}, expected the answer text")
+    return parse_judge_answer(answer)
+
+
+def validate_records(rows: Iterable[Mapping[str, Any]], where: str) -> list[ComparisonRecord]:
+    """Validate mappings into records, naming ``where`` and the row index in any error."""
+    records: list[ComparisonRecord] = []
+    for index, row in enumerate(rows):
+        try:
+            records.append(ComparisonRecord.model_validate(dict(row)))
+        except ValidationError as exc:
+            raise ComparisonError(format_validation_error(exc, f"{where}[{index}]")) from exc
+    return records

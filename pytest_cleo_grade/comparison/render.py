@@ -1,0 +1,98 @@
+"""The verdict table and decision as plain text (terminal) and Markdown (GitHub step summary)."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+
+from pytest_cleo_grade.comparison.compare import Comparison, QueryComparison
+
+__all__ = ["format_average", "render_markdown", "render_text"]
+
+
+def format_average(value: Fraction, *, signed: bool = False) -> str:
+    """Two decimals, half up (3.8333 -> 3.83, -0.5 -> -0.50); signed adds + to positives."""
+    exact = Decimal(value.numerator) / Decimal(value.denominator)
+    text = str(exact.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+    if text == "-0.00":
+        text = "0.00"
+    return f"+{text}" if signed and value > 0 else text
+
+
+def _runs(item: QueryComparison) -> bool:
+    return item.stability is not None
+
+
+def _rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    repeated = any(_runs(item) for item in comparison.queries)
+    header = ["Query", "Mode", comparison.baseline, comparison.candidate, "Diff", "Verdict"]
+    if repeated:
+        header += ["Runs", "95% CI of diff", "Stable"]
+    rows = []
+    for item in comparison.queries:
+        verdict = item.verdict
+        row = [
+            verdict.query,
+            verdict.mode,
+            format_average(verdict.baseline_average),
+            format_average(verdict.candidate_average),
+            format_average(verdict.difference, signed=True),
+            verdict.label,
+        ]
+        if repeated:
+            row.append(f"{item.baseline.runs}/{item.candidate.runs}")
+            if item.stability is None:
+                row += ["-", "single run"]
+            else:
+                interval = item.stability.difference
+                row += [
+                    f"[{format_average(interval.low, signed=True)}, "
+                    f"{format_average(interval.high, signed=True)}]",
+                    "UNSTABLE" if verdict.unstable else "yes",
+                ]
+        rows.append(row)
+    return header, rows
+
+
+def render_text(comparison: Comparison) -> str:
+    """The terminal report: an aligned table, then the decision, its reason and the action."""
+    header, rows = _rows(comparison)
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = [
+        f"Comparison: {comparison.candidate} (candidate) vs {comparison.baseline} (baseline)",
+        "",
+    ]
+    for row in (header, *rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    decision = comparison.decision
+    lines += [
+        "",
+        f"Decision: {decision.label} [{decision.rule}]",
+        f"Reason:   {decision.reason}",
+        f"Action:   {decision.action}",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(comparison: Comparison) -> str:
+    """The same report as GitHub-flavoured Markdown (a heading, a table, the decision)."""
+    header, rows = _rows(comparison)
+    decision = comparison.decision
+    lines = [
+        f"### Model comparison: {_cell(comparison.candidate)} vs {_cell(comparison.baseline)}",
+        "",
+        "| " + " | ".join(_cell(cell) for cell in header) + " |",
+        "|" + "|".join(" --- " for _ in header) + "|",
+    ]
+    lines += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
+    lines += [
+        "",
+        f"**Decision: {decision.label}** ({decision.rule}): {_cell(decision.reason)}",
+        "",
+        f"Action: {decision.action}",
+    ]
+    return "\n".join(lines) + "\n"

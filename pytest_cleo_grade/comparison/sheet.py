@@ -1,0 +1,73 @@
+"""Hand-entered score sheets (JSON or TOML) as comparison records; errors name the place."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pytest_cleo_grade.comparison.metrics import (
+    ComparisonError,
+    ComparisonRecord,
+    validate_records,
+)
+
+__all__ = ["load_score_sheet", "parse_score_sheet"]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid score")
+
+
+def load_score_sheet(path: str | os.PathLike[str]) -> list[ComparisonRecord]:
+    """Load a score sheet; ``.toml`` files are TOML, anything else JSON.
+
+    Both hold a list ``scores`` of rows (a JSON file may also be the bare list). A row has
+    ``variant``, ``query``, ``mode`` and ``substantive`` (``{"Q-01": 4, ...}``, integers 1-5),
+    optionally ``structural`` (``{"S-01": true, ...}``) and ``operational`` (``OP-01``..
+    ``OP-05``). Unknown keys are errors, so a typo cannot drop a score silently.
+    """
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ComparisonError(f"{target}: not UTF-8 text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ComparisonError(f"{target}: cannot read: {exc.strerror or exc}") from exc
+    return parse_score_sheet(text, str(target), toml=target.suffix.lower() == ".toml")
+
+
+def parse_score_sheet(text: str, where: str, *, toml: bool = False) -> list[ComparisonRecord]:
+    """Parse a score sheet's text; ``where`` names it in errors."""
+    data: Any
+    if toml:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ComparisonError(f"{where}: invalid TOML: {exc}") from exc
+    else:
+        try:
+            data = json.loads(text, parse_constant=_reject_constant)
+        except json.JSONDecodeError as exc:
+            raise ComparisonError(f"{where}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+        except ValueError as exc:
+            raise ComparisonError(f"{where}: invalid JSON: {exc}") from exc
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - {"scores"})
+        if unknown:
+            raise ComparisonError(
+                f"{where}: unknown top-level key {unknown[0]!r} (expected scores)"
+            )
+        data = data.get("scores")
+    if not isinstance(data, list) or not data:
+        raise ComparisonError(f"{where}: scores: expected a non-empty list of score rows")
+    for index, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise ComparisonError(f"{where}: scores[{index}]: expected a table/object")
+    records = validate_records(data, f"{where}: scores")
+    return [
+        record.model_copy(update={"source": f"{where}: scores[{index}]"})
+        for index, record in enumerate(records)
+    ]
