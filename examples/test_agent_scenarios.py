@@ -1,0 +1,62 @@
+"""The five ct-grade scenarios (seed 001), each run by a protocol-following and a sloppy agent.
+
+The protocol-following runs must reach the ini threshold (B). The anti-pattern runs are graded
+in report mode: they pass by showing exactly the letter and the flags the rubric gives them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tracker_agent import DemoAgent, TaskTracker
+
+from pytest_cleo_grade.plugin import GradedSession
+
+SCENARIOS = [
+    "fresh_discovery",
+    "task_hygiene",
+    "error_recovery",
+    "full_lifecycle",
+    "multi_domain",
+]
+
+NO_SESSION_LIST = "session.list never called (check existing sessions before starting)"
+LATE_SESSION_LIST = "session.list called after task ops (should check sessions first)"
+NO_SESSION_END = "session.end never called (always end sessions when done)"
+NO_HELP = "No admin.help or skill lookup calls (load ct-cleo for guidance)"
+NO_MCP = "No MCP query calls (prefer cleo_query over CLI for programmatic access)"
+NO_DESCRIPTION = "tasks.add without description (taskId: unknown)"
+NO_PARENT_CHECK = "Subtasks created without tasks.exists parent check"
+NO_RECOVERY = "E_NOT_FOUND not followed by recovery lookup"
+
+
+def used_list(times: int) -> str:
+    return f"tasks.list used {times}x (prefer tasks.find for discovery)"
+
+
+#: What the rubric must say about each anti-pattern run: letter, score and flags, in order.
+ANTI_PATTERNS = {
+    "fresh_discovery": ("D", 50, [NO_SESSION_LIST, NO_SESSION_END, used_list(2), NO_HELP]),
+    "task_hygiene": ("C", 72, [NO_DESCRIPTION, NO_DESCRIPTION, NO_PARENT_CHECK]),
+    "error_recovery": ("C", 70, [used_list(1), NO_RECOVERY, NO_RECOVERY]),
+    "full_lifecycle": ("C", 65, [LATE_SESSION_LIST, NO_SESSION_END, NO_HELP]),
+    "multi_domain": ("C", 65, [used_list(1), NO_HELP, NO_MCP]),
+}
+
+
+@pytest.fixture
+def agent(graded_session: GradedSession) -> DemoAgent:
+    return DemoAgent(graded_session.dispatcher, TaskTracker().seed())
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_protocol_following_agent(agent: DemoAgent, scenario: str) -> None:
+    getattr(agent, scenario)(follow_protocol=True)
+
+
+@pytest.mark.cleo_grade(mode="report")
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_anti_pattern_agent(agent: DemoAgent, graded_session: GradedSession, scenario: str) -> None:
+    getattr(agent, scenario)(follow_protocol=False)
+    result = graded_session.grade()
+    letter, score, flags = ANTI_PATTERNS[scenario]
+    assert (result.letter, result.total_score, result.flags) == (letter, score, flags)
