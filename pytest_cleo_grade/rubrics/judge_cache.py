@@ -1,0 +1,135 @@
+"""A cache of judge replies in the audit store's SQLite file (table ``judge_cache``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from pytest_cleo_grade.errors import CleoGradeWarning
+from pytest_cleo_grade.rubrics.base import CacheMode
+from pytest_cleo_grade.rubrics.judge import JudgeReply, TokenUsage
+
+__all__ = ["CACHE_TABLE", "JudgeCache", "cache_key"]
+
+CACHE_TABLE: Final = "judge_cache"
+# Bump when the key's recipe changes, so old rows can never be mistaken for new ones.
+_KEY_VERSION: Final = 1
+# Writers of the audit store (pytest-xdist workers, the code under test) may hold the lock.
+_BUSY_TIMEOUT_S: Final = 30.0
+
+_SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS {CACHE_TABLE} (
+    key TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    endpoint TEXT,
+    model TEXT,
+    reply TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    total_tokens INTEGER NOT NULL DEFAULT 0
+)
+"""
+
+
+def cache_key(
+    *,
+    identity: Mapping[str, Any],
+    prompt: str,
+    rubric_source: bytes,
+    rubric_version: str,
+) -> str:
+    """sha256 over everything that can change a reply.
+
+    ``identity`` is the judge's endpoint, model and sampling parameters; ``rubric_source``
+    the rubric file's bytes (so editing the file invalidates its cached replies even when the
+    prompt would not change).
+    """
+    material = json.dumps(
+        {
+            "v": _KEY_VERSION,
+            "judge": identity,
+            "prompt": prompt,
+            "rubric": hashlib.sha256(rubric_source).hexdigest(),
+            "rubricVersion": rubric_version,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeCache:
+    """Judge replies keyed by :func:`cache_key`, in the SQLite file ``path``.
+
+    ``mode`` ``on`` reads and writes, ``refresh`` ignores stored replies but stores new ones,
+    ``off`` does neither. A cache that cannot be read or written is a CleoGradeWarning, never
+    a failed grade: the judge is simply asked.
+    """
+
+    path: Path
+    mode: CacheMode = "on"
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S)) as db:
+            with db:
+                db.execute(_SCHEMA)
+            yield db
+
+    def get(self, key: str) -> JudgeReply | None:
+        """The stored reply for ``key`` (None on a miss, or unless the mode is ``on``)."""
+        if self.mode != "on":
+            return None
+        try:
+            with self._connect() as db:
+                row = db.execute(
+                    f"SELECT reply, prompt_tokens, completion_tokens, total_tokens "
+                    f"FROM {CACHE_TABLE} WHERE key = ?",
+                    (key,),
+                ).fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            warnings.warn(
+                f"{self.path}: judge cache not read: {exc}", CleoGradeWarning, stacklevel=2
+            )
+            return None
+        if row is None:
+            return None
+        return JudgeReply(row[0], TokenUsage(row[1], row[2], row[3]))
+
+    def put(self, key: str, reply: JudgeReply, *, endpoint: str = "", model: str = "") -> None:
+        """Store ``reply`` under ``key`` (a no-op when the mode is ``off``)."""
+        if self.mode == "off":
+            return
+        usage = reply.usage or TokenUsage()
+        try:
+            with self._connect() as db, db:
+                db.execute(
+                    f"INSERT OR REPLACE INTO {CACHE_TABLE} (key, created_at, endpoint, model, "
+                    "reply, prompt_tokens, completion_tokens, total_tokens) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        key,
+                        datetime.now(UTC).isoformat(timespec="milliseconds"),
+                        endpoint,
+                        model,
+                        reply.text,
+                        usage.prompt_tokens,
+                        usage.completion_tokens,
+                        usage.total_tokens,
+                    ),
+                )
+        except (sqlite3.Error, OSError) as exc:
+            warnings.warn(
+                f"{self.path}: judge reply not cached: {exc}", CleoGradeWarning, stacklevel=2
+            )
