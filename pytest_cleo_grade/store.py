@@ -8,6 +8,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -17,12 +18,8 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from pytest_cleo_grade.errors import StoreError
-from pytest_cleo_grade.models import (
-    AuditEntry,
-    GradeResult,
-    format_timestamp,
-    format_validation_error,
-)
+from pytest_cleo_grade.models import AuditEntry, GradeResult, format_validation_error
+from pytest_cleo_grade.rubrics.cleo import order_entries
 
 __all__ = [
     "AUDIT_COLUMNS",
@@ -65,8 +62,6 @@ CLEO_COLUMNS: Final = (
 )
 AUDIT_COLUMNS: Final = (*CLEO_COLUMNS, "exit_code", "metadata_json")
 
-# The metadata keys that have columns of their own; any other key goes to metadata_json.
-_COLUMN_METADATA: Final = frozenset({"source", "gateway", "task_id"})
 # CLEO writes these into task_id when a call concerned no task.
 _NO_TASK: Final = frozenset({"system", "unknown"})
 
@@ -136,18 +131,27 @@ def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def _stored_time(value: datetime) -> str:
+    # format_timestamp's form (UTC, ms, Z) via isoformat, which is several times faster on
+    # the record() path; fixed width, so text order is time order in SQL.
+    return value.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _new_id() -> str:
+    # A random version-4 UUID, as CLEO's crypto.randomUUID(), without uuid4()'s overhead.
+    return str(uuid.UUID(bytes=os.urandom(16), version=4))
+
+
 def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]:
     """The ``audit_log`` row of an entry, in AUDIT_COLUMNS order (CLEO's conventions)."""
     meta = entry.metadata
-    extra = {
-        key: value
-        for key, value in meta.model_dump(by_alias=True, exclude_none=True).items()
-        if key not in {"source", "gateway", "taskId"}
-    }
+    extra = dict(meta.model_extra or {})
+    if meta.user_id is not None:
+        extra["userId"] = meta.user_id
     result = entry.result
     return (
-        entry_id or str(uuid.uuid4()),
-        format_timestamp(entry.timestamp),
+        entry_id or _new_id(),
+        _stored_time(entry.timestamp),
         f"{entry.domain}.{entry.operation}",
         meta.task_id or "system",
         "agent",
@@ -388,24 +392,62 @@ class AuditStore:
         )
 
     def session_entries(self, session_id: str) -> list[AuditEntry]:
-        """Every entry of one session, by timestamp with ties in insertion order."""
-        return self.rows_to_entries(self.session_rows(session_id))
+        """Every entry of one session (exact id match), by timestamp, ties in insertion order.
+
+        SQLite builds each entry's JSON (the mapping of :func:`row_entry_dict`, in SQL) and
+        pydantic validates the whole session from JSON in one call: several times faster
+        than building dicts in Python. A row the fast path cannot take (malformed
+        details_json, an invalid field) is looked up again row by row for a precise error.
+        """
+        where = "WHERE session_id = ? ORDER BY timestamp, rowid"
+        try:
+            with self._lock:
+                parts = self._conn.execute(
+                    f"SELECT {self._entry_json_sql()} FROM audit_log {where}", (session_id,)
+                ).fetchall()
+            entries = _ENTRIES.validate_json("[" + ",".join(row[0] for row in parts) + "]")
+        except (sqlite3.Error, ValidationError):
+            entries = self.rows_to_entries(self.session_rows(session_id))
+        # Text order is time order for our own rows; CLEO databases mix timestamp forms.
+        return order_entries(entries)
+
+    def _entry_json_sql(self) -> str:
+        columns = set(self._columns)
+        exit_code = "CASE WHEN success = 0 THEN 1 ELSE 0 END"
+        if "exit_code" in columns:
+            exit_code = f"coalesce(exit_code, {exit_code})"
+        metadata = "'{}'"
+        if "metadata_json" in columns:
+            metadata = "coalesce(metadata_json, '{}')"
+        return f"""json_object(
+            'timestamp', CASE WHEN instr(timestamp, 'T') OR instr(timestamp, 'Z')
+                THEN timestamp ELSE replace(timestamp, ' ', 'T') || 'Z' END,
+            'sessionId', session_id,
+            'domain', coalesce(domain, 'unknown'),
+            'operation', coalesce(operation, action),
+            'params', json(coalesce(nullif(details_json, ''), '{{}}')),
+            'result', json_object(
+                'success', json(CASE WHEN success = 0 THEN 'false' ELSE 'true' END),
+                'exitCode', {exit_code},
+                'duration', coalesce(duration_ms, 0)),
+            'metadata', json_patch({metadata}, json_object(
+                'source', coalesce(source, 'cli'),
+                'gateway', gateway,
+                'taskId', CASE WHEN task_id IN ('system', 'unknown') THEN NULL ELSE task_id END)),
+            'error', error_message)"""
 
     def rows_to_entries(self, rows: Sequence[sqlite3.Row]) -> list[AuditEntry]:
-        """Validate rows into entries; a bad row is a StoreError naming its id."""
-        try:
-            dicts = [row_entry_dict(row) for row in rows]
-        except (ValueError, TypeError) as exc:
-            bad = _first_bad_row(rows)
-            raise StoreError(f"{self.path}: audit_log row {bad}: {exc}") from exc
-        try:
-            return _ENTRIES.validate_python(dicts)
-        except ValidationError as exc:
-            index = exc.errors()[0]["loc"][0]
-            row_id = rows[index]["id"] if isinstance(index, int) else "?"
-            raise StoreError(
-                format_validation_error(exc, f"{self.path}: audit_log row {row_id}")
-            ) from exc
+        """Validate rows one by one into entries; a bad row is a StoreError naming its id."""
+        entries: list[AuditEntry] = []
+        for row in rows:
+            where = f"{self.path}: audit_log row {row['id']}"
+            try:
+                entries.append(AuditEntry.model_validate(row_entry_dict(row)))
+            except ValidationError as exc:
+                raise StoreError(format_validation_error(exc, where)) from exc
+            except (ValueError, TypeError) as exc:
+                raise StoreError(f"{where}: {exc}") from exc
+        return entries
 
     def session_ids(self) -> list[str]:
         """Distinct session ids in the store, in order of their first entry."""
@@ -471,15 +513,6 @@ class AuditStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _first_bad_row(rows: Sequence[sqlite3.Row]) -> str:
-    for row in rows:
-        try:
-            row_entry_dict(row)
-        except (ValueError, TypeError):
-            return str(row["id"])
-    return "?"
 
 
 def _describe(exc: sqlite3.Error) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
+from pytest_cleo_grade.cleoimport import find_cleo_db
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_history_option,
@@ -16,10 +18,12 @@ from pytest_cleo_grade.cli.common import (
     print_json,
     render_grade,
 )
+from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
 from pytest_cleo_grade.entryfile import load_entries_file
 from pytest_cleo_grade.history import append_grade, read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult
-from pytest_cleo_grade.rubrics.cleo import grade_entries
+from pytest_cleo_grade.rubrics.cleo import grade_entries, grade_ordered
+from pytest_cleo_grade.store import AuditStore
 
 __all__ = ["register"]
 
@@ -46,6 +50,14 @@ def register(subparsers: Any) -> None:
         metavar="GRADE",
         help="exit with status 1 when the grade is below GRADE (a letter or a percentage)",
     )
+    grade.add_argument(
+        "--cleo-db",
+        dest="cleo_db",
+        metavar="PATH",
+        help="grade from a CLEO database (.cleo/cleo.db, .cleo/tasks.db or a project directory), "
+        "opened read-only",
+    )
+    add_db_option(grade)
     add_history_option(grade)
     grade.set_defaults(handler=run_grade)
 
@@ -55,6 +67,9 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--session-id", dest="session_id", metavar="ID", help="only this session")
     listing.add_argument("--json", action="store_true", help="print GradeResults as JSON")
     add_history_option(listing)
+    listing.add_argument(
+        "--db", metavar="PATH", help="list the grades table of this audit store instead"
+    )
     listing.set_defaults(handler=run_list)
 
 
@@ -88,14 +103,29 @@ def _entries_from_file(path: str, session_id: str | None) -> tuple[str, list[Aud
 
 def run_grade(args: argparse.Namespace) -> int:
     session_id = _session_id(args)
+    sources = [name for name in ("entries", "cleo_db", "db") if getattr(args, name)]
+    if len(sources) > 1:
+        options = " and ".join(f"--{name.replace('_', '-')}" for name in sources)
+        raise CommandError(f"cleo-grade grade: {options} cannot be combined")
     if args.entries:
         session_id, entries = _entries_from_file(args.entries, session_id)
-    else:
+        return report(args, grade_entries(entries, session_id=session_id))
+    if not session_id:
+        raise CommandError("cleo-grade grade: give SESSION_ID (or --entries FILE)")
+    if args.cleo_db:
+        with AuditStore(find_cleo_db(args.cleo_db), read_only=True) as cleo:
+            entries = cleo.session_entries(session_id)
+        return report(args, grade_ordered(entries, session_id=session_id))
+    path = db_path(args)
+    if not path.is_file():
         raise CommandError(
-            "cleo-grade grade: give --entries FILE (grading from the audit store needs SESSION_ID "
-            "and the store)"
+            f"cleo-grade grade: no audit store at {path} (pass --db PATH or set CLEO_AUDIT_DB)"
         )
-    result = grade_entries(entries, session_id=session_id)
+    # Open for writing only when the grade is saved into the store's grades table.
+    with AuditStore(path, read_only=args.no_save) as store:
+        result = grade_ordered(store.session_entries(session_id), session_id=session_id)
+        if not args.no_save:
+            store.add_grade(result)
     return report(args, result)
 
 
@@ -126,8 +156,13 @@ def report(args: argparse.Namespace, result: GradeResult) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     path = history_path(args)
-    with _warnings_to_stderr():
-        grades = read_grades(path, session_id=args.session_id)
+    if args.db and not args.history:
+        path = Path(args.db)
+        with AuditStore(path, read_only=True) as store:
+            grades = store.grades(args.session_id)
+    else:
+        with _warnings_to_stderr():
+            grades = read_grades(path, session_id=args.session_id)
     if args.json:
         print_json([g.to_report_dict() for g in grades])
         return 0

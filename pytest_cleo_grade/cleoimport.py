@@ -1,0 +1,128 @@
+"""Importing audit entries into the store: JSON/JSONL files and CLEO project databases."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+from pydantic import TypeAdapter, ValidationError
+
+from pytest_cleo_grade.entryfile import load_entries_file, parse_entries_text
+from pytest_cleo_grade.errors import EntryError, StoreError
+from pytest_cleo_grade.models import AuditEntry
+from pytest_cleo_grade.store import AuditStore, entry_row
+
+__all__ = [
+    "CLEO_DB_CANDIDATES",
+    "find_cleo_db",
+    "import_cleo_db",
+    "import_entries_file",
+    "is_sqlite_file",
+    "read_entries_file",
+]
+
+#: Where a CLEO project keeps its database: ``cleo.db`` now, ``tasks.db`` in older releases.
+CLEO_DB_CANDIDATES: Final = (Path(".cleo") / "cleo.db", Path(".cleo") / "tasks.db")
+
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_ENTRIES: Final = TypeAdapter(list[AuditEntry])
+
+
+def is_sqlite_file(path: str | os.PathLike[str]) -> bool:
+    """Whether the file starts with SQLite's header (a database, not an entries file)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def find_cleo_db(project: str | os.PathLike[str]) -> Path:
+    """The CLEO database of a project directory (or the path itself if it is a file)."""
+    root = Path(project)
+    if root.is_file():
+        return root
+    for candidate in CLEO_DB_CANDIDATES:
+        if (root / candidate).is_file():
+            return root / candidate
+    names = " or ".join(str(c) for c in CLEO_DB_CANDIDATES)
+    raise StoreError(f"{root}: no CLEO database ({names})")
+
+
+def read_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
+    """Every entry of a JSON array or JSONL file; EntryError names the file and line.
+
+    A well-formed JSONL file is validated in one pydantic call from its text (the fast
+    path); anything the fast path rejects, or text that might carry NaN/Infinity (which
+    pydantic's parser would accept), is parsed line by line for the exact error.
+    """
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return load_entries_file(target)  # raises EntryError with the reason
+    stripped = text.strip()
+    if stripped and not stripped.startswith("[") and "NaN" not in text and "Infinity" not in text:
+        lines = [line for line in text.splitlines() if line.strip()]
+        try:
+            return _ENTRIES.validate_json("[" + ",".join(lines) + "]")
+        except (ValidationError, ValueError):
+            pass
+    return parse_entries_text(text, str(target))
+
+
+def _select(entries: list[AuditEntry], session_id: str | None, where: str) -> list[AuditEntry]:
+    if session_id is None:
+        return entries
+    # Entries without a session id join the named session; others must match it exactly.
+    chosen = [
+        e if e.session_id == session_id else e.model_copy(update={"session_id": session_id})
+        for e in entries
+        if e.session_id in (None, session_id)
+    ]
+    if not chosen:
+        raise EntryError(f"{where}: no entries for session {session_id}")
+    return chosen
+
+
+def import_entries_file(
+    store: AuditStore, path: str | os.PathLike[str], *, session_id: str | None = None
+) -> list[AuditEntry]:
+    """Import a JSON/JSONL file into the store, all or nothing; returns the entries added.
+
+    With ``session_id``, only that session's entries (and entries carrying none) are
+    imported, under that id.
+    """
+    entries = _select(read_entries_file(path), session_id, str(path))
+    store.append_many(entries)
+    return entries
+
+
+def import_cleo_db(
+    store: AuditStore, cleo_db: str | os.PathLike[str], *, session_id: str | None = None
+) -> tuple[int, int]:
+    """Copy a CLEO database's audit rows (one session's, or all) into the store.
+
+    The CLEO database is opened read-only and never modified. Rows keep their CLEO ids, so
+    importing the same database again adds nothing. Returns (rows read, rows added).
+    """
+    with AuditStore(cleo_db, read_only=True) as source:
+        if session_id is None:
+            entries: list[AuditEntry] = []
+            ids: list[str] = []
+            for sid in source.session_ids():
+                rows = source.session_rows(sid)
+                entries.extend(source.rows_to_entries(rows))
+                ids.extend(str(row["id"]) for row in rows)
+        else:
+            rows = source.session_rows(session_id)
+            entries = source.rows_to_entries(rows)
+            ids = [str(row["id"]) for row in rows]
+    if not entries:
+        which = f"session {session_id}" if session_id else "any session"
+        raise StoreError(f"{cleo_db}: no audit entries for {which}")
+    added = store.append_rows(
+        entry_row(entry, entry_id) for entry, entry_id in zip(entries, ids, strict=True)
+    )
+    return len(entries), added

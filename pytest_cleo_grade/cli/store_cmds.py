@@ -1,0 +1,165 @@
+"""``cleo-grade import`` and ``cleo-grade record``: put audit entries into the store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pytest_cleo_grade.audit import ENV_AUDIT_DB, MUTATE_GATEWAYS, active_session, make_entry
+from pytest_cleo_grade.cleoimport import (
+    find_cleo_db,
+    import_cleo_db,
+    import_entries_file,
+    is_sqlite_file,
+)
+from pytest_cleo_grade.cli.common import CommandError
+from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
+
+__all__ = ["add_db_option", "db_path", "register"]
+
+
+def add_db_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        help=f"audit store (default: ${ENV_AUDIT_DB}, else ./{DEFAULT_DB})",
+    )
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    """--db, else $CLEO_AUDIT_DB, else .cleo/audit.db under the current directory."""
+    value: str | None = getattr(args, "db", None) or os.environ.get(ENV_AUDIT_DB)
+    return Path(value) if value else Path.cwd() / DEFAULT_DB
+
+
+def register(subparsers: Any) -> None:
+    importer = subparsers.add_parser(
+        "import",
+        help="import audit entries into the store",
+        description=(
+            "Import a JSON/JSONL file of audit entries, or the audit_log of a CLEO database "
+            "(a .cleo/cleo.db or .cleo/tasks.db file, or a project directory holding one), "
+            "into the audit store. All or nothing: a bad entry aborts with its line number "
+            "and nothing is imported. A CLEO database is opened read-only."
+        ),
+    )
+    importer.add_argument("source", metavar="FILE", help="entries file, CLEO database or project")
+    importer.add_argument(
+        "--session-id",
+        dest="session_id",
+        metavar="ID",
+        help="import only this session (exact id); entries without a sessionId join it",
+    )
+    add_db_option(importer)
+    importer.set_defaults(handler=run_import)
+
+    recorder = subparsers.add_parser(
+        "record",
+        help="record one call into the active graded session (for shell agents)",
+        description=(
+            "Record DOMAIN.OPERATION into the session named by the environment "
+            "(CLEO_SESSION_GRADE_ID / CLEO_SESSION_ID and CLEO_AUDIT_DB, as a graded session "
+            "sets them). Outside grade mode only mutations are recorded. Without an active "
+            "session nothing is recorded and a warning is printed."
+        ),
+    )
+    recorder.add_argument("domain", metavar="DOMAIN")
+    recorder.add_argument("operation", metavar="OPERATION")
+    recorder.add_argument("--params", metavar="JSON", help="the call's parameters, a JSON object")
+    recorder.add_argument(
+        "--exit-code",
+        dest="exit_code",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the call's exit code; non-zero records a failure (4 is E_NOT_FOUND)",
+    )
+    recorder.add_argument("--gateway", metavar="G", help="cleo_query, cleo_mutate, query, mutate")
+    recorder.add_argument("--error", metavar="MSG", help="the error message of a failed call")
+    recorder.add_argument(
+        "--duration", type=float, metavar="MS", help="how long the call took, in milliseconds"
+    )
+    recorder.add_argument("--task-id", dest="task_id", metavar="ID", help="task the call concerned")
+    recorder.add_argument("--source", default="cli", help="front end (default: cli)")
+    recorder.set_defaults(handler=run_record)
+
+
+def run_import(args: argparse.Namespace) -> int:
+    source = Path(args.source)
+    if not source.exists():
+        raise CommandError(f"cleo-grade import: {source}: no such file")
+    target = db_path(args)
+    cleo = source.is_dir() or is_sqlite_file(source)
+    if cleo:
+        cleo_db = find_cleo_db(source)
+        if cleo_db.resolve() == target.resolve():
+            raise CommandError(f"cleo-grade import: {cleo_db} is the store itself")
+    with AuditStore(target) as store:
+        if cleo:
+            read, added = import_cleo_db(store, cleo_db, session_id=args.session_id)
+            skipped = f" ({read - added} already there)" if read != added else ""
+            print(f"Imported {added} entries from {cleo_db} into {target}{skipped}")
+            return 0
+        entries = import_entries_file(store, source, session_id=args.session_id)
+    sessions = sorted({e.session_id or "(no session)" for e in entries})
+    shown = ", ".join(sessions[:5]) + (", ..." if len(sessions) > 5 else "")
+    print(f"Imported {len(entries)} entries into {target} (sessions: {shown})")
+    return 0
+
+
+def _params(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+
+    def reject(name: str) -> Any:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        value = json.loads(text, parse_constant=reject)
+    except ValueError as exc:
+        raise CommandError(f"cleo-grade record: --params is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise CommandError(
+            f"cleo-grade record: --params must be a JSON object, got {type(value).__name__}"
+        )
+    return value
+
+
+def run_record(args: argparse.Namespace) -> int:
+    params = _params(args.params)
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration >= 0):
+        raise CommandError("cleo-grade record: --duration must be a finite number >= 0")
+    active = active_session()
+    if active is None:
+        print(
+            "cleo-grade: warning: no active graded session "
+            "(CLEO_AUDIT_DB and CLEO_SESSION_ID are not set); nothing recorded",
+            file=sys.stderr,
+        )
+        return 0
+    session_id, path, grade_mode = active
+    if not grade_mode and args.gateway not in MUTATE_GATEWAYS:
+        return 0  # CLEO audits only mutations outside grade mode
+    entry = make_entry(
+        session_id,
+        args.domain,
+        args.operation,
+        params,
+        success=args.exit_code == 0,
+        exit_code=args.exit_code,
+        duration=args.duration,
+        gateway=args.gateway,
+        source=args.source,
+        task_id=args.task_id,
+        error=args.error,
+    )
+    # Unlike audit.record(), a store that cannot be written is an error here (exit 2): the
+    # shell caller asked for exactly this one write.
+    with AuditStore(path) as store:
+        store.append(entry)
+    return 0
