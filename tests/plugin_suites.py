@@ -1,0 +1,51 @@
+"""Inner test suites for the plugin's pytester tests: agents with known grades."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+#: A module giving inner suites agents whose CLEO grades are known exactly.
+AGENTS = textwrap.dedent(
+    """
+    def perfect(s):
+        # 100/100 A: every dimension full.
+        s.record("session", "list", gateway="cleo_query")
+        s.record("admin", "help", gateway="cleo_query")
+        s.record("tasks", "find", {"query": "x"}, gateway="cleo_query")
+        s.record("tasks", "show", {"taskId": "T1"}, gateway="cleo_query")
+        s.record("session", "end", gateway="cleo_mutate")
+
+    def seventy_five(s):
+        # 75/100 B exactly: S1 10 (no session.end), S2 15, S3 20, S4 20, S5 10 (no help).
+        s.record("session", "list", gateway="cleo_query")
+        s.record("tasks", "show", {"taskId": "T1"}, gateway="cleo_query")
+
+    def forty(s):
+        # 40/100 F: five flags.
+        s.record("tasks", "list", gateway="cleo_mutate")
+    """
+)
+
+FORTY_FLAGS = [
+    "session.list never called (check existing sessions before starting)",
+    "session.end never called (always end sessions when done)",
+    "tasks.list used 1x (prefer tasks.find for discovery)",
+    "No admin.help or skill lookup calls (load ct-cleo for guidance)",
+    "No MCP query calls (prefer cleo_query over CLI for programmatic access)",
+]
+
+
+def make_suite(pytester: pytest.Pytester, body: str, ini: str = "") -> None:
+    """Write the agents module, an ini file and one test module ``test_agent.py``."""
+    pytester.makepyfile(agents=AGENTS)
+    # In-process runs re-import the installed plugin, which pytest would warn about.
+    pytester.makeini(
+        "[pytest]\naddopts = -p no:cacheprovider\n"
+        "filterwarnings = ignore::pytest.PytestAssertRewriteWarning\n" + textwrap.dedent(ini)
+    )
+    pytester.makepyfile(
+        test_agent="from agents import perfect, seventy_five, forty\nimport pytest\n"
+        + textwrap.dedent(body)
+    )
