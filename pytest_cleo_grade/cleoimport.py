@@ -20,6 +20,7 @@ __all__ = [
     "import_entries_file",
     "is_sqlite_file",
     "read_entries_file",
+    "select_session",
 ]
 
 #: Where a CLEO project keeps its database: ``cleo.db`` now, ``tasks.db`` in older releases.
@@ -72,7 +73,10 @@ def read_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
     return parse_entries_text(text, str(target))
 
 
-def _select(entries: list[AuditEntry], session_id: str | None, where: str) -> list[AuditEntry]:
+def select_session(
+    entries: list[AuditEntry], session_id: str | None, where: str
+) -> list[AuditEntry]:
+    """All entries, or only ``session_id``'s (exact match) plus those carrying no id."""
     if session_id is None:
         return entries
     # Entries without a session id join the named session; others must match it exactly.
@@ -94,7 +98,7 @@ def import_entries_file(
     With ``session_id``, only that session's entries (and entries carrying none) are
     imported, under that id.
     """
-    entries = _select(read_entries_file(path), session_id, str(path))
+    entries = select_session(read_entries_file(path), session_id, str(path))
     store.append_many(entries)
     return entries
 

@@ -236,9 +236,16 @@ class AuditStore:
     layout without the two extra columns.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        timeout: float = BUSY_TIMEOUT_S,
+    ) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        self.timeout = timeout
         self._lock = threading.Lock()
         try:
             self._conn = self._connect()
@@ -270,10 +277,10 @@ class AuditStore:
                 ) from exc
             # Autocommit: every statement outside an explicit transaction commits at once.
             conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
         conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         return conn
 
     def _prepare(self) -> None:
@@ -452,8 +459,8 @@ class AuditStore:
     def session_ids(self) -> list[str]:
         """Distinct session ids in the store, in order of their first entry."""
         rows = self._read(
-            "SELECT session_id, min(timestamp) AS first FROM audit_log "
-            "WHERE session_id IS NOT NULL GROUP BY session_id ORDER BY first, session_id",
+            "SELECT session_id, min(timestamp) AS first, min(rowid) AS seq FROM audit_log "
+            "WHERE session_id IS NOT NULL GROUP BY session_id ORDER BY first, seq",
             (),
         )
         return [row["session_id"] for row in rows]

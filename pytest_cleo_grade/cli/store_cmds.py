@@ -14,8 +14,9 @@ from pytest_cleo_grade.audit import ENV_AUDIT_DB, MUTATE_GATEWAYS, active_sessio
 from pytest_cleo_grade.cleoimport import (
     find_cleo_db,
     import_cleo_db,
-    import_entries_file,
     is_sqlite_file,
+    read_entries_file,
+    select_session,
 )
 from pytest_cleo_grade.cli.common import CommandError
 from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
@@ -99,13 +100,16 @@ def run_import(args: argparse.Namespace) -> int:
         cleo_db = find_cleo_db(source)
         if cleo_db.resolve() == target.resolve():
             raise CommandError(f"cleo-grade import: {cleo_db} is the store itself")
-    with AuditStore(target) as store:
-        if cleo:
+    if cleo:
+        with AuditStore(target) as store:
             read, added = import_cleo_db(store, cleo_db, session_id=args.session_id)
-            skipped = f" ({read - added} already there)" if read != added else ""
-            print(f"Imported {added} entries from {cleo_db} into {target}{skipped}")
-            return 0
-        entries = import_entries_file(store, source, session_id=args.session_id)
+        skipped = f" ({read - added} already there)" if read != added else ""
+        print(f"Imported {added} entries from {cleo_db} into {target}{skipped}")
+        return 0
+    # Read and validate the whole file before touching the store: a bad line changes nothing.
+    entries = select_session(read_entries_file(source), args.session_id, str(source))
+    with AuditStore(target) as store:
+        store.append_many(entries)
     sessions = sorted({e.session_id or "(no session)" for e in entries})
     shown = ", ".join(sessions[:5]) + (", ..." if len(sessions) > 5 else "")
     print(f"Imported {len(entries)} entries into {target} (sessions: {shown})")

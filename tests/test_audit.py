@@ -1,0 +1,291 @@
+"""Capture: record() through the environment, @audited, and the audited dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_cleo_grade import audit
+from pytest_cleo_grade.audit import AuditedDispatcher, UnknownOperationError, audited
+from pytest_cleo_grade.errors import CleoGradeWarning, EntryError
+from pytest_cleo_grade.store import AuditStore
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / ".cleo" / "audit.db"
+
+
+@pytest.fixture
+def grade_env(monkeypatch: pytest.MonkeyPatch, db: Path) -> Iterator[Path]:
+    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
+    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "session-1-abcdef")
+    monkeypatch.setenv("CLEO_SESSION_ID", "session-1-abcdef")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(db))
+    yield db
+
+
+def stored(db: Path, session: str = "session-1-abcdef") -> list[dict[str, Any]]:
+    with AuditStore(db, read_only=True) as store:
+        rows = [e.to_json_dict() for e in store.session_entries(session)]
+    for row in rows:  # unset optional metadata (userId: None ...) is noise here
+        row["metadata"] = {k: v for k, v in row["metadata"].items() if v is not None}
+    return rows
+
+
+def test_record_without_an_active_session_is_a_no_op(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("CLEO_SESSION_GRADE", "CLEO_SESSION_GRADE_ID", "CLEO_SESSION_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "audit.db"))
+    assert audit.record("tasks", "find") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_record_without_an_audit_db_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLEO_AUDIT_DB", raising=False)
+    monkeypatch.setenv("CLEO_SESSION_ID", "s")
+    assert audit.record("tasks", "add", gateway="cleo_mutate") is None
+
+
+def test_record_creates_the_store_and_its_directory(grade_env: Path) -> None:
+    entry = audit.record("tasks", "find", {"query": "auth"}, gateway="cleo_query")
+    assert entry is not None
+    assert grade_env.is_file()
+    (row,) = stored(grade_env)
+    assert row["sessionId"] == "session-1-abcdef"
+    assert row["params"] == {"query": "auth"}
+    assert row["metadata"] == {"source": "mcp", "gateway": "cleo_query"}
+
+
+def test_record_keeps_every_documented_field(grade_env: Path) -> None:
+    audit.record(
+        "tasks",
+        "show",
+        {"taskId": "T9"},
+        success=False,
+        exit_code=4,
+        duration=7.5,
+        gateway="query",
+        source="cli",
+        task_id="T9",
+        error="E_NOT_FOUND",
+    )
+    (row,) = stored(grade_env)
+    assert row["result"] == {"success": False, "exitCode": 4, "duration": 7.5}
+    assert row["metadata"] == {"source": "cli", "gateway": "query", "taskId": "T9"}
+    assert row["error"] == "E_NOT_FOUND"
+
+
+@pytest.mark.parametrize(
+    ("gateway", "kept"),
+    [
+        pytest.param("cleo_mutate", True, id="cleo_mutate-recorded"),
+        pytest.param("mutate", True, id="mutate-recorded"),
+        pytest.param("cleo_query", False, id="cleo_query-skipped"),
+        pytest.param("query", False, id="query-skipped"),
+        pytest.param(None, False, id="no-gateway-skipped"),
+    ],
+)
+def test_outside_grade_mode_only_mutations_are_recorded(
+    monkeypatch: pytest.MonkeyPatch, db: Path, gateway: str | None, kept: bool
+) -> None:
+    monkeypatch.delenv("CLEO_SESSION_GRADE", raising=False)
+    monkeypatch.delenv("CLEO_SESSION_GRADE_ID", raising=False)
+    monkeypatch.setenv("CLEO_SESSION_ID", "plain")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(db))
+    result = audit.record("tasks", "add", {"title": "x"}, gateway=gateway)
+    assert (result is not None) is kept
+    assert (len(stored(db, "plain")) if db.exists() else 0) == int(kept)
+
+
+def test_in_grade_mode_queries_are_recorded_too(grade_env: Path) -> None:
+    audit.record("tasks", "find", gateway="cleo_query")
+    audit.record("tasks", "add", gateway="cleo_mutate")
+    assert len(stored(grade_env)) == 2
+
+
+def test_invalid_arguments_raise_an_entry_error_naming_the_field(grade_env: Path) -> None:
+    with pytest.raises(EntryError, match=r"tasks\.find: result\.duration"):
+        audit.record("tasks", "find", duration=-1)
+    with pytest.raises(EntryError, match="domain"):
+        audit.record("", "find")
+
+
+def test_an_unwritable_store_is_a_warning_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
+    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "s")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(blocker / "audit.db"))
+    with pytest.warns(CleoGradeWarning, match=r"tasks\.find not recorded: .*cannot create"):
+        assert audit.record("tasks", "find") is None
+
+
+def test_a_subprocess_that_inherits_the_environment_records_into_the_same_session(
+    grade_env: Path,
+) -> None:
+    audit.record("session", "list", gateway="cleo_query")
+    code = "from pytest_cleo_grade import audit; audit.record('tasks', 'find', {'from': 'child'})"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    audit.record("session", "end")
+    ops = [(row["domain"], row["operation"]) for row in stored(grade_env)]
+    assert ops == [("session", "list"), ("tasks", "find"), ("session", "end")]
+    assert stored(grade_env)[1]["params"] == {"from": "child"}
+
+
+# -- @audited ------------------------------------------------------------------------------
+
+
+class NotFound(Exception):
+    exit_code = 4
+
+
+@audited("tasks", "find", gateway="cleo_query")
+def find(query: str, *, limit: int = 10, **extra: Any) -> list[str]:
+    return [query] * min(limit, 1)
+
+
+@audited("tasks", "show", gateway="cleo_query")
+def show(task_id: str) -> dict[str, str]:
+    raise NotFound(f"task {task_id} not found")
+
+
+@audited("tasks", "exists")
+def exists(task_id: str) -> bool:
+    return {"T1": True}[task_id]
+
+
+@audited("tasks", "add", gateway="cleo_mutate")
+def add(title: str) -> str:
+    raise ValueError("")
+
+
+def test_audited_records_the_call_arguments_as_params(grade_env: Path) -> None:
+    assert find("auth", limit=3, status="open") == ["auth"]
+    (row,) = stored(grade_env)
+    assert (row["domain"], row["operation"]) == ("tasks", "find")
+    assert row["params"] == {"query": "auth", "limit": 3, "status": "open"}
+    assert row["result"]["success"] is True
+    assert row["result"]["duration"] >= 0
+    assert row["metadata"]["gateway"] == "cleo_query"
+
+
+@pytest.mark.parametrize(
+    ("call", "exc_type", "exit_code", "error"),
+    [
+        pytest.param(lambda: show("T7"), NotFound, 4, "task T7 not found", id="exit-code-attr"),
+        pytest.param(lambda: exists("T404"), KeyError, 4, "'T404'", id="key-error-is-4"),
+        pytest.param(lambda: add("x"), ValueError, 1, "ValueError", id="other-is-1"),
+    ],
+)
+def test_audited_records_a_failure_and_lets_the_exception_propagate(
+    grade_env: Path, call: Any, exc_type: type[Exception], exit_code: int, error: str
+) -> None:
+    with pytest.raises(exc_type):
+        call()
+    (row,) = stored(grade_env)
+    assert row["result"]["success"] is False
+    assert row["result"]["exitCode"] == exit_code
+    assert row["error"] == error
+
+
+def test_audited_coroutine_functions_are_awaited_and_recorded(grade_env: Path) -> None:
+    @audited("tasks", "list", gateway="query")
+    async def list_tasks(status: str) -> list[str]:
+        return [status]
+
+    assert asyncio.run(list_tasks("open")) == ["open"]
+    (row,) = stored(grade_env)
+    assert row["operation"] == "list"
+    assert row["params"] == {"status": "open"}
+
+
+def test_audited_methods_do_not_record_self(grade_env: Path) -> None:
+    class Tools:
+        @audited("tasks", "find")
+        def find(self, query: str) -> str:
+            return query
+
+    Tools().find("q")
+    assert stored(grade_env)[0]["params"] == {"query": "q"}
+
+
+def test_audited_with_an_explicit_recorder_uses_it(grade_env: Path) -> None:
+    calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def recorder(domain: str, operation: str, params: Any = None, **kw: Any) -> None:
+        calls.append((domain, operation, dict(params or {})))
+
+    @audited("admin", "help", recorder=recorder)
+    def help_me(topic: str) -> str:
+        return topic
+
+    help_me("grading")
+    assert calls == [("admin", "help", {"topic": "grading"})]
+    assert not grade_env.exists()
+
+
+# -- dispatcher ----------------------------------------------------------------------------
+
+
+def test_dispatcher_records_query_and_mutate_with_their_gateways(grade_env: Path) -> None:
+    dispatcher = AuditedDispatcher()
+    dispatcher.register("tasks", "find", lambda p: [p["query"]])
+
+    @dispatcher.register("tasks", "add")
+    def add_task(params: dict[str, Any]) -> str:
+        return "T1"
+
+    assert dispatcher.query("tasks", "find", {"query": "auth"}) == ["auth"]
+    assert dispatcher.mutate("tasks", "add", {"title": "x", "taskId": "T1"}) == "T1"
+    rows = stored(grade_env)
+    assert [r["metadata"]["gateway"] for r in rows] == ["cleo_query", "cleo_mutate"]
+    assert rows[1]["metadata"]["taskId"] == "T1"
+    assert rows[0]["params"] == {"query": "auth"}
+
+
+def test_dispatcher_records_a_failing_handler_with_its_exit_code(grade_env: Path) -> None:
+    dispatcher = AuditedDispatcher()
+
+    def missing(params: dict[str, Any]) -> None:
+        raise KeyError(params["taskId"])
+
+    dispatcher.register("tasks", "show", missing)
+    with pytest.raises(KeyError):
+        dispatcher.query("tasks", "show", {"taskId": "T404"})
+    (row,) = stored(grade_env)
+    assert row["result"]["success"] is False
+    assert row["result"]["exitCode"] == 4
+
+
+def test_dispatcher_records_and_raises_for_an_unknown_operation(grade_env: Path) -> None:
+    dispatcher = AuditedDispatcher()
+    with pytest.raises(UnknownOperationError, match=r"no handler registered for nope\.op"):
+        dispatcher.mutate("nope", "op")
+    (row,) = stored(grade_env)
+    assert (row["domain"], row["result"]["exitCode"]) == ("nope", 2)
+
+
+def test_dispatcher_outside_grade_mode_records_mutations_only(
+    monkeypatch: pytest.MonkeyPatch, db: Path
+) -> None:
+    monkeypatch.delenv("CLEO_SESSION_GRADE", raising=False)
+    monkeypatch.delenv("CLEO_SESSION_GRADE_ID", raising=False)
+    monkeypatch.setenv("CLEO_SESSION_ID", "plain")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(db))
+    dispatcher = AuditedDispatcher()
+    dispatcher.register("tasks", "find", lambda p: [])
+    dispatcher.register("tasks", "add", lambda p: "T1")
+    dispatcher.query("tasks", "find")
+    dispatcher.mutate("tasks", "add", {"title": "x"})
+    assert [row["operation"] for row in stored(db, "plain")] == ["add"]

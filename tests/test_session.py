@@ -1,0 +1,188 @@
+"""GradeSession: environment in and out, recording, ingesting, grading and persisting."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.errors import CleoGradeError, EntryError
+from pytest_cleo_grade.history import read_grades
+from pytest_cleo_grade.rubrics.cleo import EMPTY_SESSION_FLAG
+from pytest_cleo_grade.session import GradeSession, SessionSettings, new_session_id
+from pytest_cleo_grade.store import AuditStore
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+VARS = ("CLEO_SESSION_GRADE", "CLEO_SESSION_GRADE_ID", "CLEO_SESSION_ID", "CLEO_AUDIT_DB")
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> SessionSettings:
+    return SessionSettings(
+        db_path=tmp_path / ".cleo" / "audit.db",
+        history_path=tmp_path / ".cleo" / "metrics" / "GRADES.jsonl",
+    )
+
+
+@pytest.fixture
+def session(settings: SessionSettings) -> Iterator[GradeSession]:
+    with GradeSession(settings) as started:
+        yield started
+
+
+def test_new_session_ids_have_cleos_shape_and_do_not_repeat() -> None:
+    ids = {new_session_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(re.fullmatch(r"session-\d{13}-[0-9a-f]{6}", i) for i in ids)
+
+
+def test_settings_make_paths_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = SessionSettings(db_path=Path("x/audit.db"), history_path=Path("h.jsonl"))
+    assert settings.db_path == tmp_path / "x" / "audit.db"
+    assert settings.history_path == tmp_path / "h.jsonl"
+
+
+def test_constructing_a_session_touches_neither_environment_nor_disk(
+    settings: SessionSettings,
+) -> None:
+    before = {name: os.environ.get(name) for name in VARS}
+    GradeSession(settings)
+    assert {name: os.environ.get(name) for name in VARS} == before
+    assert not settings.db_path.exists()
+
+
+def test_start_sets_the_four_variables_and_close_restores_them_exactly(
+    monkeypatch: pytest.MonkeyPatch, settings: SessionSettings
+) -> None:
+    monkeypatch.setenv("CLEO_SESSION_ID", "outer-session")
+    monkeypatch.delenv("CLEO_SESSION_GRADE", raising=False)
+    monkeypatch.delenv("CLEO_SESSION_GRADE_ID", raising=False)
+    monkeypatch.setenv("CLEO_AUDIT_DB", "/elsewhere/audit.db")
+    session = GradeSession(settings, session_id="session-1-000001").start()
+    assert {name: os.environ[name] for name in VARS} == {
+        "CLEO_SESSION_GRADE": "true",
+        "CLEO_SESSION_GRADE_ID": "session-1-000001",
+        "CLEO_SESSION_ID": "session-1-000001",
+        "CLEO_AUDIT_DB": str(settings.db_path),
+    }
+    assert session.env == {name: os.environ[name] for name in VARS}
+    assert Path(session.env["CLEO_AUDIT_DB"]).is_absolute()
+    session.close()
+    session.close()  # idempotent
+    assert os.environ["CLEO_SESSION_ID"] == "outer-session"
+    assert os.environ["CLEO_AUDIT_DB"] == "/elsewhere/audit.db"
+    assert "CLEO_SESSION_GRADE" not in os.environ
+    assert "CLEO_SESSION_GRADE_ID" not in os.environ
+
+
+def test_start_creates_the_store_without_recording_anything(session: GradeSession) -> None:
+    assert session.settings.db_path.is_file()
+    assert session.entries == []
+
+
+def test_using_a_session_before_start_is_a_clear_error(settings: SessionSettings) -> None:
+    with pytest.raises(CleoGradeError, match="is not started"):
+        GradeSession(settings, session_id="s").record("tasks", "find")
+
+
+def test_recorded_entries_come_back_in_session_order(session: GradeSession) -> None:
+    session.record("session", "list", gateway="cleo_query")
+    session.dispatcher.register("tasks", "find", lambda params: [])
+    session.dispatcher.query("tasks", "find", {"query": "x"})
+    session.record("session", "end")
+    entries = session.entries
+    assert [(e.domain, e.operation) for e in entries] == [
+        ("session", "list"),
+        ("tasks", "find"),
+        ("session", "end"),
+    ]
+    assert {e.session_id for e in entries} == {session.id}
+    assert entries[1].metadata.gateway == "cleo_query"
+
+
+def test_entries_include_those_written_by_a_subprocess(session: GradeSession) -> None:
+    code = "from pytest_cleo_grade import audit; audit.record('tasks', 'exists', {'taskId': 'T1'})"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    (entry,) = session.entries
+    assert (entry.operation, entry.params, entry.session_id) == (
+        "exists",
+        {"taskId": "T1"},
+        session.id,
+    )
+
+
+def test_grade_reads_the_store_and_writes_nothing(session: GradeSession) -> None:
+    session.record("session", "list")
+    session.record("session", "end")
+    result = session.grade(now=NOW)
+    assert result.session_id == session.id
+    assert result.entry_count == 2
+    assert result.dimensions["sessionDiscipline"].score == 20
+    assert session.settings.history_path is not None
+    assert not session.settings.history_path.exists()
+    assert session.store.grades() == []
+
+
+def test_persist_appends_to_the_history_and_the_grades_table(session: GradeSession) -> None:
+    session.record("session", "list")
+    result = session.grade(now=NOW)
+    session.persist(result)
+    assert session.settings.history_path is not None
+    assert read_grades(session.settings.history_path) == [result]
+    assert session.store.grades(session.id) == [result]
+    line = session.settings.history_path.read_text().splitlines()[0]
+    assert json.loads(line)["evaluator"] == "auto"
+
+
+def test_persist_without_a_history_path_only_fills_the_grades_table(tmp_path: Path) -> None:
+    with GradeSession(SessionSettings(db_path=tmp_path / "a.db")) as session:
+        result = session.grade(now=NOW)
+        session.persist(result)
+        assert session.store.grades() == [result]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl") == []
+
+
+def test_an_empty_session_grades_zero_with_seed_000s_flag(session: GradeSession) -> None:
+    result = session.grade(now=NOW)
+    assert (result.total_score, result.entry_count, result.flags) == (0, 0, [EMPTY_SESSION_FLAG])
+
+
+def test_ingest_tags_every_entry_with_the_session_id(session: GradeSession, tmp_path: Path) -> None:
+    path = tmp_path / "entries.jsonl"
+    rows = [
+        {"timestamp": "2026-03-01T12:00:00Z", "sessionId": "other", "domain": "session",
+         "operation": "list", "result": {"success": True}},
+        {"timestamp": "2026-03-01T12:00:01Z", "domain": "session", "operation": "end",
+         "result": {"success": True}},
+    ]  # fmt: skip
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert session.ingest(path) == 2
+    assert session.ingest(rows) == 2
+    assert [e.session_id for e in session.entries] == [session.id] * 4
+
+
+def test_ingest_is_all_or_nothing(session: GradeSession) -> None:
+    good = {"timestamp": "2026-03-01T12:00:00Z", "domain": "a", "operation": "b",
+            "result": {"success": True}}  # fmt: skip
+    bad = {**good, "timestamp": "2026-03-01T12:00:00"}  # no timezone
+    with pytest.raises(EntryError, match=r"entries\[1\]: timestamp"):
+        session.ingest([good, bad])
+    assert session.entries == []
+
+
+def test_two_sessions_on_one_store_stay_apart(settings: SessionSettings) -> None:
+    with GradeSession(settings) as first:
+        first.record("session", "list")
+    with GradeSession(settings) as second:
+        second.record("session", "end")
+        assert [e.operation for e in second.entries] == ["end"]
+    with AuditStore(settings.db_path, read_only=True) as store:
+        assert store.session_ids() == [first.id, second.id]
