@@ -143,6 +143,13 @@ class AuditEntry(_Input):
     )
     error: str | None = Field(None, description="Error message of a failed call.")
 
+    @field_validator("timestamp")
+    @classmethod
+    def _to_utc(cls, value: datetime) -> datetime:
+        # One shared tzinfo makes comparisons cheap: datetimes with different tzinfo objects
+        # compare through utcoffset() calls, which dominated ordering a large session.
+        return value.astimezone(UTC)
+
     @field_validator("params", mode="before")
     @classmethod
     def _null_params_are_empty(cls, value: object) -> object:
