@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Final
 
 import pytest
 
@@ -85,8 +86,13 @@ def verdicts(*specs: tuple[Mode, Verdict]) -> list[QueryVerdict]:
     ]
 
 
-Q, M, T = "quick", "medium", "thorough"
-EQ, AC, DG, SU = "equivalent", "acceptable", "degraded", "superior"
+Q: Final = "quick"
+M: Final = "medium"
+T: Final = "thorough"
+EQ: Final = "equivalent"
+AC: Final = "acceptable"
+DG: Final = "degraded"
+SU: Final = "superior"
 
 
 @pytest.mark.parametrize(
@@ -230,13 +236,13 @@ def test_decision_reason_names_the_degraded_queries_and_unstable_ones() -> None:
     ],
 )
 def test_exit_status_of_each_decision(kind: str, status: int) -> None:
-    specs = {
+    table: dict[str, list[tuple[Mode, Verdict]]] = {
         "GO": [(Q, EQ)] * 5,
         "GO_MONITOR": [(Q, EQ)] * 4 + [(T, DG)],
         "NO_GO": [(Q, DG)] + [(T, EQ)] * 4,
         "CONDITIONAL": [(Q, EQ)] * 3 + [(T, DG)] * 2,
-    }[kind]
-    decision = decide(verdicts(*specs))  # type: ignore[arg-type]
+    }
+    decision = decide(verdicts(*table[kind]))
     assert decision.kind == kind
     assert decision_exit_status(decision) == status
     assert decision_exit_status(decision.kind) == status
