@@ -237,10 +237,10 @@ def test_decision_reason_names_the_degraded_queries_and_unstable_ones() -> None:
 )
 def test_exit_status_of_each_decision(kind: str, status: int) -> None:
     table: dict[str, list[tuple[Mode, Verdict]]] = {
-        "GO": [(Q, EQ)] * 5,
-        "GO_MONITOR": [(Q, EQ)] * 4 + [(T, DG)],
-        "NO_GO": [(Q, DG)] + [(T, EQ)] * 4,
-        "CONDITIONAL": [(Q, EQ)] * 3 + [(T, DG)] * 2,
+        "GO": [(Q, EQ), (M, EQ), (M, EQ), (T, EQ), (T, EQ)],
+        "GO_MONITOR": [(Q, EQ), (M, EQ), (M, EQ), (T, EQ), (T, DG)],
+        "NO_GO": [(Q, DG), (M, EQ), (M, EQ), (T, EQ), (T, EQ)],
+        "CONDITIONAL": [(Q, EQ), (M, EQ), (M, EQ), (T, DG), (T, DG)],
     }
     decision = decide(verdicts(*table[kind]))
     assert decision.kind == kind
