@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -193,6 +193,7 @@ class GradeReporter:
         self._store_failed = False
         self._history_failed = False
         self._run: RunGrade | None = None
+        self._order: dict[str, int] = {}
 
     # -- collecting and persisting -----------------------------------------------------
 
@@ -228,10 +229,28 @@ class GradeReporter:
 
     # -- the run's grade -----------------------------------------------------------------
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._note_order(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        # The xdist controller collects nothing itself; every worker reports the same ids.
+        self._note_order(ids)
+
+    def _note_order(self, nodeids: Iterable[str]) -> None:
+        for nodeid in nodeids:
+            self._order.setdefault(nodeid, len(self._order))
+
+    def _in_collection_order(self) -> tuple[GradedTest, ...]:
+        # Reports arrive in completion order under xdist; the table follows collection order
+        # so that a parallel run prints what a serial run prints.
+        last = len(self._order)
+        return tuple(sorted(self.graded, key=lambda test: self._order.get(test.nodeid, last)))
+
     @property
     def run(self) -> RunGrade:
         if self._run is None:
-            return RunGrade(tuple(self.graded), self.options.gate)
+            return RunGrade(self._in_collection_order(), self.options.gate)
         return self._run
 
     @pytest.hookimpl(wrapper=True)
@@ -239,7 +258,7 @@ class GradeReporter:
         result = yield
         # Decided once, after every report arrived (under xdist the controller's loop ends
         # when all workers are done); the summary prints this same verdict.
-        self._run = RunGrade(tuple(self.graded), self.options.gate)
+        self._run = RunGrade(self._in_collection_order(), self.options.gate)
         if self._run.gate_failed:
             session.testsfailed += 1
         return result

@@ -212,7 +212,7 @@ def summary_lines(run: RunGrade) -> list[str]:
     """The terminal section: one row per graded test, the run's grade and the gate verdict."""
     header = ("test", "score", "percent", "grade", "flags", "threshold")
     rows = [(*row, _verdict_cell(test)) for row, test in zip(_rows(run), run.tests, strict=True)]
-    widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
+    widths = [max([len(header[i]), *(len(row[i]) for row in rows)]) for i in range(len(header))]
     right = {1, 2, 4}
 
     def fmt(cells: Sequence[str]) -> str:

@@ -37,13 +37,20 @@ FORTY_FLAGS = [
 ]
 
 
-def make_suite(pytester: pytest.Pytester, body: str, ini: str = "") -> None:
-    """Write the agents module, an ini file and one test module ``test_agent.py``."""
+def make_suite(
+    pytester: pytest.Pytester, body: str, ini: str = "", warnings: str = "default"
+) -> None:
+    """Write the agents module, an ini file and one test module ``test_agent.py``.
+
+    ``warnings`` is the inner run's first warning filter: in-process runs would otherwise
+    inherit this project's ``filterwarnings = error``.
+    """
     pytester.makepyfile(agents=AGENTS)
     # In-process runs re-import the installed plugin, which pytest would warn about.
     pytester.makeini(
         "[pytest]\naddopts = -p no:cacheprovider\n"
-        "filterwarnings = ignore::pytest.PytestAssertRewriteWarning\n" + textwrap.dedent(ini)
+        f"filterwarnings =\n    {warnings}\n    ignore::pytest.PytestAssertRewriteWarning\n"
+        + textwrap.dedent(ini)
     )
     pytester.makepyfile(
         test_agent="from agents import perfect, seventy_five, forty\nimport pytest\n"

@@ -1,0 +1,95 @@
+"""Under pytest-xdist the plugin grades on workers and reports exactly what a serial run does."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.store import AuditStore
+from tests.plugin_suites import make_suite
+
+SUITE = """
+import os
+
+@pytest.mark.parametrize("agent", [perfect, seventy_five, forty], ids=["a", "b", "f"])
+@pytest.mark.parametrize("n", range(4))
+def test_agent(graded_session, agent, n):
+    agent(graded_session)
+
+@pytest.mark.cleo_grade(fail_under="A")
+def test_below_marker(graded_session):
+    seventy_five(graded_session)
+
+def test_broken(graded_session):
+    perfect(graded_session)
+    raise RuntimeError("boom")
+
+def test_plain():
+    pass
+"""
+
+
+def _junit(path: Path) -> dict[str, tuple[list[tuple[str, str]], list[str]]]:
+    cases = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        props = [(p.attrib["name"], p.attrib["value"]) for p in case.iter("property")]
+        outcome = [child.tag for child in case if child.tag != "properties"]
+        cases[f"{case.attrib['classname']}::{case.attrib['name']}"] = (props, outcome)
+    return cases
+
+
+def _history(path: Path) -> list[tuple[object, ...]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return sorted(
+        (d["testId"], d["totalScore"], d["entryCount"], json.dumps(d["dimensions"]), d["flags"])
+        for d in lines
+    )
+
+
+def _summary(lines: list[str]) -> list[str]:
+    start = next(i for i, line in enumerate(lines) if "- cleo-grade -" in line)
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("=="))
+    return lines[start:end]
+
+
+def test_a_two_worker_run_grades_reports_and_persists_exactly_like_a_serial_run(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    common = ["--cleo-grade-gate=B", "-p", "no:randomly"]
+    serial = pytester.runpytest_subprocess(
+        *common, "--junitxml=serial.xml", "--cleo-grade-history=serial.jsonl"
+    )
+    parallel = pytester.runpytest_subprocess(
+        *common, "-n", "2", "--junitxml=xdist.xml", "--cleo-grade-history=xdist.jsonl"
+    )
+    parallel.stdout.fnmatch_lines(["*2 workers [[]15 items[]]*"])  # really ran on two workers
+    for result in (serial, parallel):
+        result.assert_outcomes(passed=13, failed=2)
+        assert result.ret == 1
+    assert _summary(serial.outlines) == _summary(parallel.outlines)
+    assert _summary(serial.outlines)[-1] == "gate FAILED: mean 73.93% is below 75% (B)"
+    assert _junit(pytester.path / "serial.xml") == _junit(pytester.path / "xdist.xml")
+    serial_history = _history(pytester.path / "serial.jsonl")
+    assert serial_history == _history(pytester.path / "xdist.jsonl")
+    assert len(serial_history) == 14  # every graded test once, test_plain never
+    with AuditStore(pytester.path / ".cleo" / "audit.db") as store:
+        assert len(store.grades()) == 28
+
+
+def test_workers_never_write_history_or_summaries_themselves(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    make_suite(pytester, SUITE)
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly").assert_outcomes(
+        passed=13, failed=2
+    )
+    assert summary.read_text().count("### cleo-grade") == 1
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    test_ids = [json.loads(line)["testId"] for line in history.read_text().splitlines()]
+    assert len(test_ids) == len(set(test_ids)) == 14
