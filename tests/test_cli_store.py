@@ -1,0 +1,305 @@
+"""The store side of ``cleo-grade``: grade SESSION_ID, --list, import, record, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.history import read_grades
+from pytest_cleo_grade.rubrics.cleo import EMPTY_SESSION_FLAG
+from pytest_cleo_grade.store import AuditStore
+
+ENV_VARS = ("CLEO_SESSION_GRADE", "CLEO_SESSION_GRADE_ID", "CLEO_SESSION_ID", "CLEO_AUDIT_DB")
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.chdir(tmp_path)
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def line(i: int, session: str = "s1", **extra: Any) -> str:
+    ops = [("session", "list"), ("tasks", "find"), ("tasks", "show"), ("session", "end")]
+    domain, operation = ops[i % len(ops)]
+    data = {
+        "timestamp": f"2026-03-01T12:00:{i:02d}.000Z",
+        "sessionId": session,
+        "domain": domain,
+        "operation": operation,
+        "result": {"success": True},
+        "metadata": {"gateway": "cleo_query"},
+        **extra,
+    }
+    return json.dumps(data)
+
+
+def write_entries(path: Path, count: int = 4, session: str = "s1") -> Path:
+    path.write_text("\n".join(line(i, session) for i in range(count)) + "\n")
+    return path
+
+
+def test_import_then_grade_session_id_from_the_default_store(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    write_entries(in_tmp / "e.jsonl")
+    status, out, _ = run(capsys, "import", "e.jsonl")
+    assert status == 0
+    assert out.startswith(f"Imported 4 entries into {in_tmp / '.cleo' / 'audit.db'}")
+    status, out, err = run(capsys, "s1")
+    assert (status, err) == (0, "")
+    assert "Score:      90/100  (90%, grade A)" in out
+    assert "Entries:    4" in out
+    (saved,) = read_grades(in_tmp / ".cleo" / "metrics" / "GRADES.jsonl")
+    assert saved.total_score == 90
+    with AuditStore(in_tmp / ".cleo" / "audit.db", read_only=True) as store:
+        assert store.grades("s1") == [saved]
+
+
+def test_grade_subcommand_with_db_json_and_no_save(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    write_entries(in_tmp / "e.jsonl")
+    assert run(capsys, "import", "e.jsonl", "--db", "x/store.db")[0] == 0
+    status, out, _ = run(capsys, "grade", "s1", "--db", "x/store.db", "--json", "--no-save")
+    assert status == 0
+    data = json.loads(out)
+    assert (data["totalScore"], data["percent"], data["grade"]) == (90, 90, "A")
+    assert not (in_tmp / ".cleo" / "metrics" / "GRADES.jsonl").exists()
+
+
+def test_cleo_audit_db_variable_moves_the_cli_store(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "env.db"))
+    write_entries(in_tmp / "e.jsonl")
+    assert run(capsys, "import", "e.jsonl")[0] == 0
+    assert (in_tmp / "env.db").is_file()
+    assert run(capsys, "s1", "--no-save")[0] == 0
+
+
+def test_a_session_without_entries_grades_zero_is_persisted_and_warned(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    write_entries(in_tmp / "e.jsonl")
+    run(capsys, "import", "e.jsonl")
+    status, out, err = run(capsys, "s1-missing")
+    assert status == 0
+    assert "Score:      0/100  (0%, grade F)" in out
+    assert EMPTY_SESSION_FLAG in out
+    assert err == "cleo-grade: warning: no audit entries found for session s1-missing\n"
+    (saved,) = read_grades(in_tmp / ".cleo" / "metrics" / "GRADES.jsonl")
+    assert (saved.session_id, saved.total_score, saved.flags) == (
+        "s1-missing",
+        0,
+        [EMPTY_SESSION_FLAG],
+    )
+
+
+def test_fail_under_turns_a_low_store_grade_into_exit_one(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    write_entries(in_tmp / "e.jsonl")
+    run(capsys, "import", "e.jsonl")
+    status, _, err = run(capsys, "s1", "--fail-under", "A", "--no-save")
+    assert status == 0
+    status, _, err = run(capsys, "s1", "--fail-under", "95", "--no-save")
+    assert status == 1
+    assert "below 95%" in err
+
+
+def test_list_reads_history_or_the_stores_grades_table(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    write_entries(in_tmp / "e.jsonl")
+    run(capsys, "import", "e.jsonl")
+    run(capsys, "s1", "--history", "h.jsonl")
+    for argv in (["--list", "--history", "h.jsonl"], ["--list", "--db", ".cleo/audit.db"]):
+        status, out, _ = run(capsys, *argv)
+        assert status == 0
+        header, row = out.splitlines()
+        assert header.split() == ["SESSION", "SCORE", "PERCENT", "GRADE", "TIMESTAMP", "FLAGS"]
+        assert row.split()[:4] == ["s1", "90/100", "90%", "A"]
+
+
+def test_grading_without_a_store_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "s1")
+    assert (status, out) == (2, "")
+    assert err.startswith("cleo-grade grade: no audit store at ")
+    assert "--db PATH" in err
+
+
+def test_grade_from_a_cleo_database_is_read_only(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    from tests.test_import import SESSION, build_cleo_db
+
+    cleo = build_cleo_db(in_tmp / "proj" / ".cleo" / "tasks.db", idempotency_key=False)
+    before = hashlib.sha256(cleo.read_bytes()).hexdigest()
+    status, out, _ = run(capsys, "grade", SESSION, "--cleo-db", "proj", "--json")
+    assert status == 0
+    assert json.loads(out)["entryCount"] == 4
+    assert hashlib.sha256(cleo.read_bytes()).hexdigest() == before
+    assert not (in_tmp / ".cleo" / "audit.db").exists()
+
+
+def test_import_of_a_cleo_project_directory(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    from tests.test_import import SESSION, build_cleo_db
+
+    build_cleo_db(in_tmp / "proj" / ".cleo" / "cleo.db", idempotency_key=True)
+    status, out, _ = run(capsys, "import", "proj", "--session-id", SESSION)
+    assert status == 0
+    assert out.startswith("Imported 4 entries from proj/.cleo/cleo.db")
+    status, out, _ = run(capsys, "import", "proj", "--session-id", SESSION)
+    assert "Imported 0 entries" in out
+    assert "(4 already there)" in out
+
+
+def test_a_bad_line_aborts_import_with_its_line_and_creates_nothing(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    (in_tmp / "e.jsonl").write_text(line(0) + "\n" + line(1) + "\n{broken\n" + line(3) + "\n")
+    status, out, err = run(capsys, "import", "e.jsonl")
+    assert (status, out) == (2, "")
+    assert err.startswith("cleo-grade: error: e.jsonl:3: invalid JSON")
+    assert len(err.splitlines()) == 1
+    assert not (in_tmp / ".cleo").exists()
+
+
+def test_import_of_an_existing_store_keeps_it_unchanged_on_a_bad_file(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    write_entries(in_tmp / "good.jsonl")
+    run(capsys, "import", "good.jsonl")
+    (in_tmp / "bad.jsonl").write_text(line(0, "s2") + "\n" + line(1, "s2", result={}) + "\n")
+    status, _, err = run(capsys, "import", "bad.jsonl")
+    assert status == 2
+    assert "bad.jsonl:2: result.success" in err
+    with AuditStore(in_tmp / ".cleo" / "audit.db", read_only=True) as store:
+        assert store.count() == 4
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["import", "missing.jsonl"], "missing.jsonl: no such file", id="missing"),
+        pytest.param(["import", "junk.db"], "junk.db", id="import-junk"),
+        pytest.param(["import", "empty.jsonl"], "empty", id="import-empty"),
+        pytest.param(["s1", "--db", "junk.db"], "not a usable SQLite database", id="grade-junk-db"),
+        pytest.param(["grade", "s1", "--cleo-db", "junk.db"], "not a usable", id="cleo-junk"),
+        pytest.param(["grade", "s1", "--cleo-db", "nowhere"], "no CLEO database", id="cleo-none"),
+        pytest.param(["grade", "s1", "--db", "a", "--cleo-db", "b"], "cannot be combined",
+                     id="both-dbs"),
+        pytest.param(["--list", "--db", "junk.db"], "not a usable SQLite database", id="list-junk"),
+        pytest.param(["record", "tasks"], "required", id="record-missing-operation"),
+        pytest.param(["record", "a", "b", "--params", "{"], "--params is not valid JSON",
+                     id="record-bad-json"),
+        pytest.param(["record", "a", "b", "--params", "[]"], "must be a JSON object",
+                     id="record-not-object"),
+        pytest.param(["record", "a", "b", "--params", '{"x": NaN}'], "NaN", id="record-nan"),
+        pytest.param(["record", "a", "b", "--exit-code", "x"], "invalid int", id="record-exit"),
+        pytest.param(["record", "a", "b", "--duration", "-1"], "--duration", id="record-dur"),
+    ],
+)  # fmt: skip
+def test_malformed_input_to_every_store_command_is_one_line_and_exit_two(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, argv: list[str], message: str
+) -> None:
+    (in_tmp / "junk.db").write_bytes(b"SQLite format 3\x00" + b"\x07" * 2000)
+    (in_tmp / "empty.jsonl").write_text("")
+    status, out, err = run(capsys, *argv)
+    assert status == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_record_without_a_session_warns_and_records_nothing(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    status, _, err = run(capsys, "record", "tasks", "find")
+    assert status == 0
+    assert "no active graded session" in err
+    assert not (in_tmp / ".cleo").exists()
+
+
+def test_record_from_a_shell_lands_in_the_graded_session(in_tmp: Path) -> None:
+    db = in_tmp / "store" / "audit.db"
+    env = {
+        **os.environ,
+        "CLEO_SESSION_GRADE": "true",
+        "CLEO_SESSION_GRADE_ID": "session-9-abcdef",
+        "CLEO_SESSION_ID": "session-9-abcdef",
+        "CLEO_AUDIT_DB": str(db),
+    }
+    script = (
+        "cleo-grade record session list --gateway cleo_query && "
+        'cleo-grade record tasks show --params \'{"taskId": "T4"}\' --exit-code 4 '
+        "--error 'not found' --duration 2.5 && "
+        'cleo-grade record tasks find --params \'{"query": "T4"}\''
+    )
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    subprocess.run(["sh", "-c", script], check=True, env=env)
+    with AuditStore(db, read_only=True) as store:
+        entries = store.session_entries("session-9-abcdef")
+    assert [e.operation for e in entries] == ["list", "show", "find"]
+    show = entries[1]
+    assert (show.result.success, show.result.exit_code, show.result.duration) == (False, 4, 2.5)
+    assert (show.error, show.metadata.source, show.params) == ("not found", "cli", {"taskId": "T4"})
+
+
+def test_record_outside_grade_mode_keeps_only_mutations(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLEO_SESSION_ID", "plain")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "a.db"))
+    assert run(capsys, "record", "tasks", "find", "--gateway", "cleo_query")[0] == 0
+    assert run(capsys, "record", "tasks", "add", "--gateway", "cleo_mutate")[0] == 0
+    with AuditStore(in_tmp / "a.db", read_only=True) as store:
+        assert [e.operation for e in store.session_entries("plain")] == ["add"]
+
+
+def test_a_store_on_an_unwritable_path_is_a_clear_cli_error(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (in_tmp / "file").write_text("x")
+    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
+    monkeypatch.setenv("CLEO_SESSION_ID", "s")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "file" / "audit.db"))
+    status, _, err = run(capsys, "record", "tasks", "find")
+    assert status == 2
+    assert "cannot create directory" in err
+    write_entries(in_tmp / "e.jsonl")
+    status, _, err = run(capsys, "import", "e.jsonl")
+    assert status == 2
+    assert "cannot create directory" in err
+
+
+def test_a_cleo_database_that_is_not_one_is_refused(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    with sqlite3.connect(in_tmp / "other.db") as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    status, _, err = run(capsys, "grade", "s1", "--cleo-db", "other.db")
+    assert status == 2
+    assert "no audit_log table" in err

@@ -1,0 +1,244 @@
+"""Import from a CLEO project database (CLEO's exact layout, read-only) and entry files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_cleo_grade.cleoimport import (
+    find_cleo_db,
+    import_cleo_db,
+    import_entries_file,
+    read_entries_file,
+)
+from pytest_cleo_grade.errors import EntryError, StoreError
+from pytest_cleo_grade.rubrics.cleo import grade_entries
+from pytest_cleo_grade.store import AuditStore
+
+# CLEO's audit_log as its drizzle migrations create it (before idempotency_key was added).
+CLEO_AUDIT_LOG = """
+CREATE TABLE `audit_log` (
+    `id` text PRIMARY KEY NOT NULL,
+    `timestamp` text DEFAULT (datetime('now')) NOT NULL,
+    `action` text NOT NULL,
+    `task_id` text NOT NULL,
+    `actor` text DEFAULT 'system' NOT NULL,
+    `details_json` text DEFAULT '{}',
+    `before_json` text,
+    `after_json` text,
+    `domain` text,
+    `operation` text,
+    `session_id` text,
+    `request_id` text,
+    `duration_ms` integer,
+    `success` integer,
+    `source` text,
+    `gateway` text,
+    `error_message` text,
+    `project_hash` text
+);
+CREATE INDEX `idx_audit_log_task_id` ON `audit_log` (`task_id`);
+CREATE INDEX `idx_audit_log_action` ON `audit_log` (`action`);
+CREATE INDEX `idx_audit_log_timestamp` ON `audit_log` (`timestamp`);
+CREATE INDEX `idx_audit_log_domain` ON `audit_log` (`domain`);
+CREATE INDEX `idx_audit_log_request_id` ON `audit_log` (`request_id`);
+CREATE INDEX `idx_audit_log_project_hash` ON `audit_log` (`project_hash`);
+CREATE INDEX `idx_audit_log_session_id` ON `audit_log` (`session_id`);
+"""
+IDEMPOTENCY = "ALTER TABLE `audit_log` ADD `idempotency_key` text;"
+
+SESSION = "session-1772366400000-a1b2c3"
+
+# (id, timestamp, action, task_id, details_json, domain, operation, session_id, duration_ms,
+#  success, source, gateway, error_message)
+ROWS: list[tuple[Any, ...]] = [
+    ("r1", "2026-03-01T12:00:00.000Z", "session.list", "system", "{}",
+     "session", "list", SESSION, 3, 1, "mcp", "cleo_query", None),
+    ("r2", "2026-03-01T12:00:01.000Z", "tasks.show", "T404", '{"taskId":"T404"}',
+     "tasks", "show", SESSION, 2, 0, "mcp", "query", "Task T404 not found"),
+    ("r3", "2026-03-01 12:00:02", "task_created", "T5", '{"title":"Fix","description":"d"}',
+     None, None, SESSION, None, None, None, None, None),
+    ("r4", "2026-03-01T12:00:03.000Z", "tasks.add", "unknown", '{"title":"Other"}',
+     "tasks", "add", SESSION + "0", 1, 1, "cli", "mutate", None),
+    ("r5", "2026-03-01T12:00:04.000Z", "session.end", "system", None,
+     "session", "end", SESSION, 1, 1, "cli", "cleo_mutate", None),
+]  # fmt: skip
+
+
+def build_cleo_db(path: Path, *, idempotency_key: bool) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as conn:
+        conn.executescript(CLEO_AUDIT_LOG + (IDEMPOTENCY if idempotency_key else ""))
+        conn.executemany(
+            "INSERT INTO audit_log (id, timestamp, action, task_id, details_json, domain, "
+            "operation, session_id, duration_ms, success, source, gateway, error_message) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ROWS,
+        )
+    conn.close()
+    return path
+
+
+@pytest.fixture(params=[False, True], ids=["cleo-db-before-idempotency", "cleo-db-with-it"])
+def cleo_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    return build_cleo_db(tmp_path / "project" / ".cleo" / "cleo.db", idempotency_key=request.param)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cleo_rows_map_to_entries_as_cleo_defines_them(cleo_db: Path) -> None:
+    with AuditStore(cleo_db, read_only=True) as store:
+        entries = [e.to_json_dict() for e in store.session_entries(SESSION)]
+    assert [e["operation"] for e in entries] == ["list", "show", "task_created", "end"]
+    listed, shown, legacy, ended = entries
+    assert listed["metadata"]["gateway"] == "cleo_query"
+    assert "taskId" not in {k for k, v in listed["metadata"].items() if v is not None}
+    assert shown["params"] == {"taskId": "T404"}
+    assert shown["result"] == {"success": False, "exitCode": 1, "duration": 2.0}
+    assert shown["error"] == "Task T404 not found"
+    assert shown["metadata"]["taskId"] == "T404"
+    assert shown["metadata"]["gateway"] == "query"
+    # A legacy row: no domain, no operation, no success, no source, naive SQL timestamp.
+    assert legacy["domain"] == "unknown"
+    assert legacy["operation"] == "task_created"
+    assert legacy["result"] == {"success": True, "exitCode": 0, "duration": 0.0}
+    assert legacy["metadata"]["source"] == "cli"
+    assert legacy["timestamp"] == "2026-03-01T12:00:02.000Z"
+    assert ended["params"] == {}
+    assert ended["result"]["exitCode"] == 0
+
+
+def test_a_cleo_session_is_selected_exactly_never_by_prefix(cleo_db: Path) -> None:
+    with AuditStore(cleo_db, read_only=True) as store:
+        assert len(store.session_entries(SESSION)) == 4
+        assert len(store.session_entries(SESSION + "0")) == 1
+        assert store.session_entries(SESSION[:-1]) == []
+
+
+def test_importing_a_cleo_database_never_modifies_it(cleo_db: Path, tmp_path: Path) -> None:
+    before = digest(cleo_db)
+    neighbours = sorted(p.name for p in cleo_db.parent.iterdir())
+    with AuditStore(tmp_path / "ours.db") as store:
+        assert import_cleo_db(store, cleo_db, session_id=SESSION) == (4, 4)
+    assert digest(cleo_db) == before
+    assert sorted(p.name for p in cleo_db.parent.iterdir()) == neighbours
+
+
+def test_importing_the_same_cleo_database_twice_adds_nothing(cleo_db: Path, tmp_path: Path) -> None:
+    with AuditStore(tmp_path / "ours.db") as store:
+        assert import_cleo_db(store, cleo_db) == (5, 5)
+        assert import_cleo_db(store, cleo_db) == (5, 0)
+        assert store.count() == 5
+
+
+def test_imported_cleo_entries_grade_as_they_do_read_directly(
+    cleo_db: Path, tmp_path: Path
+) -> None:
+    with AuditStore(cleo_db, read_only=True) as cleo:
+        direct = cleo.session_entries(SESSION)
+    with AuditStore(tmp_path / "ours.db") as store:
+        import_cleo_db(store, cleo_db, session_id=SESSION)
+        imported = store.session_entries(SESSION)
+    assert [e.to_json_dict() for e in imported] == [e.to_json_dict() for e in direct]
+    assert (
+        grade_entries(imported, session_id=SESSION).total_score
+        == grade_entries(direct, session_id=SESSION).total_score
+    )
+
+
+def test_importing_a_session_the_cleo_database_lacks_is_an_error(
+    cleo_db: Path, tmp_path: Path
+) -> None:
+    with (
+        AuditStore(tmp_path / "ours.db") as store,
+        pytest.raises(StoreError, match="no audit entries for session nope"),
+    ):
+        import_cleo_db(store, cleo_db, session_id="nope")
+
+
+def test_find_cleo_db_prefers_cleo_db_then_the_older_tasks_db(tmp_path: Path) -> None:
+    older = build_cleo_db(tmp_path / ".cleo" / "tasks.db", idempotency_key=False)
+    assert find_cleo_db(tmp_path) == older
+    newer = build_cleo_db(tmp_path / ".cleo" / "cleo.db", idempotency_key=True)
+    assert find_cleo_db(tmp_path) == newer
+    assert find_cleo_db(older) == older
+    with pytest.raises(StoreError, match=r"no CLEO database \(\.cleo/cleo\.db or"):
+        find_cleo_db(tmp_path / "elsewhere")
+
+
+def test_a_database_without_audit_log_is_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    with pytest.raises(StoreError, match="no audit_log table"):
+        AuditStore(path, read_only=True)
+
+
+def entry_line(i: int, **extra: Any) -> str:
+    data = {
+        "timestamp": f"2026-03-01T12:00:{i:02d}.000Z",
+        "sessionId": "s1",
+        "domain": "tasks",
+        "operation": "find",
+        "result": {"success": True},
+        **extra,
+    }
+    return json.dumps(data)
+
+
+def test_a_jsonl_file_imports_every_entry(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join(entry_line(i) for i in range(20)) + "\n\n")
+    with AuditStore(tmp_path / "ours.db") as store:
+        assert len(import_entries_file(store, path)) == 20
+        assert store.count("s1") == 20
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        pytest.param('{"timestamp": ', r"e\.jsonl:3: invalid JSON", id="truncated"),
+        pytest.param(entry_line(3, params={"x": float("nan")}), r"e\.jsonl:3: invalid JSON: NaN",
+                     id="nan"),
+        pytest.param(entry_line(3).replace(".000Z", ""), r"e\.jsonl:3: timestamp", id="naive"),
+        pytest.param("[1, 2]", r"e\.jsonl:3: expected a JSON object", id="not-object"),
+    ],
+)  # fmt: skip
+def test_a_bad_line_aborts_the_import_naming_its_line_and_imports_nothing(
+    tmp_path: Path, bad_line: str, message: str
+) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join([entry_line(1), entry_line(2), bad_line, entry_line(4)]))
+    with AuditStore(tmp_path / "ours.db") as store:
+        with pytest.raises(EntryError, match=message):
+            import_entries_file(store, path)
+        assert store.count() == 0
+
+
+def test_the_fast_jsonl_path_gives_the_same_entries_as_line_by_line(tmp_path: Path) -> None:
+    from pytest_cleo_grade.entryfile import load_entries_file
+
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join(entry_line(i, params={"n": i, "s": "ü"}) for i in range(30)))
+    assert read_entries_file(path) == load_entries_file(path)
+
+
+def test_a_json_array_file_imports_too(tmp_path: Path) -> None:
+    path = tmp_path / "e.json"
+    path.write_text("[" + ",".join(entry_line(i) for i in range(3)) + "]")
+    assert len(read_entries_file(path)) == 3
+
+
+def test_an_empty_entries_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n\n")
+    with pytest.raises(EntryError, match="empty"):
+        read_entries_file(path)
