@@ -132,7 +132,12 @@ def test_repeated_runs_in_the_history_show_intervals(
     lines = capsys.readouterr().out.splitlines()
     assert lines[3].split()[-4:] == ["3/3", "[-0.50,", "+0.50]", "UNSTABLE"]
     assert lines[4].split()[-1] == "yes"
-    assert lines[-2].endswith("unstable over repeated runs: TQ-1 (quick)")
+    reason = next(line for line in lines if line.startswith("Reason:"))
+    assert reason.endswith("unstable over repeated runs: TQ-1 (quick)")
+    assert lines[-1] == (
+        "Note:     with unstable verdicts at their worst: GO (with monitoring note) [M4]; "
+        "run more repetitions or decide with --decide-on worst"
+    )
 
 
 def test_a_hand_entered_sheet_can_stand_alone_or_join_the_history(
@@ -261,3 +266,15 @@ def test_the_installed_command_reports_no_go_without_a_traceback(tmp_path: Path)
     assert broken.returncode == 2
     assert len(broken.stderr.splitlines()) == 1
     assert "Traceback" not in broken.stderr
+
+
+def test_decide_on_worst_turns_an_unstable_quick_verdict_into_no_go(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = write_history(tmp_path / "GRADES.jsonl", [23, 24, 24, 24, 24])
+    write_history(history, [18, 24, 24, 24, 24])
+    write_history(history, [16, 24, 24, 24, 24])
+    assert main(compare(history)) == 0
+    assert "Note:     with unstable verdicts at their worst: NO-GO [M1]" in capsys.readouterr().out
+    assert main(compare(history, "--decide-on", "worst")) == 1
+    assert "Decision: NO-GO [M1]" in capsys.readouterr().out

@@ -499,3 +499,40 @@ def test_reports_of_repeated_runs_add_runs_interval_and_stability_columns() -> N
     )
     assert text[3].split()[-4:] == ["3/3", "[-0.50,", "+0.50]", "UNSTABLE"]
     assert text[4].split()[-4:] == ["1/1", "-", "single", "run"]
+
+
+def unstable_quick_records() -> list[ComparisonRecord]:
+    """TQ-1 (quick) is Acceptable on the means, Degraded at the interval's low end."""
+    return [
+        *(record("sonnet", "TQ-1", "quick", 24) for _ in range(3)),
+        *(record("haiku", "TQ-1", "quick", t) for t in (23, 18, 16)),
+        record("sonnet", "TQ-2", "medium", 24),
+        record("haiku", "TQ-2", "medium", 24),
+    ]
+
+
+def test_the_worst_case_decision_is_reported_beside_the_mean_decision() -> None:
+    comparison = compare_records(unstable_quick_records(), "sonnet", "haiku")
+    assert comparison.queries[0].verdict.verdict == "acceptable"
+    assert (comparison.decision.kind, comparison.decision.rule) == ("GO_MONITOR", "M4")
+    assert comparison.worst_case is not None
+    assert (comparison.worst_case.kind, comparison.worst_case.rule) == ("NO_GO", "M1")
+    assert render_text(comparison).splitlines()[-1] == (
+        "Note:     with unstable verdicts at their worst: NO-GO [M1]; "
+        "run more repetitions or decide with --decide-on worst"
+    )
+
+
+def test_deciding_on_the_worst_case_gates_on_unstable_verdicts_at_their_worst() -> None:
+    comparison = compare_records(unstable_quick_records(), "sonnet", "haiku", decide_on="worst")
+    assert (comparison.decision.kind, comparison.decision.rule) == ("NO_GO", "M1")
+    assert comparison.to_json_dict()["decideOn"] == "worst"
+    assert render_markdown(comparison).endswith(
+        "_unstable verdicts were taken at their worst (--decide-on worst)_\n"
+    )
+
+
+def test_without_unstable_verdicts_there_is_no_worst_case() -> None:
+    comparison = compare_records(seed_example(), "sonnet", "haiku", decide_on="worst")
+    assert comparison.worst_case is None
+    assert comparison.decision.rule == "M5"

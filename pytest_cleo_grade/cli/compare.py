@@ -87,6 +87,13 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})",
     )
+    parser.add_argument(
+        "--decide-on",
+        choices=("mean", "worst"),
+        default="mean",
+        help="mean: decide on the mean verdicts (default); worst: treat every unstable verdict "
+        "as the worst within its interval",
+    )
     parser.set_defaults(handler=run_compare)
 
 
@@ -111,6 +118,7 @@ def run_compare(args: argparse.Namespace) -> int:
         args.candidate,
         seed=args.seed,
         resamples=args.resamples,
+        decide_on=args.decide_on,
     )
     if args.json:
         print_json(comparison.to_json_dict())

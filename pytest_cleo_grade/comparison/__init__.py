@@ -10,6 +10,7 @@ from __future__ import annotations
 from pytest_cleo_grade.comparison.compare import (
     COMPARISON_KEYS,
     Comparison,
+    DecideOn,
     QueryComparison,
     compare_grades,
     compare_records,
@@ -56,6 +57,7 @@ __all__ = [
     "Comparison",
     "ComparisonError",
     "ComparisonRecord",
+    "DecideOn",
     "Decision",
     "DecisionKind",
     "Interval",

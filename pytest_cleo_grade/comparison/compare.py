@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -33,11 +33,14 @@ from pytest_cleo_grade.models import GradeResult, format_validation_error
 __all__ = [
     "COMPARISON_KEYS",
     "Comparison",
+    "DecideOn",
     "QueryComparison",
     "compare_grades",
     "compare_records",
     "records_from_grades",
 ]
+
+DecideOn = Literal["mean", "worst"]
 
 #: Extra keys a comparison grade carries in GRADES.jsonl (besides rubric = "comparison").
 COMPARISON_KEYS = ("variant", "query", "mode", "substantive", "structural", "operational")
@@ -64,7 +67,14 @@ class Comparison(BaseModel):
     baseline: str
     candidate: str
     queries: tuple[QueryComparison, ...]
-    decision: Decision
+    decision: Decision = Field(description="The decision the gate uses (per ``decide_on``).")
+    decide_on: DecideOn = Field(
+        "mean", description="mean: verdicts of the mean averages; worst: unstable ones at worst."
+    )
+    worst_case: Decision | None = Field(
+        None,
+        description="The decision with every unstable verdict at its worst; null when none is.",
+    )
 
     @property
     def unstable(self) -> list[str]:
@@ -124,6 +134,15 @@ class Comparison(BaseModel):
                 "action": self.decision.action,
             },
             "unstable": self.unstable,
+            "decideOn": self.decide_on,
+            "worstCase": None
+            if self.worst_case is None
+            else {
+                "decision": self.worst_case.label,
+                "kind": self.worst_case.kind,
+                "rule": self.worst_case.rule,
+                "reason": self.worst_case.reason,
+            },
         }
 
 
@@ -157,6 +176,7 @@ def compare_records(
     seed: int = DEFAULT_SEED,
     resamples: int = DEFAULT_RESAMPLES,
     level: Fraction = DEFAULT_LEVEL,
+    decide_on: DecideOn = "mean",
 ) -> Comparison:
     """Compare ``candidate`` with ``baseline`` over the queries both were scored on.
 
@@ -164,6 +184,10 @@ def compare_records(
     counts, run i of one side pairs with run i of the other). Every query must have runs of
     both variants and one mode, or ComparisonError names it: leaving a query out would let a
     candidate skip the hard ones.
+
+    ``decide_on="worst"`` makes the decision treat each unstable verdict as the worst verdict
+    within its intervals (the conservative gate); the default decides on the means and
+    reports that worst case beside it.
     """
     if baseline == candidate:
         raise ComparisonError(f"baseline and candidate are the same variant ({baseline!r})")
@@ -209,12 +233,24 @@ def compare_records(
         queries.append(
             QueryComparison(verdict=verdict, baseline=base, candidate=cand, stability=stable)
         )
+    by_mean = decide([q.verdict for q in queries])
+    worst_case = None
+    if any(q.verdict.unstable for q in queries):
+        worst_case = decide([_at_worst(q) for q in queries])
     return Comparison(
         baseline=baseline,
         candidate=candidate,
         queries=tuple(queries),
-        decision=decide([q.verdict for q in queries]),
+        decision=worst_case if decide_on == "worst" and worst_case is not None else by_mean,
+        decide_on=decide_on,
+        worst_case=worst_case,
     )
+
+
+def _at_worst(item: QueryComparison) -> QueryVerdict:
+    if item.stability is None or not item.verdict.unstable:
+        return item.verdict
+    return item.verdict.model_copy(update={"verdict": item.stability.worst})
 
 
 def compare_grades(
@@ -225,6 +261,7 @@ def compare_grades(
     seed: int = DEFAULT_SEED,
     resamples: int = DEFAULT_RESAMPLES,
     level: Fraction = DEFAULT_LEVEL,
+    decide_on: DecideOn = "mean",
 ) -> Comparison:
     """:func:`compare_records` over the comparison grades of a history (``read_grades``)."""
     return compare_records(
@@ -234,4 +271,5 @@ def compare_grades(
         seed=seed,
         resamples=resamples,
         level=level,
+        decide_on=decide_on,
     )

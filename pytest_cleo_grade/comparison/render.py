@@ -71,7 +71,23 @@ def render_text(comparison: Comparison) -> str:
         f"Reason:   {decision.reason}",
         f"Action:   {decision.action}",
     ]
+    lines += _worst_case(comparison)
     return "\n".join(lines)
+
+
+def _worst_case(comparison: Comparison) -> list[str]:
+    """Say when unstable verdicts could change the decision, so the reader sees both."""
+    worst = comparison.worst_case
+    if worst is None:
+        return []
+    if comparison.decide_on == "worst":
+        return ["Note:     unstable verdicts were taken at their worst (--decide-on worst)"]
+    if worst.kind == comparison.decision.kind:
+        return []
+    return [
+        f"Note:     with unstable verdicts at their worst: {worst.label} [{worst.rule}]; "
+        "run more repetitions or decide with --decide-on worst"
+    ]
 
 
 def _cell(text: str) -> str:
@@ -95,4 +111,7 @@ def render_markdown(comparison: Comparison) -> str:
         "",
         f"Action: {decision.action}",
     ]
+    notes = _worst_case(comparison)
+    if notes:
+        lines += ["", "_" + _cell(notes[0].removeprefix("Note:").strip()) + "_"]
     return "\n".join(lines) + "\n"

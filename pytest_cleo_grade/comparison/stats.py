@@ -83,12 +83,12 @@ def summarize(totals: Sequence[int]) -> RunSummary:
     )
 
 
-def _percentiles(values: list[Fraction], level: Fraction) -> tuple[Fraction, Fraction]:
+def _percentiles(values: list[int], level: Fraction, denominator: int) -> tuple[Fraction, Fraction]:
     values.sort()
     alpha = (1 - level) / 2
     low = math.floor(alpha * len(values))
-    high = math.ceil((1 - alpha) * len(values)) - 1
-    return values[low], values[max(low, high)]
+    high = max(low, math.ceil((1 - alpha) * len(values)) - 1)
+    return Fraction(values[low], denominator), Fraction(values[high], denominator)
 
 
 def bootstrap(
@@ -103,8 +103,9 @@ def bootstrap(
 
     With equal run counts, run i of the baseline is paired with run i of the candidate and
     pairs are resampled together (the paired difference); otherwise each side is resampled on
-    its own. ``random.Random(seed)`` makes the interval reproducible. Resampled sums stay
-    integers, so the bounds are exact fractions and a bound of exactly -0.5 is -0.5.
+    its own. ``random.Random(seed)`` makes the interval reproducible. Every resampled mean is
+    an integer over a common denominator, so the bounds are exact fractions (a bound of
+    exactly -0.5 is -0.5) and the loop stays in fast integer arithmetic.
     """
     if not baseline_totals or not candidate_totals:
         raise ComparisonError("bootstrap needs at least one run of each variant")
@@ -113,8 +114,9 @@ def bootstrap(
     rng = random.Random(seed)
     nb, nc = len(baseline_totals), len(candidate_totals)
     paired = nb == nc
-    differences: list[Fraction] = []
-    candidates: list[Fraction] = []
+    # difference = cand/(6 nc) - base/(6 nb) = (cand nb - base nc) / (6 nb nc)
+    differences: list[int] = []
+    candidates: list[int] = []
     for _ in range(resamples):
         if paired:
             picks = [rng.randrange(nc) for _ in range(nc)]
@@ -123,12 +125,11 @@ def bootstrap(
         else:
             base = sum(baseline_totals[rng.randrange(nb)] for _ in range(nb))
             cand = sum(candidate_totals[rng.randrange(nc)] for _ in range(nc))
-        candidate_mean = Fraction(cand, _PER_RUN * nc)
-        candidates.append(candidate_mean)
-        differences.append(candidate_mean - Fraction(base, _PER_RUN * nb))
+        candidates.append(cand)
+        differences.append(cand * nb - base * nc)
     common = {"level": level, "paired": paired, "resamples": resamples, "seed": seed}
-    d_low, d_high = _percentiles(differences, level)
-    c_low, c_high = _percentiles(candidates, level)
+    d_low, d_high = _percentiles(differences, level, _PER_RUN * nb * nc)
+    c_low, c_high = _percentiles(candidates, level, _PER_RUN * nc)
     return (
         Interval(low=d_low, high=d_high, **common),
         Interval(low=c_low, high=c_high, **common),
