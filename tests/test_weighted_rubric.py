@@ -11,8 +11,19 @@ import pytest
 from pytest_cleo_grade.errors import JudgeError
 from pytest_cleo_grade.models import GradeResult
 from pytest_cleo_grade.rubrics.base import GradeContext
-from pytest_cleo_grade.rubrics.judge import JudgeReply, JudgeReplyError, OpenAICompatibleJudge
-from pytest_cleo_grade.rubrics.weighted import DEFAULT_SPEC, WeightedJudgeRubric, parse_reply
+from pytest_cleo_grade.rubrics.cleo import grade_entries
+from pytest_cleo_grade.rubrics.judge import (
+    JudgeReply,
+    JudgeReplyError,
+    OpenAICompatibleJudge,
+    TokenUsage,
+)
+from pytest_cleo_grade.rubrics.weighted import (
+    DEFAULT_SPEC,
+    WeightedJudgeRubric,
+    judge_usage_totals,
+    parse_reply,
+)
 from tests.entries import NOW, entry
 from tests.fake_judge import FakeJudgeServer, Reply, serve, verdict_json
 
@@ -317,3 +328,17 @@ def test_a_judge_reply_object_without_usage_counts_no_tokens() -> None:
     result = grade(lambda prompt: JudgeReply(verdict_json()))
     assert result.model_extra is not None
     assert result.model_extra["judgeUsage"]["totalTokens"] == 0
+
+
+def test_usage_totals_sum_judged_grades_and_ignore_the_others() -> None:
+    first = grade(lambda prompt: JudgeReply(verdict_json(), TokenUsage(100, 10, 110)))
+    second = grade(Recorder("oops", verdict_json()))
+    cleo = grade_entries(ENTRIES, session_id="s1", now=NOW)
+    assert judge_usage_totals([first, second, cleo]) == {
+        "grades": 2,
+        "promptTokens": 100,
+        "completionTokens": 10,
+        "totalTokens": 110,
+        "requests": 3,
+        "cachedReplies": 0,
+    }

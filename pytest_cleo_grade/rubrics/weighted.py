@@ -61,6 +61,7 @@ __all__ = [
     "aggregate_chunks",
     "build_prompt",
     "estimate_tokens",
+    "judge_usage_totals",
     "load_rubric_file",
     "normalise",
     "parse_reply",
@@ -653,6 +654,33 @@ class _Usage:
             "cachedReplies": self.cached_replies,
             "cached": self.chunks > 0 and self.cached_replies == self.chunks,
         }
+
+
+_USAGE_KEYS: Final = (
+    "promptTokens",
+    "completionTokens",
+    "totalTokens",
+    "requests",
+    "cachedReplies",
+)
+
+
+def judge_usage_totals(results: Iterable[GradeResult]) -> dict[str, int]:
+    """Sum the ``judgeUsage`` of grades (for a run summary); ``grades`` counts judged ones.
+
+    Grades without ``judgeUsage`` (CLEO's, other rubrics') add nothing.
+    """
+    totals = dict.fromkeys(("grades", *_USAGE_KEYS), 0)
+    for result in results:
+        usage = (result.model_extra or {}).get("judgeUsage")
+        if not isinstance(usage, Mapping):
+            continue
+        totals["grades"] += 1
+        for key in _USAGE_KEYS:
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[key] += value
+    return totals
 
 
 class WeightedJudgeRubric:

@@ -1,0 +1,120 @@
+"""``cleo-grade rubrics``, and the ``--rubric``/judge options the grade command can take."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from pytest_cleo_grade.cli.common import print_json
+from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC, GradeContext, RubricConfig
+from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager
+from pytest_cleo_grade.rubrics.weighted import (
+    CategoricalDimension,
+    WeightedJudgeRubric,
+    load_rubric_file,
+)
+
+__all__ = ["add_rubric_options", "grade_context_from_args", "register", "rubric_config_from_args"]
+
+CACHE_MODES = ("on", "off", "refresh")
+
+
+def register(subparsers: Any) -> None:
+    rubrics = subparsers.add_parser(
+        "rubrics",
+        help="list the available rubrics, or check a rubric file",
+        description="List the registered rubrics (built in, entry points), or validate a "
+        "weighted rubric file.",
+    )
+    rubrics.add_argument(
+        "--check", metavar="FILE", help="validate a TOML or JSON rubric file and show it"
+    )
+    rubrics.add_argument("--json", action="store_true", help="print JSON")
+    rubrics.set_defaults(handler=run_rubrics)
+
+
+def add_rubric_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--rubric``, ``--rubric-file``, ``--task`` and the judge options to a command."""
+    group = parser.add_argument_group("rubric")
+    group.add_argument(
+        "--rubric",
+        default=DEFAULT_RUBRIC,
+        metavar="NAME",
+        help=f"rubric to grade with (default: {DEFAULT_RUBRIC}; see `cleo-grade rubrics`)",
+    )
+    group.add_argument(
+        "--rubric-file", metavar="FILE", help="TOML or JSON file configuring the weighted rubric"
+    )
+    group.add_argument("--task", metavar="TEXT", help="what the agent was asked to do (judges)")
+    group.add_argument("--judge-url", metavar="URL", help="OpenAI-compatible base URL")
+    group.add_argument("--judge-model", metavar="MODEL", help="model the judge endpoint runs")
+    group.add_argument(
+        "--judge-cache",
+        choices=CACHE_MODES,
+        default="on",
+        help="reuse judge replies stored in the audit store (default: on)",
+    )
+
+
+def rubric_config_from_args(args: argparse.Namespace, *, cache_path: Path | None) -> RubricConfig:
+    """The RubricConfig of the options :func:`add_rubric_options` added.
+
+    ``cache_path`` is the audit store the judge cache lives in (None: no cache, e.g. when
+    grading from someone else's read-only CLEO database).
+    """
+    overrides: dict[str, Any] = {}
+    if args.judge_url:
+        overrides["base_url"] = args.judge_url
+    if args.judge_model:
+        overrides["model"] = args.judge_model
+    return RubricConfig(
+        rubric_file=Path(args.rubric_file) if args.rubric_file else None,
+        judge_overrides=overrides,
+        cache_path=cache_path,
+        cache_mode=args.judge_cache,
+    )
+
+
+def grade_context_from_args(args: argparse.Namespace, task_id: str | None = None) -> GradeContext:
+    """The GradeContext of ``--task`` (and a task id the caller knows)."""
+    task: str | None = args.task
+    return GradeContext(task=task, task_id=task_id)
+
+
+def run_rubrics(args: argparse.Namespace) -> int:
+    if args.check:
+        loaded = load_rubric_file(args.check)
+        rubric = WeightedJudgeRubric(loaded.spec, source=loaded.source)
+        if args.json:
+            print_json(loaded.spec.model_dump(mode="json"))
+            return 0
+        print(f"{args.check}: ok ({rubric.name} {rubric.version})")
+        for dimension in loaded.spec.dimensions:
+            if isinstance(dimension, CategoricalDimension):
+                scale = " < ".join(c.label for c in dimension.categories)
+            else:
+                scale = f"{dimension.min:g}..{dimension.max:g}"
+            print(f"  {dimension.name:<24} {dimension.type:<12} {dimension.weight:<6g} {scale}")
+        return 0
+    rubrics = collect_rubrics(make_plugin_manager())
+    names = sorted(rubrics, key=lambda name: (name != DEFAULT_RUBRIC, name))
+    if args.json:
+        print_json(
+            [
+                {
+                    "name": name,
+                    "version": rubrics[name].version,
+                    "dimensions": dict(rubrics[name].dimensions),
+                    "default": name == DEFAULT_RUBRIC,
+                }
+                for name in names
+            ]
+        )
+        return 0
+    for name in names:
+        registered = rubrics[name]
+        marker = " (default)" if name == DEFAULT_RUBRIC else ""
+        dims = ", ".join(f"{d} {m:g}" for d, m in registered.dimensions.items())
+        print(f"{name} {registered.version}{marker}: {dims}")
+    return 0
