@@ -93,6 +93,16 @@ def test_lines_that_are_not_section_headers_are_not_sections(text: str) -> None:
     assert "Memory" not in find_sections(text)
 
 
+def test_a_section_keeps_its_sub_headers_but_stops_at_the_next_section() -> None:
+    sections = find_sections(
+        "## Codebase\n### Auth\n- src/a.py:1\n#### Tokens\n- src/t.py:2\n"
+        "### Patterns\n- P-7\n# Gaps\n- none\n"
+    )
+    assert sections["Codebase"] == ["### Auth", "- src/a.py:1", "#### Tokens", "- src/t.py:2"]
+    assert sections["Patterns"] == ["- P-7"]
+    assert sections["Gaps"] == ["- none"]
+
+
 def test_a_missing_section_fails_s01_and_names_it() -> None:
     result = checks(GOOD_OUTPUT.replace("## Gaps", "Gaps:"))
     assert not result["S-01"].passed
@@ -149,7 +159,11 @@ def test_a_finding_without_a_citation_fails_s03_with_the_offending_line() -> Non
     [
         pytest.param("- see src/app.py:12", True, id="path-line"),
         pytest.param("- see app.py:12-20", True, id="path-line-range"),
-        pytest.param("- recalled O-abc123", True, id="prefixed-memory-id"),
+        pytest.param("- recalled O-abc123", True, id="observation-id"),
+        pytest.param("- recalled O-abc", True, id="observation-id-without-digits"),
+        pytest.param("- decision D-42 applies", True, id="decision-id"),
+        pytest.param("- imported CM-1", True, id="claude-mem-id"),
+        pytest.param("- files are UTF-8 and SHA-256 hashed", False, id="encodings-are-not-ids"),
         pytest.param("- recalled memory #42", True, id="memory-hash-id"),
         pytest.param("- meeting at 10:30", False, id="a-time-is-not-a-citation"),
         pytest.param("- see src/app.py", False, id="path-without-line"),

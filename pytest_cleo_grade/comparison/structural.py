@@ -53,10 +53,12 @@ TOKEN_BUDGETS: Final[dict[Mode, int]] = {"quick": 500, "medium": 2000, "thorough
 #: Seed 002's dispatch limits per mode.
 DISPATCH_LIMITS: Final[dict[Mode, int]] = {"quick": 0, "medium": 1, "thorough": 2}
 
-# Default memory id: an upper-case prefix of one to four letters, a dash and an id that holds a
-# digit (O-abc123, D-42, MEM-7f3), or mem/memory/obs followed by #, : or - and an id.
+# Default memory id: CLEO BRAIN's prefixes (O- observations, D- decisions, P- patterns,
+# L- learnings, CM- imported claude-mem) or MEM-/OBS-, a dash and an id (O-abc, D-42,
+# O-mlr4h8wq-0); or "mem"/"memory"/"obs"/"observation" then #, : or - and an id ("memory #42").
+# Upper-case prefixes only, so UTF-8, SHA-256 and p-value are not memory ids.
 DEFAULT_MEMORY_ID: Final = (
-    r"\b[A-Z]{1,4}-(?=[A-Za-z0-9-]*\d)[A-Za-z0-9][A-Za-z0-9-]*\b"
+    r"\b(?:O|D|P|L|CM|MEM|OBS)-[A-Za-z0-9][A-Za-z0-9-]*"
     r"|\b(?:mem|memory|obs|observation)\s?[#:-]\s?[A-Za-z0-9][A-Za-z0-9-]*"
 )
 # path:line (or path:line-line): the path holds a slash or a dot so that "10:30" and
@@ -136,8 +138,8 @@ def estimate_tokens(text: str) -> Fraction:
     return Fraction(len(text), 4)
 
 
-def _headers(text: str) -> Iterator[tuple[int, str]]:
-    """(line index, header text) of every ATX header outside fenced code blocks."""
+def _headers(text: str) -> Iterator[tuple[int, int, str]]:
+    """(line index, level, header text) of every ATX header outside fenced code blocks."""
     in_fence = False
     for index, line in enumerate(text.splitlines()):
         if _FENCE.match(line):
@@ -147,7 +149,7 @@ def _headers(text: str) -> Iterator[tuple[int, str]]:
             continue
         match = _ATX.match(line)
         if match:
-            yield index, match.group("text")
+            yield index, len(match.group(1)), match.group("text")
 
 
 def section_of(header: str) -> str | None:
@@ -168,15 +170,27 @@ def section_of(header: str) -> str | None:
 
 
 def find_sections(text: str) -> dict[str, list[str]]:
-    """The body lines under each recognised section header (the first of a repeated one)."""
+    """The body lines under each recognised section header (the first of a repeated one).
+
+    A section runs to the next header of the same or a higher level, or to the next section
+    header of any level, so plain sub-headers (``### Auth`` under ``## Codebase``) and their
+    items stay in the section.
+    """
     lines = text.splitlines()
     sections: dict[str, list[str]] = {}
     headers = list(_headers(text))
-    for position, (index, header) in enumerate(headers):
+    for position, (index, level, header) in enumerate(headers):
         name = section_of(header)
         if name is None or name in sections:
             continue
-        end = headers[position + 1][0] if position + 1 < len(headers) else len(lines)
+        end = next(
+            (
+                start
+                for start, other, text_ in headers[position + 1 :]
+                if other <= level or section_of(text_) is not None
+            ),
+            len(lines),
+        )
         sections[name] = lines[index + 1 : end]
     return sections
 
