@@ -526,7 +526,12 @@ def test_the_worst_case_decision_is_reported_beside_the_mean_decision() -> None:
 def test_deciding_on_the_worst_case_gates_on_unstable_verdicts_at_their_worst() -> None:
     comparison = compare_records(unstable_quick_records(), "sonnet", "haiku", decide_on="worst")
     assert (comparison.decision.kind, comparison.decision.rule) == ("NO_GO", "M1")
-    assert comparison.to_json_dict()["decideOn"] == "worst"
+    data = comparison.to_json_dict()
+    assert data["decideOn"] == "worst"
+    assert (data["queries"][0]["interval"]["worstVerdict"], data["worstCase"]["decision"]) == (
+        "Candidate Degraded",
+        "NO-GO",
+    )
     assert render_markdown(comparison).endswith(
         "_unstable verdicts were taken at their worst (--decide-on worst)_\n"
     )

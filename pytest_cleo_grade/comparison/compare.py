@@ -23,6 +23,7 @@ from pytest_cleo_grade.comparison.stats import (
     summarize,
 )
 from pytest_cleo_grade.comparison.verdicts import (
+    VERDICT_LABELS,
     Decision,
     QueryVerdict,
     decide,
@@ -118,8 +119,8 @@ class Comparison(BaseModel):
                     "paired": interval.paired,
                     "resamples": interval.resamples,
                     "seed": interval.seed,
-                    "worstVerdict": item.stability.worst,
-                    "bestVerdict": item.stability.best,
+                    "worstVerdict": VERDICT_LABELS[item.stability.worst],
+                    "bestVerdict": VERDICT_LABELS[item.stability.best],
                 }
             queries.append(entry)
         return {
