@@ -268,3 +268,11 @@ def test_unreadable_rubric_files_are_clear_errors(
 def test_a_missing_rubric_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(RubricError, match=r"nope\.toml: cannot read rubric file: No such file"):
         load_rubric_file(tmp_path / "nope.toml")
+
+
+def test_the_documented_rubric_file_is_the_default_rubric() -> None:
+    path = Path(__file__).parent.parent / "docs" / "examples" / "weighted-rubric.toml"
+    spec = load_rubric_file(path).spec
+    assert spec.dimensions == DEFAULT_SPEC.dimensions
+    assert spec.budget == DEFAULT_SPEC.budget
+    assert (spec.name, spec.version) == (DEFAULT_SPEC.name, DEFAULT_SPEC.version)
