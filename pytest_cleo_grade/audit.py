@@ -104,31 +104,62 @@ def make_entry(
 def active_session() -> tuple[str, Path, bool] | None:
     """The session the environment names: (session id, store path, grade mode), or None."""
     env = os.environ
-    db = env.get(ENV_AUDIT_DB)
-    if not db:
-        return None
-    grade_mode = env.get(ENV_GRADE, "").lower() == "true"
-    session_id = (env.get(ENV_GRADE_ID) if grade_mode else None) or env.get(ENV_SESSION_ID)
-    if not session_id:
-        return None
-    return session_id, Path(db), grade_mode
+    key = (
+        env.get(ENV_AUDIT_DB),
+        env.get(ENV_GRADE),
+        env.get(ENV_GRADE_ID),
+        env.get(ENV_SESSION_ID),
+    )
+    found = _active.get(key)
+    if found is None:
+        found = _active[key] = _parse_active(*key)
+    return found or None
 
+
+def _parse_active(
+    db: str | None, grade: str | None, grade_id: str | None, session_id: str | None
+) -> tuple[str, Path, bool] | tuple[()]:
+    if not db:
+        return ()
+    grade_mode = (grade or "").lower() == "true"
+    chosen = (grade_id if grade_mode else None) or session_id
+    if not chosen:
+        return ()
+    return chosen, Path(db).absolute(), grade_mode
+
+
+# record() runs once per call of the code under test: parsing the environment and opening
+# the store happen once per distinct setting, not per call. () caches "no session".
+_active: dict[tuple[str | None, ...], tuple[str, Path, bool] | tuple[()]] = {}
 
 # One open store per (process, path): a connection must not cross a fork, and reopening the
-# store for every call would cost more than the write itself.
-_stores: dict[tuple[int, Path], AuditStore] = {}
+# store for every call would cost more than the write itself. The file's identity is checked
+# on every call (one stat) so a store deleted and recreated meanwhile is reopened rather than
+# written through a connection to the unlinked file, where entries would vanish.
+_stores: dict[tuple[int, Path], tuple[AuditStore, tuple[int, int]]] = {}
 _stores_lock = threading.Lock()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _store_for(path: Path) -> AuditStore:
     key = (os.getpid(), path)
-    store = _stores.get(key)
-    if store is None:
-        with _stores_lock:
-            store = _stores.get(key)
-            if store is None:
-                store = AuditStore(path)
-                _stores[key] = store
+    cached = _stores.get(key)
+    if cached is not None and cached[1] == _identity(path):
+        return cached[0]
+    with _stores_lock:
+        if cached is not None:
+            cached[0].close()  # same process (the key holds the pid), so safe to close
+        store = AuditStore(path)
+        identity = _identity(path)
+        assert identity is not None  # AuditStore created the file
+        _stores[key] = (store, identity)
     return store
 
 
@@ -173,7 +204,7 @@ def record(
         error=error,
     )
     try:
-        _store_for(path.absolute()).append(entry)
+        _store_for(path).append(entry)
     except StoreError as exc:
         warnings.warn(
             f"cleo-grade: audit entry {domain}.{operation} not recorded: {exc}",

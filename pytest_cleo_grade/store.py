@@ -6,7 +6,6 @@ import json
 import os
 import sqlite3
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -138,8 +137,8 @@ def _stored_time(value: datetime) -> str:
 
 
 def _new_id() -> str:
-    # A random version-4 UUID, as CLEO's crypto.randomUUID(), without uuid4()'s overhead.
-    return str(uuid.UUID(bytes=os.urandom(16), version=4))
+    # 128 random bits like CLEO's crypto.randomUUID(), without uuid4()'s Python overhead.
+    return os.urandom(16).hex()
 
 
 def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]:

@@ -289,3 +289,11 @@ def test_dispatcher_outside_grade_mode_records_mutations_only(
     dispatcher.query("tasks", "find")
     dispatcher.mutate("tasks", "add", {"title": "x"})
     assert [row["operation"] for row in stored(db, "plain")] == ["add"]
+
+
+def test_a_store_deleted_and_recreated_between_calls_is_reopened(grade_env: Path) -> None:
+    audit.record("tasks", "find", {"n": 1})
+    for leftover in grade_env.parent.iterdir():
+        leftover.unlink()  # the store and its -wal/-shm, as `rm -rf .cleo` would
+    audit.record("tasks", "find", {"n": 2})
+    assert [row["params"] for row in stored(grade_env)] == [{"n": 2}]
