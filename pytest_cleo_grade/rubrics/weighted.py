@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final
 
 from pydantic import (
     BaseModel,
@@ -29,7 +28,6 @@ from pydantic import (
     StrictStr,
     ValidationError,
     field_validator,
-    model_validator,
 )
 
 from pytest_cleo_grade.errors import RubricError
@@ -47,7 +45,20 @@ from pytest_cleo_grade.rubrics.judge import (
     extract_json_text,
 )
 from pytest_cleo_grade.rubrics.judge_cache import JudgeCache, cache_key
+from pytest_cleo_grade.rubrics.rubric_file import (
+    DEFAULT_SPEC,
+    WEIGHTED_RUBRIC,
+    Budget,
+    CategoricalDimension,
+    Category,
+    Dimension,
+    NumericDimension,
+    RubricSpec,
+    default_source,
+    load_rubric_file,
+)
 
+# The rubric-file names are re-exported: callers configure this rubric through them.
 __all__ = [
     "DEFAULT_SPEC",
     "WEIGHTED_RUBRIC",
@@ -69,291 +80,8 @@ __all__ = [
     "split_into_chunks",
 ]
 
-WEIGHTED_RUBRIC: Final = "weighted"
-WEIGHT_TOLERANCE: Final = 1e-9
-_NAME_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # How much of an invalid reply goes back to the judge in the re-ask.
 _REASK_ECHO_CHARS: Final = 4000
-
-
-class _SpecModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Category(_SpecModel):
-    """One category of a categorical dimension; ``value`` is its rank, 0 the worst."""
-
-    label: str = Field(min_length=1, description="The name the judge answers with.")
-    value: StrictInt = Field(ge=0, description="Rank of the category: 0, 1, 2, ... in order.")
-    description: str = Field("", description="When the judge should choose this category.")
-
-
-class CategoricalDimension(_SpecModel):
-    """A dimension judged by choosing one of ordered categories."""
-
-    type: Literal["categorical"]
-    name: str = Field(pattern=_NAME_PATTERN, description="Key in the judge's JSON and the result.")
-    weight: float = Field(ge=0, le=1, description="Share of the overall score (weights sum to 1).")
-    description: str = Field("", description="The question the judge answers.")
-    categories: list[Category] = Field(
-        min_length=2, description="Categories from worst (value 0) to best (value n-1)."
-    )
-
-    @field_validator("categories")
-    @classmethod
-    def _ranked(cls, categories: list[Category]) -> list[Category]:
-        values = [category.value for category in categories]
-        if values != list(range(len(categories))):
-            raise ValueError(
-                f"category values must be 0..{len(categories) - 1} in order, got {values}"
-            )
-        labels = [category.label.casefold() for category in categories]
-        if len(set(labels)) != len(labels):
-            raise ValueError("category labels must be unique (case-insensitively)")
-        return categories
-
-
-class NumericDimension(_SpecModel):
-    """A dimension judged as a number in a range (0.0-1.0 unless configured)."""
-
-    type: Literal["numeric"]
-    name: str = Field(pattern=_NAME_PATTERN, description="Key in the judge's JSON and the result.")
-    weight: float = Field(ge=0, le=1, description="Share of the overall score (weights sum to 1).")
-    description: str = Field("", description="The question the judge answers.")
-    min: float = Field(0.0, description="Lowest score (normalised to 0).")
-    max: float = Field(1.0, description="Highest score (normalised to 1).")
-    guidance: list[str] = Field(
-        default_factory=list, description="What ranges of the score mean, one line each."
-    )
-
-    @model_validator(mode="after")
-    def _range(self) -> NumericDimension:
-        if self.max <= self.min:
-            raise ValueError(f"max ({self.max:g}) must be greater than min ({self.min:g})")
-        return self
-
-
-Dimension = Annotated[CategoricalDimension | NumericDimension, Field(discriminator="type")]
-
-
-class Budget(_SpecModel):
-    """Token budget: sessions whose prompt is over ``max_prompt_tokens`` are judged in chunks."""
-
-    max_prompt_tokens: int = Field(80_000, gt=0, description="Largest prompt sent in one piece.")
-    chunk_tokens: int = Field(
-        70_000, gt=0, description="Budget of the log part of each chunk's prompt."
-    )
-    chars_per_token: int = Field(4, gt=0, description="Characters per token of the estimate.")
-    max_param_chars: int = Field(
-        2_000, gt=0, description="Longest rendering of one entry's params before it is cut."
-    )
-
-    @model_validator(mode="after")
-    def _chunks_fit(self) -> Budget:
-        if self.chunk_tokens > self.max_prompt_tokens:
-            raise ValueError(
-                f"chunk_tokens ({self.chunk_tokens}) must not exceed "
-                f"max_prompt_tokens ({self.max_prompt_tokens})"
-            )
-        return self
-
-
-class RubricSpec(_SpecModel):
-    """A weighted judge rubric: its dimensions, the judge to ask and the token budget."""
-
-    name: str = Field(WEIGHTED_RUBRIC, min_length=1, description="Recorded as ``rubric``.")
-    version: str = Field("1.0.0", min_length=1, description="Recorded as ``rubricVersion``.")
-    description: str = Field("", description="What the rubric is for.")
-    dimensions: list[Dimension] = Field(min_length=1, description="The dimensions, in order.")
-    judge: JudgeSettings = Field(default_factory=JudgeSettings, description="The judge endpoint.")
-    budget: Budget = Field(default_factory=Budget, description="Token budget and chunking.")
-
-    @field_validator("dimensions")
-    @classmethod
-    def _weights(cls, dimensions: list[Dimension]) -> list[Dimension]:
-        names = [dimension.name for dimension in dimensions]
-        duplicates = sorted({name for name in names if names.count(name) > 1})
-        if duplicates:
-            raise ValueError(f"dimension names must be unique: {', '.join(duplicates)}")
-        total = math.fsum(dimension.weight for dimension in dimensions)
-        if abs(total - 1.0) > WEIGHT_TOLERANCE:
-            raise ValueError(f"weights must sum to 1, they sum to {total:.10g}")
-        return dimensions
-
-
-def _bands(*lines: str) -> list[str]:
-    return list(lines)
-
-
-#: Seed 004's six dimensions, types, categories and weights; descriptions in our own words.
-DEFAULT_SPEC: Final = RubricSpec(
-    description="Seed 004: an LLM judge scores goal, tools, process, context, errors, output.",
-    dimensions=[
-        CategoricalDimension(
-            type="categorical",
-            name="goal_achievement",
-            weight=0.30,
-            description="Did the agent get done what it was asked to do?",
-            categories=[
-                Category(label="failed", value=0, description="not done: gave up or got stuck"),
-                Category(label="partial", value=1, description="real progress, left unfinished"),
-                Category(label="complete", value=2, description="done, as asked"),
-                Category(
-                    label="exceeded",
-                    value=3,
-                    description="done, plus worthwhile improvements nobody asked for",
-                ),
-            ],
-        ),
-        NumericDimension(
-            type="numeric",
-            name="tool_efficiency",
-            weight=0.20,
-            description="Did the agent choose the right tools and use them without waste?",
-            guidance=_bands(
-                "0.0-0.3: unsuitable tools, the same failing call retried again and again",
-                "0.4-0.6: some poor choices or needless repeats",
-                "0.7-0.8: mostly the right tool, few retries",
-                "0.9-1.0: the best tool every time, independent calls batched",
-            ),
-        ),
-        NumericDimension(
-            type="numeric",
-            name="process_adherence",
-            weight=0.20,
-            description=(
-                "Did the agent work methodically: plan multi-step work, inspect before it "
-                "changes things, follow the project's prescribed procedures?"
-            ),
-            guidance=_bands(
-                "0.0-0.3: no plan, procedures ignored, haphazard",
-                "0.4-0.6: some method, with clear lapses",
-                "0.7-0.8: sound method, small slips",
-                "0.9-1.0: a model workflow throughout",
-            ),
-        ),
-        NumericDimension(
-            type="numeric",
-            name="context_efficiency",
-            weight=0.15,
-            description="Did the agent fetch only the information it needed, once?",
-            guidance=_bands(
-                "0.0-0.3: loads far more than it uses, fetches the same things repeatedly",
-                "0.4-0.6: noticeable redundant lookups",
-                "0.7-0.8: mostly targeted lookups, a little waste",
-                "0.9-1.0: lean, targeted lookups only",
-            ),
-        ),
-        CategoricalDimension(
-            type="categorical",
-            name="error_handling",
-            weight=0.10,
-            description="How did the agent deal with errors and obstacles?",
-            categories=[
-                Category(
-                    label="poor", value=0, description="ignored errors or repeated failing calls"
-                ),
-                Category(
-                    label="struggled", value=1, description="got past them after many attempts"
-                ),
-                Category(label="recovered", value=2, description="changed course quickly"),
-                Category(
-                    label="prevented",
-                    value=3,
-                    description="checked before acting, so errors never happened",
-                ),
-            ],
-        ),
-        NumericDimension(
-            type="numeric",
-            name="output_quality",
-            weight=0.05,
-            description="How good is what the agent produced?",
-            guidance=_bands(
-                "0.0-0.3: broken or invalid results",
-                "0.4-0.6: usable but rough",
-                "0.7-0.8: clean and correct",
-                "0.9-1.0: polished",
-            ),
-        ),
-    ],
-)
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedSpec:
-    """A rubric spec with the bytes it came from (they are part of the judge cache key)."""
-
-    spec: RubricSpec
-    source: bytes
-    path: Path | None = None
-
-
-def _default_source(spec: RubricSpec) -> bytes:
-    return json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()
-
-
-def _describe_loc(loc: Sequence[int | str], data: object) -> str:
-    """``dimensions[2] (tool_efficiency).weight`` from pydantic's location tuple."""
-    parts: list[str] = []
-    node: object = data
-    skip_tag = False
-    for part in loc:
-        if skip_tag:
-            # pydantic puts the discriminator's value after a union member's index.
-            skip_tag = False
-            continue
-        if isinstance(part, int):
-            label = f"[{part}]"
-            child = node[part] if isinstance(node, list) and part < len(node) else None
-            if isinstance(child, dict) and isinstance(child.get("name"), str):
-                label += f" ({child['name']})"
-            parts.append(label)
-            skip_tag = parts[:1] == ["dimensions"] and len(parts) == 2
-            node = child
-        else:
-            parts.append(f".{part}" if parts else part)
-            node = node.get(part) if isinstance(node, dict) else None
-    return "".join(parts) or "rubric"
-
-
-def validate_spec(data: object, where: str) -> RubricSpec:
-    """Validate a rubric mapping; RubricError names ``where`` and the first invalid field."""
-    try:
-        return RubricSpec.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        message = first["msg"].removeprefix("Value error, ")
-        more = exc.error_count() - 1
-        suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-        raise RubricError(
-            f"{where}: {_describe_loc(first['loc'], data)}: {message}{suffix}"
-        ) from exc
-
-
-def load_rubric_file(path: str | Path) -> LoadedSpec:
-    """Read and validate a TOML (``.toml``) or JSON (``.json``) rubric file."""
-    path = Path(path)
-    try:
-        source = path.read_bytes()
-    except OSError as exc:
-        raise RubricError(f"{path}: cannot read rubric file: {exc.strerror or exc}") from exc
-    suffix = path.suffix.lower()
-    try:
-        text = source.decode("utf-8")
-        if suffix == ".toml":
-            data: object = tomllib.loads(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        else:
-            raise RubricError(f"{path}: rubric files must end in .toml or .json")
-    except UnicodeDecodeError as exc:
-        raise RubricError(f"{path}: not UTF-8 text: {exc.reason}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise RubricError(f"{path}: invalid TOML: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise RubricError(f"{path}: invalid JSON: {exc.msg} (line {exc.lineno})") from exc
-    return LoadedSpec(validate_spec(data, str(path)), source, path)
 
 
 # --------------------------------------------------------------------------- prompt
@@ -700,7 +428,7 @@ class WeightedJudgeRubric:
         cache: JudgeCache | None = None,
     ) -> None:
         self.spec = spec
-        self.source = _default_source(spec) if source is None else source
+        self.source = default_source(spec) if source is None else source
         self.judge = judge
         self.cache = cache
 
@@ -781,11 +509,11 @@ class WeightedJudgeRubric:
         ]
         verdicts = aggregate_chunks(self.spec, per_chunk)
         dimensions: dict[str, DimensionScore] = {}
-        overall = 0.0
+        shares: list[float] = []
         for dimension in self.spec.dimensions:
             verdict = verdicts[dimension.name]
             share = dimension.weight * normalise(dimension, verdict.value)
-            overall += share
+            shares.append(share)
             evidence = list(verdict.evidence)
             if verdict.rationale.strip():
                 evidence.append(f"rationale: {verdict.rationale.strip()}")
@@ -800,7 +528,15 @@ class WeightedJudgeRubric:
                 {name: v.raw for name, v in chunk.items()} for chunk in per_chunk
             ]
         return self._result(
-            session_id, context, timestamp, dimensions, overall, [], len(mine), usage, extra
+            session_id,
+            context,
+            timestamp,
+            dimensions,
+            math.fsum(shares),
+            [],
+            len(mine),
+            usage,
+            extra,
         )
 
     def _prompts(self, session_id: str, task: str | None, lines: list[str]) -> list[str]:
