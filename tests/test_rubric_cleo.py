@@ -449,3 +449,18 @@ def test_an_invalid_dict_entry_is_an_error_naming_its_index_and_field() -> None:
     raw[1]["result"]["success"] = "maybe"
     with pytest.raises(EntryError, match=r"entries\[1\]: result\.success: "):
         grade(raw)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_grading_leaves_the_garbage_collector_as_it_found_it(enabled: bool) -> None:
+    import gc
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        grade(sequence(("tasks", "find")))
+        with pytest.raises(EntryError):
+            grade([{"timestamp": "bad"}])
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
