@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import types
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -18,6 +20,7 @@ import pytest
 
 from pytest_cleo_grade.errors import RubricError
 from pytest_cleo_grade.models import DimensionScore, GradeResult
+from pytest_cleo_grade.rubrics import hookspecs
 from pytest_cleo_grade.rubrics.base import GradeContext, Rubric, RubricConfig
 from pytest_cleo_grade.rubrics.cleo import grade_entries
 from pytest_cleo_grade.rubrics.hookspecs import hookimpl
@@ -338,3 +341,17 @@ def test_the_documented_example_test_passes_against_the_installed_rubric(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
+
+
+def test_the_example_in_the_hook_specs_docstring_registers_a_working_rubric(
+    manager: pluggy.PluginManager,
+) -> None:
+    doc = inspect.getdoc(hookspecs.cleo_grade_register_rubrics) or ""
+    code = textwrap.dedent(doc.split("Example::", 1)[1].split(":param", 1)[0])
+    module = types.ModuleType("docstring_example")
+    exec(compile(code, "hookspec-example", "exec"), module.__dict__)
+    register_plugin(manager, module)
+    session = [entry("tasks", "find", at=i) for i in range(7)]
+    result = grade_with_rubric("few-calls", session, session_id="s1", manager=manager)
+    assert result.total_score == 80
+    assert result.to_json_dict()["rubric"] == "few-calls"
