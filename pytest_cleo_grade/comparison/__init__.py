@@ -32,6 +32,7 @@ from pytest_cleo_grade.comparison.metrics import (
     scores_from_judge,
 )
 from pytest_cleo_grade.comparison.render import render_markdown, render_text
+from pytest_cleo_grade.comparison.rubric import ComparisonRubric
 from pytest_cleo_grade.comparison.sheet import load_score_sheet, parse_score_sheet
 from pytest_cleo_grade.comparison.stats import Interval, RunSummary, Stability, bootstrap
 from pytest_cleo_grade.comparison.structural import (
@@ -57,6 +58,7 @@ __all__ = [
     "Comparison",
     "ComparisonError",
     "ComparisonRecord",
+    "ComparisonRubric",
     "DecideOn",
     "Decision",
     "DecisionKind",

@@ -46,8 +46,9 @@ METRICS: Final[tuple[tuple[MetricId, str], ...]] = (
 )
 METRIC_IDS: Final[tuple[MetricId, ...]] = tuple(metric for metric, _ in METRICS)
 
-#: Judge = any callable that takes the prompt and returns the judge's text (JSON expected).
-Judge = Callable[[str], str]
+#: Judge = any callable that takes the prompt and returns the judge's text (JSON expected), or
+#: an object with that text as ``.text`` (the package's JudgeReply).
+Judge = Callable[[str], Any]
 
 _SCALE: Final = {
     "Q-01": "How accurately does the agent identify and describe code patterns? "
@@ -274,10 +275,12 @@ def scores_from_judge(
     judge: Judge, *, query: str, output_text: str, mode: Mode
 ) -> SubstantiveScores:
     """Ask ``judge`` for the six scores of one output and validate its answer."""
-    answer = judge(judge_prompt(query=query, output_text=output_text, mode=mode))
-    if not isinstance(answer, str):
+    answer: object = judge(judge_prompt(query=query, output_text=output_text, mode=mode))
+    # The package's judges may answer with a reply object carrying ``text`` (and usage).
+    text = getattr(answer, "text", answer)
+    if not isinstance(text, str):
         raise JudgeError(f"judge returned {type(answer).__name__}, expected the answer text")
-    return parse_judge_answer(answer)
+    return parse_judge_answer(text)
 
 
 def validate_records(rows: Iterable[Mapping[str, Any]], where: str) -> list[ComparisonRecord]:
