@@ -30,6 +30,7 @@ from pytest_cleo_grade.rubrics.registry import (
     grade_with_rubric,
     make_plugin_manager,
     register_plugin,
+    register_plugins_with_hooks,
     rubric_names,
 )
 from pytest_cleo_grade.rubrics.weighted import WeightedJudgeRubric
@@ -355,3 +356,15 @@ def test_the_example_in_the_hook_specs_docstring_registers_a_working_rubric(
     result = grade_with_rubric("few-calls", session, session_id="s1", manager=manager)
     assert result.total_score == 80
     assert result.to_json_dict()["rubric"] == "few-calls"
+
+
+def test_only_candidates_defining_a_rubric_hook_are_registered(
+    manager: pluggy.PluginManager,
+) -> None:
+    with_hook = plugin_module(ConstantRubric())
+    without_hook = types.ModuleType("conftest_without_hook")
+    candidates = [with_hook, without_hook, object(), with_hook]
+    assert register_plugins_with_hooks(manager, candidates) == 1
+    assert register_plugins_with_hooks(manager, candidates) == 0
+    assert not manager.is_registered(without_hook)
+    assert rubric_names(manager) == ["cleo", "constant", "weighted"]

@@ -40,6 +40,7 @@ __all__ = [
     "hookimpl",
     "make_plugin_manager",
     "register_plugin",
+    "register_plugins_with_hooks",
     "rubric_names",
 ]
 
@@ -143,6 +144,23 @@ def register_plugin(manager: pluggy.PluginManager, plugin: object, name: str | N
     except (pluggy.PluginValidationError, ValueError) as exc:
         manager.unregister(plugin)
         raise RubricError(f"cannot register rubric plugin {name or plugin!r}: {exc}") from exc
+
+
+def register_plugins_with_hooks(manager: pluggy.PluginManager, candidates: Iterable[object]) -> int:
+    """Register those of ``candidates`` that define a rubric hook; returns how many are new.
+
+    The pytest plugin passes ``config.pluginmanager.get_plugins()``: every conftest module
+    that defines ``cleo_grade_register_rubrics`` joins the rubric registry, the rest (pytest's
+    own plugins, conftests without the hook) are left alone.
+    """
+    added = 0
+    for candidate in candidates:
+        if manager.is_registered(candidate):
+            continue
+        if any(inspect.isroutine(getattr(candidate, name, None)) for name in _HOOK_NAMES):
+            register_plugin(manager, candidate)
+            added += 1
+    return added
 
 
 def _describe(rubric: object) -> str:
