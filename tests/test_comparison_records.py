@@ -16,6 +16,7 @@ from pytest_cleo_grade.comparison import (
     compare_grades,
     compare_records,
     comparison_grade,
+    comparison_properties,
     judge_prompt,
     load_score_sheet,
     parse_judge_answer,
@@ -541,3 +542,22 @@ def test_without_unstable_verdicts_there_is_no_worst_case() -> None:
     comparison = compare_records(seed_example(), "sonnet", "haiku", decide_on="worst")
     assert comparison.worst_case is None
     assert comparison.decision.rule == "M5"
+
+
+def test_junit_properties_of_a_comparison_grade() -> None:
+    result = grade("haiku", "TQ-1", "quick", {**FOURS, "Q-06": 5})
+    properties = comparison_properties(result)
+    assert properties[:4] == [
+        ("cleo_variant", "haiku"),
+        ("cleo_query", "TQ-1"),
+        ("cleo_mode", "quick"),
+        ("cleo_q_average", "4.17"),
+    ]
+    assert ("cleo_Q-06", "5") in properties
+    assert ("cleo_S-01", "pass") in properties
+    assert len(properties) == 4 + 6 + 6
+
+
+def test_a_plain_grade_has_no_comparison_properties() -> None:
+    plain = GradeResult(session_id="p", total_score=1, dimensions={}, timestamp=NOW, entry_count=0)
+    assert comparison_properties(plain) == []

@@ -16,7 +16,11 @@ from pytest_cleo_grade.comparison.compare import (
     compare_records,
     records_from_grades,
 )
-from pytest_cleo_grade.comparison.grades import COMPARISON_DIMENSIONS, comparison_grade
+from pytest_cleo_grade.comparison.grades import (
+    COMPARISON_DIMENSIONS,
+    comparison_grade,
+    comparison_properties,
+)
 from pytest_cleo_grade.comparison.metrics import (
     METRICS,
     MODES,
@@ -79,6 +83,7 @@ __all__ = [
     "compare_grades",
     "compare_records",
     "comparison_grade",
+    "comparison_properties",
     "decide",
     "decision_exit_status",
     "judge_prompt",

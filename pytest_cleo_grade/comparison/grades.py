@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Final, Literal
 
 from pydantic import ValidationError
@@ -30,7 +31,7 @@ from pytest_cleo_grade.models import (
 )
 from pytest_cleo_grade.rubrics.cleo import coerce_entries, order_entries
 
-__all__ = ["COMPARISON_DIMENSIONS", "RUBRIC_NAME", "comparison_grade"]
+__all__ = ["COMPARISON_DIMENSIONS", "RUBRIC_NAME", "comparison_grade", "comparison_properties"]
 
 RUBRIC_NAME: Final = "comparison"
 #: The dimensions of a comparison grade, in order: 6 checks (1 point each), 6 metrics (5 each).
@@ -130,3 +131,33 @@ def comparison_grade(
             "operational": operational.as_dict(),
         }
     )
+
+
+def comparison_properties(result: GradeResult) -> list[tuple[str, str]]:
+    """JUnit properties of a comparison grade, beside the plugin's usual ``cleo_*`` ones.
+
+    ``cleo_variant``, ``cleo_query``, ``cleo_mode``, ``cleo_q_average`` (two decimals, half
+    up), one ``cleo_Q-0N`` per metric and one ``cleo_S-0N`` (``pass``/``fail``) per check.
+    Empty for a grade without the comparison extras.
+    """
+    extra = result.model_extra or {}
+    if "variant" not in extra or not isinstance(extra.get("substantive"), Mapping):
+        return []
+    scores: Mapping[str, Any] = extra["substantive"]
+    values = [value for value in scores.values() if isinstance(value, int)]
+    properties = [
+        ("cleo_variant", str(extra["variant"])),
+        ("cleo_query", str(extra.get("query", ""))),
+        ("cleo_mode", str(extra.get("mode", ""))),
+    ]
+    if values:
+        average = Decimal(sum(values)) / Decimal(len(values))
+        rounded = average.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+        properties.append(("cleo_q_average", str(rounded)))
+    properties += [(f"cleo_{metric}", str(value)) for metric, value in scores.items()]
+    structural = extra.get("structural")
+    if isinstance(structural, Mapping):
+        properties += [
+            (f"cleo_{check}", "pass" if passed else "fail") for check, passed in structural.items()
+        ]
+    return properties

@@ -27,6 +27,7 @@ __all__ = [
     "measure_operational",
     "parse_judge_answer",
     "scores_from_judge",
+    "validate_records",
 ]
 
 Mode = Literal["quick", "medium", "thorough"]
