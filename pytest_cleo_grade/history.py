@@ -6,7 +6,7 @@ import fcntl
 import json
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from pytest_cleo_grade.errors import CleoGradeWarning, HistoryError
 from pytest_cleo_grade.models import GradeResult, format_validation_error
 
-__all__ = ["DEFAULT_HISTORY", "append_grade", "grade_line", "read_grades"]
+__all__ = ["DEFAULT_HISTORY", "append_grade", "append_grades", "grade_line", "read_grades"]
 
 DEFAULT_HISTORY = Path(".cleo") / "metrics" / "GRADES.jsonl"
 
@@ -44,8 +44,15 @@ def append_grade(result: GradeResult, path: str | os.PathLike[str]) -> None:
     The line is written whole or not at all: if the write fails (a full disk), the file is
     cut back to its previous length before the error is raised as HistoryError.
     """
+    append_grades([result], path)
+
+
+def append_grades(results: Iterable[GradeResult], path: str | os.PathLike[str]) -> None:
+    """Append several grades in one locked write and one fsync (all of them or none)."""
     target = Path(path)
-    data = (grade_line(result) + "\n").encode()
+    data = "".join(grade_line(result) + "\n" for result in results).encode()
+    if not data:
+        return
     try:
         with _locked_append(target) as fd:
             size = os.fstat(fd).st_size

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
-from pytest_cleo_grade.history import append_grade
+from pytest_cleo_grade.history import append_grades
 from pytest_cleo_grade.models import GradeResult
 from pytest_cleo_grade.options import (
     MARKER_DOC,
@@ -43,6 +43,7 @@ REPORTER_KEY = pytest.StashKey["GradeReporter"]()
 MARKER_KEY = pytest.StashKey[MarkerOptions]()
 SESSION_KEY = pytest.StashKey["GradedSession"]()
 GRADED_KEY = pytest.StashKey[GradedTest]()
+STORE_KEY = pytest.StashKey["SharedStore"]()
 
 
 class GradedSession(GradeSession):
@@ -67,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_DOC)
     options = load_options(config)
     config.stash[OPTIONS_KEY] = options
+    config.stash[STORE_KEY] = SharedStore(options.db_path)
     # Writers live on the controller only: a worker's grades reach the controller on its
     # test reports, and the controller persists, summarises and gates.
     if not hasattr(config, "workerinput"):
@@ -78,9 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     reporter = config.stash.get(REPORTER_KEY, None)
     if reporter is not None:
-        reporter.close()
         del config.stash[REPORTER_KEY]
         config.pluginmanager.unregister(reporter)
+    store = config.stash.get(STORE_KEY, None)
+    if store is not None:
+        store.close()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -90,24 +94,47 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.stash[MARKER_KEY] = marker_options(item)
 
 
+class SharedStore:
+    """One audit store connection per process, opened on first use and closed at unconfigure.
+
+    Keeping a connection open stops SQLite from checkpointing and removing the WAL each time
+    a test's session closes its own connection, which would otherwise dominate the cost of a
+    graded test; the controller also writes the grades table through it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._store: AuditStore | None = None
+
+    def get(self) -> AuditStore:
+        if self._store is None:
+            self._store = AuditStore(self.path)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
 def _warn(message: str) -> None:
     warnings.warn(CleoGradeWarning(message), stacklevel=2)
 
 
 @pytest.fixture
-def graded_session(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GradedSession]:
+def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
     """A grade-mode session for this test; the test body's entries are graded when it ends."""
     options = request.config.stash[OPTIONS_KEY]
     session = GradedSession(
         SessionSettings(db_path=options.db_path, history_path=options.history_path)
     )
     try:
+        request.config.stash[STORE_KEY].get()
         session.start()
     except CleoGradeError as exc:
         # An unwritable store must not decide the test: grade from a private store instead.
-        fallback = tmp_path_factory.mktemp("cleo-grade") / "audit.db"
+        factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+        fallback = factory.mktemp("cleo-grade") / "audit.db"
         _warn(f"cleo-grade: {exc}; recording this test into {fallback} instead")
         session.close()
         session = GradedSession(
@@ -189,9 +216,9 @@ class GradeReporter:
         self.options = options
         self.graded: list[GradedTest] = []
         self.problems: list[str] = []
-        self._store: AuditStore | None = None
+        self._store = config.stash[STORE_KEY]
         self._store_failed = False
-        self._history_failed = False
+        self._pending_history: list[GradeResult] = []
         self._run: RunGrade | None = None
         self._order: dict[str, int] = {}
 
@@ -206,26 +233,23 @@ class GradeReporter:
         self._persist(graded.result)
 
     def _persist(self, result: GradeResult) -> None:
-        # Each storage gets one warning, not one per test; a failure never touches outcomes.
-        if not self._history_failed:
-            try:
-                append_grade(result, self.options.history_path)
-            except CleoGradeError as exc:
-                self._history_failed = True
-                self.problems.append(f"cleo-grade: grade history not written: {exc}")
+        # GRADES.jsonl is appended once at the end of the run (one lock, one fsync instead of
+        # one per test); the grades table, a cheap WAL commit, is written as grades arrive.
+        self._pending_history.append(result)
         if not self._store_failed:
             try:
-                if self._store is None:
-                    self._store = AuditStore(self.options.db_path)
-                self._store.add_grade(result)
+                self._store.get().add_grade(result)
             except (CleoGradeError, OSError) as exc:
+                # One warning per storage, not one per test; outcomes are never touched.
                 self._store_failed = True
                 self.problems.append(f"cleo-grade: grades table not written: {exc}")
 
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+    def _flush_history(self) -> None:
+        pending, self._pending_history = self._pending_history, []
+        try:
+            append_grades(pending, self.options.history_path)
+        except CleoGradeError as exc:
+            self.problems.append(f"cleo-grade: grade history not written: {exc}")
 
     # -- the run's grade -----------------------------------------------------------------
 
@@ -264,6 +288,7 @@ class GradeReporter:
         return result
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._flush_history()
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         run = self.run
         if not path or not (run.tests or run.gate is not None):
