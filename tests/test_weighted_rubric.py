@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from pytest_cleo_grade.errors import JudgeError
@@ -342,3 +344,13 @@ def test_usage_totals_sum_judged_grades_and_ignore_the_others() -> None:
         "requests": 3,
         "cachedReplies": 0,
     }
+
+
+@pytest.mark.parametrize("entries", [ENTRIES, []], ids=["judged", "empty"])
+def test_weighted_results_validate_against_the_published_grade_schema(
+    entries: list[dict[str, Any]],
+) -> None:
+    schema = json.loads(
+        (Path(__file__).parent.parent / "schemas" / "grade.schema.json").read_text()
+    )
+    jsonschema.validate(grade(Recorder(verdict_json()), entries).to_json_dict(), schema)
