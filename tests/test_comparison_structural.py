@@ -237,9 +237,9 @@ def test_memory_tools_must_come_before_glob_grep_read(
 
 def test_memory_and_scan_tools_are_configurable() -> None:
     config = StructuralConfig(
-        memory_domains=frozenset({"recall"}),
+        memory_domains=frozenset({"Recall"}),
         memory_markers=frozenset(),
-        scan_tools=frozenset({"search"}),
+        scan_tools=frozenset({"Search"}),
     )
     entries = [make("code", "search", 0), make("recall", "lookup", 1)]
     assert not checks(entries=entries, config=config)["S-04"].passed

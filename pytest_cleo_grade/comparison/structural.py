@@ -112,6 +112,18 @@ class StructuralConfig:
     size_policy: Literal["ceiling", "band"] = "ceiling"
     memory_id_pattern: str = DEFAULT_MEMORY_ID
 
+    def __post_init__(self) -> None:
+        # Matching is case-insensitive, so a caller's {"Glob"} must match "glob".
+        for name in (
+            "memory_domains",
+            "memory_markers",
+            "scan_tools",
+            "dispatch_tools",
+            "mutation_tools",
+            "mutation_gateways",
+        ):
+            object.__setattr__(self, name, frozenset(v.lower() for v in getattr(self, name)))
+
     def names(self, entry: AuditEntry) -> set[str]:
         operation = entry.operation.lower()
         return {entry.domain.lower(), operation, operation.rsplit(".", 1)[-1]}
