@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -486,3 +488,15 @@ def test_the_options_live_in_one_group_in_the_help(pytester: pytest.Pytester) ->
         ]
     )
     result.stdout.fnmatch_lines(["  cleo_grade_fail_under (string):*"])
+
+
+def test_the_docs_options_table_lists_every_option_and_ini_key(pytester: pytest.Pytester) -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "plugin.md").read_text()
+    table = [line for line in docs.splitlines() if line.startswith("| `--cleo-grade-")]
+    help_text = pytester.runpytest("--help").stdout.str()
+    options = sorted(set(re.findall(r"--cleo-grade-[a-z-]+", help_text)))
+    ini_keys = sorted(set(re.findall(r"^  (cleo_grade_[a-z_]+) ", help_text, re.MULTILINE)))
+    assert len(options) == len(ini_keys) == len(table) == 5
+    for option, row in zip(sorted(options), sorted(table), strict=True):
+        assert row.startswith(f"| `{option}")
+        assert f"`{option[2:].replace('-', '_')}`" in row
