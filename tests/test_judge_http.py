@@ -212,3 +212,17 @@ def test_a_judge_answering_something_else_than_text_is_a_judge_error() -> None:
 )
 def test_json_is_extracted_from_fences_and_surrounding_prose(text: str, expected: str) -> None:
     assert extract_json_text(text) == expected
+
+
+def test_a_local_judge_is_never_sent_through_a_proxy(
+    server: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeJudgeServer() as closed:
+        dead_proxy = closed.base_url  # nothing listens there any more
+    for variable in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(variable, dead_proxy)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    judge, _ = make_judge(server, retries=0)
+    assert judge("p").text.startswith("{")
+    assert server.count == 1

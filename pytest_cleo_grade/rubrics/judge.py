@@ -8,6 +8,7 @@ import os
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ __all__ = [
 #: HTTP statuses worth another attempt: rate limiting and server-side failures.
 _RETRY_STATUSES: Final = frozenset({429}) | frozenset(range(500, 600))
 _ERROR_BODY_CHARS: Final = 200
+_LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +221,11 @@ class OpenAICompatibleJudge:
             self.sampling["seed"] = seed
         self._environ = os.environ if environ is None else environ
         self._sleep = sleep
+        # A proxy cannot reach this machine's loopback address: never send local judges
+        # (a model served on localhost, the tests' fake server) through HTTP(S)_PROXY.
+        host = urllib.parse.urlsplit(self.url).hostname or ""
+        handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK_HOSTS else []
+        self._opener = urllib.request.build_opener(*handlers)
 
     @classmethod
     def from_settings(
@@ -272,7 +279,7 @@ class OpenAICompatibleJudge:
         for attempt in range(attempts):
             request = urllib.request.Request(self.url, data=body, headers=dict(headers))
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                with self._opener.open(request, timeout=self.timeout) as response:
                     data: bytes = response.read()
                     return data
             except urllib.error.HTTPError as exc:
