@@ -44,6 +44,7 @@ MARKER_KEY = pytest.StashKey[MarkerOptions]()
 SESSION_KEY = pytest.StashKey["GradedSession"]()
 GRADED_KEY = pytest.StashKey[GradedTest]()
 STORE_KEY = pytest.StashKey["SharedStore"]()
+MARKER_ERROR_KEY = pytest.StashKey[str]()
 
 
 class GradedSession(GradeSession):
@@ -87,11 +88,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         store.close()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Validating markers at collection turns a typo into one usage error before any test runs.
+    on_worker = hasattr(config, "workerinput")
     for item in items:
-        if item.get_closest_marker("cleo_grade") is not None:
+        if item.get_closest_marker("cleo_grade") is None:
+            continue
+        try:
             item.stash[MARKER_KEY] = marker_options(item)
+        except pytest.UsageError as exc:
+            if not on_worker:
+                raise
+            # A usage error on an xdist worker would crash it (the controller collects
+            # nothing); the test errors at setup with the same message instead.
+            item.stash[MARKER_ERROR_KEY] = str(exc)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    message = item.stash.get(MARKER_ERROR_KEY, None)
+    if message is not None:
+        pytest.fail(message, pytrace=False)
 
 
 class SharedStore:

@@ -93,3 +93,45 @@ def test_workers_never_write_history_or_summaries_themselves(
     history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
     test_ids = [json.loads(line)["testId"] for line in history.read_text().splitlines()]
     assert len(test_ids) == len(set(test_ids)) == 14
+
+
+def test_under_xdist_the_gate_alone_sets_the_exit_status(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+        def test_perfect(graded_session):
+            perfect(graded_session)
+
+        def test_sloppy(graded_session):
+            forty(graded_session)
+        """,
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--cleo-grade-gate=B")
+    result.assert_outcomes(passed=2)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["gate FAILED: mean 70% is below 75% (B)"])
+
+
+def test_under_xdist_an_invalid_marker_errors_its_test_instead_of_crashing_a_worker(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+        @pytest.mark.cleo_grade(threshold="B")
+        def test_typo(graded_session):
+            perfect(graded_session)
+
+        def test_fine(graded_session):
+            perfect(graded_session)
+        """,
+    )
+    result = pytester.runpytest_subprocess("-n", "2")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cleo-grade: test_agent.py::test_typo: @pytest.mark.cleo_grade:"
+            " unknown argument 'threshold'; accepted: fail_under, mode"
+        ]
+    )
+    assert "INTERNALERROR" not in result.stdout.str()
