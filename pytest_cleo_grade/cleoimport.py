@@ -112,21 +112,10 @@ def import_cleo_db(
     importing the same database again adds nothing. Returns (rows read, rows added).
     """
     with AuditStore(cleo_db, read_only=True) as source:
-        if session_id is None:
-            entries: list[AuditEntry] = []
-            ids: list[str] = []
-            for sid in source.session_ids():
-                rows = source.session_rows(sid)
-                entries.extend(source.rows_to_entries(rows))
-                ids.extend(str(row["id"]) for row in rows)
-        else:
-            rows = source.session_rows(session_id)
-            entries = source.rows_to_entries(rows)
-            ids = [str(row["id"]) for row in rows]
-    if not entries:
+        sessions = source.session_ids() if session_id is None else [session_id]
+        items = [item for sid in sessions for item in source.session_items(sid)]
+    if not items:
         which = f"session {session_id}" if session_id else "any session"
         raise StoreError(f"{cleo_db}: no audit entries for {which}")
-    added = store.append_rows(
-        entry_row(entry, entry_id) for entry, entry_id in zip(entries, ids, strict=True)
-    )
-    return len(entries), added
+    added = store.append_rows(entry_row(entry, row_id) for row_id, entry in items)
+    return len(items), added

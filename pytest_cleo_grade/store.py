@@ -17,7 +17,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from pytest_cleo_grade.errors import StoreError
-from pytest_cleo_grade.models import AuditEntry, GradeResult, format_validation_error
+from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import order_entries
 
 __all__ = [
@@ -26,7 +26,6 @@ __all__ = [
     "DEFAULT_DB",
     "AuditStore",
     "entry_row",
-    "row_entry_dict",
 ]
 
 _T = TypeVar("_T")
@@ -60,9 +59,6 @@ CLEO_COLUMNS: Final = (
     "idempotency_key",
 )
 AUDIT_COLUMNS: Final = (*CLEO_COLUMNS, "exit_code", "metadata_json")
-
-# CLEO writes these into task_id when a call concerned no task.
-_NO_TASK: Final = frozenset({"system", "unknown"})
 
 _INSERT: Final = (
     f"INSERT OR IGNORE INTO audit_log ({', '.join(AUDIT_COLUMNS)}) "
@@ -171,59 +167,6 @@ def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]
         result.exit_code,
         _json(extra) if extra else None,
     )
-
-
-def _parse_time(text: str) -> str:
-    # CLEO writes ISO strings with Z; its SQL default (datetime('now')) writes naive UTC.
-    if "T" not in text and "+" not in text and not text.endswith("Z"):
-        return text.replace(" ", "T") + "Z"
-    return text
-
-
-def row_entry_dict(row: sqlite3.Row | dict[str, Any]) -> dict[str, Any]:
-    """An ``audit_log`` row as a CLEO-shaped entry dict, mapping CLEO's conventions.
-
-    ``details_json`` → params, ``operation`` (or ``action``) → operation, null domain →
-    ``unknown``, null source → ``cli``, task_id ``system``/``unknown`` → no taskId, and the
-    exit code from ``exit_code`` when the row has one, else 0 on success and 1 on failure
-    (CLEO stores no exit codes).
-    """
-    keys = row.keys()
-    success_value = row["success"]
-    # Legacy CLEO rows predate the success column; they only logged completed mutations.
-    success = True if success_value is None else bool(success_value)
-    exit_code = row["exit_code"] if "exit_code" in keys else None
-    if exit_code is None:
-        exit_code = 0 if success else 1
-    operation = row["operation"]
-    if operation is None:
-        operation = row["action"]
-    details = row["details_json"]
-    params = json.loads(details) if details else {}
-    metadata: dict[str, Any] = {}
-    raw_meta = row["metadata_json"] if "metadata_json" in keys else None
-    if raw_meta:
-        metadata.update(json.loads(raw_meta))
-    metadata["source"] = row["source"] if row["source"] is not None else "cli"
-    metadata["gateway"] = row["gateway"]
-    task_id = row["task_id"]
-    if task_id is not None and task_id not in _NO_TASK:
-        metadata["taskId"] = task_id
-    duration = row["duration_ms"]
-    return {
-        "timestamp": _parse_time(row["timestamp"]),
-        "sessionId": row["session_id"],
-        "domain": row["domain"] if row["domain"] is not None else "unknown",
-        "operation": operation,
-        "params": params,
-        "result": {
-            "success": success,
-            "exitCode": exit_code,
-            "duration": duration if duration is not None else 0,
-        },
-        "metadata": metadata,
-        "error": row["error_message"],
-    }
 
 
 class AuditStore:
@@ -389,41 +332,76 @@ class AuditStore:
 
     # -- reading ------------------------------------------------------------------------
 
-    def session_rows(self, session_id: str) -> list[sqlite3.Row]:
-        """The raw rows of one session (exact id match) in session order."""
-        # rowid breaks timestamp ties: it grows with insertion order.
-        return self._read(
-            "SELECT * FROM audit_log WHERE session_id = ? ORDER BY timestamp, rowid",
-            (session_id,),
-        )
-
     def session_entries(self, session_id: str) -> list[AuditEntry]:
-        """Every entry of one session (exact id match), by timestamp, ties in insertion order.
-
-        SQLite builds each entry's JSON (the mapping of :func:`row_entry_dict`, in SQL) and
-        pydantic validates the whole session from JSON in one call: several times faster
-        than building dicts in Python. A row the fast path cannot take (malformed
-        details_json, an invalid field) is looked up again row by row for a precise error.
-        """
-        where = "WHERE session_id = ? ORDER BY timestamp, rowid"
-        try:
-            with self._lock:
-                parts = self._conn.execute(
-                    f"SELECT {self._entry_json_sql()} FROM audit_log {where}", (session_id,)
-                ).fetchall()
-            entries = _ENTRIES.validate_json("[" + ",".join(row[0] for row in parts) + "]")
-        except (sqlite3.Error, ValidationError):
-            entries = self.rows_to_entries(self.session_rows(session_id))
-        # Text order is time order for our own rows; CLEO databases mix timestamp forms.
+        """Every entry of one session (exact id match), by timestamp, ties in insertion order."""
+        _, entries = self._load(session_id)
+        # Text order is time order for rows we wrote; CLEO databases mix timestamp forms.
         return order_entries(entries)
 
-    def _entry_json_sql(self) -> str:
-        columns = set(self._columns)
+    def session_items(self, session_id: str) -> list[tuple[str, AuditEntry]]:
+        """(row id, entry) pairs of one session in stored order (for copying rows by id)."""
+        ids, entries = self._load(session_id)
+        return list(zip(ids, entries, strict=True))
+
+    def _load(self, session_id: str) -> tuple[list[str], list[AuditEntry]]:
+        # SQLite builds each entry's JSON (CLEO's conventions mapped in SQL, see
+        # _ENTRY_JSON) and pydantic validates the whole session from that text in one call:
+        # several times faster than building dicts row by row in Python.
+        # rowid breaks timestamp ties: it grows with insertion order.
+        sql = (
+            f"SELECT id, {self._entry_json} FROM audit_log "
+            "WHERE session_id = ? ORDER BY timestamp, rowid"
+        )
+        try:
+            with self._lock:
+                rows = self._conn.execute(sql, (session_id,)).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "malformed JSON" not in str(exc):
+                raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
+            raise StoreError(
+                f"{self.path}: audit_log row {self._malformed_row(session_id)}: "
+                "details_json or metadata_json is not valid JSON"
+            ) from exc
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
+        try:
+            entries = _ENTRIES.validate_json("[" + ",".join(row[1] for row in rows) + "]")
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            index, *field = error["loc"]
+            row_id = rows[index][0] if isinstance(index, int) else "?"
+            place = ".".join(str(part) for part in field) or "entry"
+            raise StoreError(
+                f"{self.path}: audit_log row {row_id}: {place}: {error['msg']}"
+            ) from exc
+        return [str(row[0]) for row in rows], entries
+
+    def _malformed_row(self, session_id: str) -> str:
+        check = "json_valid(coalesce(nullif(details_json, ''), '{}'))"
+        if "metadata_json" in self._columns:
+            check += " AND json_valid(coalesce(metadata_json, '{}'))"
+        rows = self._read(
+            f"SELECT id FROM audit_log WHERE session_id = ? AND NOT ({check}) "
+            "ORDER BY timestamp, rowid LIMIT 1",
+            (session_id,),
+        )
+        return str(rows[0][0]) if rows else "?"
+
+    @property
+    def _entry_json(self) -> str:
+        """The SQL expression of one row as a CLEO-shaped entry (AuditEntry JSON).
+
+        ``details_json`` → params, ``operation`` (or ``action`` when null) → operation, null
+        domain → ``unknown``, ``success`` 1/0 (null on legacy rows: true), ``exit_code`` when
+        the row has one, else 0 on success and 1 on failure (CLEO stores no exit codes), null
+        source → ``cli``, task_id ``system``/``unknown`` → no taskId, ``metadata_json`` merged
+        into metadata, and SQLite's naive ``YYYY-MM-DD HH:MM:SS`` default read as UTC.
+        """
         exit_code = "CASE WHEN success = 0 THEN 1 ELSE 0 END"
-        if "exit_code" in columns:
-            exit_code = f"coalesce(exit_code, {exit_code})"
         metadata = "'{}'"
-        if "metadata_json" in columns:
+        if "exit_code" in self._columns:
+            exit_code = f"coalesce(exit_code, {exit_code})"
+        if "metadata_json" in self._columns:
             metadata = "coalesce(metadata_json, '{}')"
         return f"""json_object(
             'timestamp', CASE WHEN instr(timestamp, 'T') OR instr(timestamp, 'Z')
@@ -441,19 +419,6 @@ class AuditStore:
                 'gateway', gateway,
                 'taskId', CASE WHEN task_id IN ('system', 'unknown') THEN NULL ELSE task_id END)),
             'error', error_message)"""
-
-    def rows_to_entries(self, rows: Sequence[sqlite3.Row]) -> list[AuditEntry]:
-        """Validate rows one by one into entries; a bad row is a StoreError naming its id."""
-        entries: list[AuditEntry] = []
-        for row in rows:
-            where = f"{self.path}: audit_log row {row['id']}"
-            try:
-                entries.append(AuditEntry.model_validate(row_entry_dict(row)))
-            except ValidationError as exc:
-                raise StoreError(format_validation_error(exc, where)) from exc
-            except (ValueError, TypeError) as exc:
-                raise StoreError(f"{where}: {exc}") from exc
-        return entries
 
     def session_ids(self) -> list[str]:
         """Distinct session ids in the store, in order of their first entry."""
