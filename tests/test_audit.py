@@ -297,3 +297,13 @@ def test_a_store_deleted_and_recreated_between_calls_is_reopened(grade_env: Path
         leftover.unlink()  # the store and its -wal/-shm, as `rm -rf .cleo` would
     audit.record("tasks", "find", {"n": 2})
     assert [row["params"] for row in stored(grade_env)] == [{"n": 2}]
+
+
+def test_params_json_cannot_hold_are_recorded_as_text(grade_env: Path) -> None:
+    class Opaque:
+        def __str__(self) -> str:
+            return "<opaque>"
+
+    audit.record("tasks", "find", {"path": Path("/x/y"), "obj": Opaque(), "text": "ü"})
+    (row,) = stored(grade_env)
+    assert row["params"] == {"path": "/x/y", "obj": "<opaque>", "text": "ü"}
