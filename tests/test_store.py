@@ -186,6 +186,21 @@ def test_a_locked_database_gives_a_clear_error_after_the_busy_timeout(tmp_path: 
         holder.close()
 
 
+def test_opening_a_database_another_process_holds_locked_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError, match="database is locked by another process"):
+            AuditStore(path, timeout=0.05)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
 def test_a_store_whose_directory_cannot_be_created_gives_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
