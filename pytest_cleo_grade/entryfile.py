@@ -21,7 +21,11 @@ def _reject_constant(name: str) -> Any:
 
 
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_reject_constant)
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        # Pathologically nested input must be an input error, not a traceback.
+        raise ValueError("nested too deeply") from None
 
 
 def load_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:

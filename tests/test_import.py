@@ -242,3 +242,10 @@ def test_an_empty_entries_file_is_an_error(tmp_path: Path) -> None:
     path.write_text("\n\n")
     with pytest.raises(EntryError, match="empty"):
         read_entries_file(path)
+
+
+def test_pathologically_nested_json_is_an_entry_error_naming_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text(entry_line(1) + "\n" + '{"a":' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(EntryError, match=r"e\.jsonl:2: invalid JSON: nested too deeply"):
+        read_entries_file(path)
