@@ -331,6 +331,8 @@ class AuditStore:
                 return action(self._conn)
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: cannot write: {_describe(exc)}") from exc
+            except OverflowError as exc:  # an integer beyond SQLite's 64 bits (an exit code)
+                raise StoreError(f"{self.path}: cannot write: {exc}") from exc
 
     # -- reading ------------------------------------------------------------------------
 

@@ -303,3 +303,18 @@ def test_a_cleo_database_that_is_not_one_is_refused(
     status, _, err = run(capsys, "grade", "s1", "--cleo-db", "other.db")
     assert status == 2
     assert "no audit_log table" in err
+
+
+def test_an_exit_code_beyond_64_bits_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
+    monkeypatch.setenv("CLEO_SESSION_ID", "s")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "a.db"))
+    status, _, err = run(capsys, "record", "a", "b", "--exit-code", str(2**70))
+    assert status == 2
+    assert err.startswith("cleo-grade: error: ") and "too large" in err
+    (in_tmp / "e.jsonl").write_text(line(0, result={"success": False, "exitCode": 2**70}))
+    status, _, err = run(capsys, "import", "e.jsonl")
+    assert status == 2
+    assert "too large" in err
