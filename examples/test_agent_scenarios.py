@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from tracker_agent import DemoAgent, TaskTracker
 
-from pytest_cleo_grade.plugin import GradedSession
+from pytest_cleo_grade.graded import GradedSession
 
 SCENARIOS = [
     "fresh_discovery",

@@ -6,6 +6,9 @@ can use it without the pytest glue (which lives in ``pytest_cleo_grade.plugin``)
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pytest_cleo_grade.errors import (
     CleoGradeError,
     CleoGradeWarning,
@@ -14,18 +17,44 @@ from pytest_cleo_grade.errors import (
     RubricError,
     StoreError,
 )
-from pytest_cleo_grade.history import append_grade, read_grades
-from pytest_cleo_grade.models import (
-    AuditEntry,
-    AuditMetadata,
-    AuditResult,
-    DimensionScore,
-    GradeResult,
-    letter_for,
-)
-from pytest_cleo_grade.rubrics.cleo import grade_entries
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.history import append_grade, read_grades
+    from pytest_cleo_grade.models import (
+        AuditEntry,
+        AuditMetadata,
+        AuditResult,
+        DimensionScore,
+        GradeResult,
+        letter_for,
+    )
+    from pytest_cleo_grade.rubrics.cleo import grade_entries
 
 __version__ = "0.1.0"
+
+# pytest imports this package in every run wherever it is installed (the plugin is an entry
+# point), so the names below, which pull in pydantic, load on first use rather than here.
+_LAZY: dict[str, str] = {
+    "append_grade": "pytest_cleo_grade.history",
+    "read_grades": "pytest_cleo_grade.history",
+    "AuditEntry": "pytest_cleo_grade.models",
+    "AuditMetadata": "pytest_cleo_grade.models",
+    "AuditResult": "pytest_cleo_grade.models",
+    "DimensionScore": "pytest_cleo_grade.models",
+    "GradeResult": "pytest_cleo_grade.models",
+    "letter_for": "pytest_cleo_grade.models",
+    "grade_entries": "pytest_cleo_grade.rubrics.cleo",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AuditEntry",

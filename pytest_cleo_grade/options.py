@@ -10,8 +10,8 @@ from typing import Any, Final, Literal
 
 import pytest
 
-from pytest_cleo_grade.history import DEFAULT_HISTORY
-from pytest_cleo_grade.thresholds import THRESHOLD_FORMS, parse_grade_threshold
+# Thresholds are parsed with pytest_cleo_grade.thresholds, imported where used: it pulls in
+# pydantic, which a run that sets no option and grades nothing should not pay for.
 
 __all__ = [
     "MARKER_DOC",
@@ -28,6 +28,8 @@ Mode = Literal["fail", "report"]
 MODES: Final[tuple[Mode, ...]] = ("fail", "report")
 MODE_FORMS: Final = "fail (a grade below the threshold fails the test) or report (annotate only)"
 DEFAULT_DB: Final = Path(".cleo") / "audit.db"
+#: history.DEFAULT_HISTORY, spelled out so that loading the options imports no pydantic.
+DEFAULT_HISTORY: Final = Path(".cleo") / "metrics" / "GRADES.jsonl"
 
 MARKER_DOC: Final = (
     "cleo_grade(fail_under=GRADE, mode='fail'|'report'): grade threshold and mode of a test "
@@ -36,6 +38,8 @@ MARKER_DOC: Final = (
 
 
 def _threshold_arg(value: str) -> float:
+    from pytest_cleo_grade.thresholds import parse_grade_threshold
+
     try:
         return parse_grade_threshold(value)
     except ValueError as exc:
@@ -129,6 +133,8 @@ def _ini_threshold(config: pytest.Config, name: str) -> float | None:
     text = _ini(config, name)
     if text is None:
         return None
+    from pytest_cleo_grade.thresholds import parse_grade_threshold
+
     try:
         return parse_grade_threshold(text)
     except ValueError as exc:
@@ -183,6 +189,8 @@ class MarkerOptions:
 
 
 def _marker_threshold(value: object) -> float:
+    from pytest_cleo_grade.thresholds import THRESHOLD_FORMS, parse_grade_threshold
+
     if isinstance(value, str | int | float):
         return parse_grade_threshold(value)
     raise ValueError(f"invalid grade {value!r}: expected {THRESHOLD_FORMS}")

@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Generator, Iterable, Iterator
-from datetime import datetime
-from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
 from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
-from pytest_cleo_grade.history import append_grades
-from pytest_cleo_grade.models import GradeResult
 from pytest_cleo_grade.options import (
     MARKER_DOC,
     MarkerOptions,
@@ -21,44 +18,38 @@ from pytest_cleo_grade.options import (
     load_options,
     marker_options,
 )
-from pytest_cleo_grade.report import (
-    GRADE_ATTRIBUTE,
-    GradedTest,
-    RunGrade,
-    decode_graded_test,
-    encode_graded_test,
-    failure_message,
-    junit_properties,
-    markdown_summary,
-    summary_line,
-    summary_lines,
-)
-from pytest_cleo_grade.session import GradeSession, SessionSettings
-from pytest_cleo_grade.store import AuditStore
 
-__all__ = ["GradeReporter", "GradedSession", "graded_session"]
+if TYPE_CHECKING:
+    from pytest_cleo_grade.graded import GradedSession, SharedStore
+    from pytest_cleo_grade.models import GradeResult
+    from pytest_cleo_grade.report import GradedTest, RunGrade
+
+# pytest loads this module in every run of every project where the package is installed, so
+# it imports only pytest and the option layer; pydantic, SQLite and the rubric load when a
+# test first requests ``graded_session`` (or a gate is set). Unused, the plugin costs nothing.
+
+__all__ = ["GRADE_ATTRIBUTE", "GradeReporter", "graded_session"]
+
+#: The TestReport attribute carrying a graded test's JSON to the controller. pytest copies a
+#: report's extra attributes through its (xdist) serialisation, as it does for ``wasxfail``.
+GRADE_ATTRIBUTE: Final = "cleo_grade"
 
 OPTIONS_KEY = pytest.StashKey[PluginOptions]()
 REPORTER_KEY = pytest.StashKey["GradeReporter"]()
 MARKER_KEY = pytest.StashKey[MarkerOptions]()
 SESSION_KEY = pytest.StashKey["GradedSession"]()
-GRADED_KEY = pytest.StashKey[GradedTest]()
+GRADED_KEY = pytest.StashKey["GradedTest"]()
 STORE_KEY = pytest.StashKey["SharedStore"]()
 MARKER_ERROR_KEY = pytest.StashKey[str]()
 
 
-class GradedSession(GradeSession):
-    """The ``graded_session`` fixture: a GradeSession that remembers its latest grade.
+def _shared_store(config: pytest.Config) -> SharedStore:
+    store = config.stash.get(STORE_KEY, None)
+    if store is None:
+        from pytest_cleo_grade.graded import SharedStore
 
-    ``result`` is None until the test grades explicitly or the plugin grades the finished
-    test body; afterwards it is the latest GradeResult.
-    """
-
-    result: GradeResult | None = None
-
-    def grade(self, *, now: datetime | None = None) -> GradeResult:
-        self.result = super().grade(now=now)
-        return self.result
+        store = config.stash[STORE_KEY] = SharedStore(config.stash[OPTIONS_KEY].db_path)
+    return store
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -69,7 +60,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_DOC)
     options = load_options(config)
     config.stash[OPTIONS_KEY] = options
-    config.stash[STORE_KEY] = SharedStore(options.db_path)
     # Writers live on the controller only: a worker's grades reach the controller on its
     # test reports, and the controller persists, summarises and gates.
     if not hasattr(config, "workerinput"):
@@ -111,29 +101,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.fail(message, pytrace=False)
 
 
-class SharedStore:
-    """One audit store connection per process, opened on first use and closed at unconfigure.
-
-    Keeping a connection open stops SQLite from checkpointing and removing the WAL each time
-    a test's session closes its own connection, which would otherwise dominate the cost of a
-    graded test; the controller also writes the grades table through it.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._store: AuditStore | None = None
-
-    def get(self) -> AuditStore:
-        if self._store is None:
-            self._store = AuditStore(self.path)
-        return self._store
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-
-
 def _warn(message: str) -> None:
     warnings.warn(CleoGradeWarning(message), stacklevel=2)
 
@@ -141,12 +108,15 @@ def _warn(message: str) -> None:
 @pytest.fixture
 def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
     """A grade-mode session for this test; the test body's entries are graded when it ends."""
+    from pytest_cleo_grade.graded import GradedSession
+    from pytest_cleo_grade.session import SessionSettings
+
     options = request.config.stash[OPTIONS_KEY]
     session = GradedSession(
         SessionSettings(db_path=options.db_path, history_path=options.history_path)
     )
     try:
-        request.config.stash[STORE_KEY].get()
+        _shared_store(request.config).get()
         session.start()
     except CleoGradeError as exc:
         # An unwritable store must not decide the test: grade from a private store instead.
@@ -175,6 +145,8 @@ def _threshold(item: pytest.Item, options: PluginOptions) -> tuple[float | None,
 
 
 def _grade_item(item: pytest.Item, session: GradedSession) -> GradedTest | None:
+    from pytest_cleo_grade.report import GradedTest
+
     options = item.config.stash[OPTIONS_KEY]
     try:
         result = session.grade()
@@ -203,6 +175,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         raise
     graded = _grade_item(item, session)
     if graded is not None and graded.mode == "fail" and not graded.passed:
+        from pytest_cleo_grade.report import failure_message
+
         # Raised here, in the call phase, the grade surfaces as FAILED (not a teardown
         # ERROR) with a proper crash line, serially and under xdist alike.
         pytest.fail(failure_message(graded), pytrace=False)
@@ -216,6 +190,8 @@ def pytest_runtest_makereport(
     report = yield
     graded = item.stash.get(GRADED_KEY, None)
     if call.when == "call" and graded is not None:
+        from pytest_cleo_grade.report import encode_graded_test, junit_properties
+
         properties = junit_properties(graded.result)
         # item.user_properties feeds the teardown report, which junitxml reads; the call
         # report gets them too for hooks that look there.
@@ -233,7 +209,6 @@ class GradeReporter:
         self.options = options
         self.graded: list[GradedTest] = []
         self.problems: list[str] = []
-        self._store = config.stash[STORE_KEY]
         self._store_failed = False
         self._pending_history: list[GradeResult] = []
         self._run: RunGrade | None = None
@@ -245,6 +220,8 @@ class GradeReporter:
         encoded = getattr(report, GRADE_ATTRIBUTE, None)
         if report.when != "call" or not isinstance(encoded, str):
             return
+        from pytest_cleo_grade.report import decode_graded_test
+
         graded = decode_graded_test(encoded)
         self.graded.append(graded)
         self._persist(graded.result)
@@ -255,7 +232,7 @@ class GradeReporter:
         self._pending_history.append(result)
         if not self._store_failed:
             try:
-                self._store.get().add_grade(result)
+                _shared_store(self.config).get().add_grade(result)
             except (CleoGradeError, OSError) as exc:
                 # One warning per storage, not one per test; outcomes are never touched.
                 self._store_failed = True
@@ -263,6 +240,10 @@ class GradeReporter:
 
     def _flush_history(self) -> None:
         pending, self._pending_history = self._pending_history, []
+        if not pending:
+            return
+        from pytest_cleo_grade.history import append_grades
+
         try:
             append_grades(pending, self.options.history_path)
         except CleoGradeError as exc:
@@ -288,37 +269,45 @@ class GradeReporter:
         last = len(self._order)
         return tuple(sorted(self.graded, key=lambda test: self._order.get(test.nodeid, last)))
 
-    @property
-    def run(self) -> RunGrade:
-        if self._run is None:
-            return RunGrade(self._in_collection_order(), self.options.gate)
-        return self._run
+    def _current_run(self) -> RunGrade | None:
+        """The run's grade, or None when there is nothing to show (no grades, no gate)."""
+        if self._run is not None:
+            return self._run
+        if not self.graded and self.options.gate is None:
+            return None
+        from pytest_cleo_grade.report import RunGrade
+
+        return RunGrade(self._in_collection_order(), self.options.gate)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         result = yield
         # Decided once, after every report arrived (under xdist the controller's loop ends
         # when all workers are done); the summary prints this same verdict.
-        self._run = RunGrade(self._in_collection_order(), self.options.gate)
-        if self._run.gate_failed:
+        self._run = self._current_run()
+        if self._run is not None and self._run.gate_failed:
             session.testsfailed += 1
         return result
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._flush_history()
         path = os.environ.get("GITHUB_STEP_SUMMARY")
-        run = self.run
-        if not path or not (run.tests or run.gate is not None):
+        run = self._current_run()
+        if not path or run is None:
             return
+        from pytest_cleo_grade.report import markdown_summary
+
         try:
-            with Path(path).open("a", encoding="utf-8") as handle:
+            with open(path, "a", encoding="utf-8") as handle:
                 handle.write(markdown_summary(run))
         except OSError as exc:
             self.problems.append(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        run = self.run
-        if run.tests or run.gate is not None:
+        run = self._current_run()
+        if run is not None:
+            from pytest_cleo_grade.report import summary_line, summary_lines
+
             if self.config.get_verbosity() < 0:
                 terminalreporter.write_line(summary_line(run))
             else:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from pytest_cleo_grade.models import GradeResult, letter_for
 
 __all__ = [
-    "GRADE_ATTRIBUTE",
     "GradedTest",
     "RunGrade",
     "decode_graded_test",
@@ -24,10 +23,6 @@ __all__ = [
     "summary_line",
     "summary_lines",
 ]
-
-#: The TestReport attribute carrying a graded test's JSON to the controller. pytest copies a
-#: report's extra attributes through its (xdist) serialisation, as it does for ``wasxfail``.
-GRADE_ATTRIBUTE: Final = "cleo_grade"
 
 
 def passes(percent: float, threshold: float | None) -> bool:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
 import pytest
 
+from pytest_cleo_grade import history, options
 from pytest_cleo_grade.store import AuditStore
 from tests.plugin_suites import FORTY_FLAGS, make_suite
 
@@ -284,3 +287,19 @@ def test_disabling_the_plugin_removes_the_fixture_and_the_options(
     assert not (pytester.path / ".cleo").exists()
     usage = pytester.runpytest("-p", "no:cleo_grade", "--cleo-grade-gate=B")
     assert usage.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_loading_the_plugin_imports_neither_pydantic_nor_sqlite(tmp_path: Path) -> None:
+    # pytest loads the plugin in every run wherever it is installed; unused, it must be cheap.
+    code = (
+        "import sys, pytest_cleo_grade.plugin\n"
+        "print(sorted(m for m in ('pydantic', 'sqlite_utils', 'sqlite3') if m in sys.modules))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    assert completed.stdout.strip() == "[]"
+
+
+def test_the_plugin_default_history_path_is_the_history_modules() -> None:
+    assert options.DEFAULT_HISTORY == history.DEFAULT_HISTORY
