@@ -186,3 +186,25 @@ def test_two_sessions_on_one_store_stay_apart(settings: SessionSettings) -> None
         assert [e.operation for e in second.entries] == ["end"]
     with AuditStore(settings.db_path, read_only=True) as store:
         assert store.session_ids() == [first.id, second.id]
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        (
+            "pytest_cleo_grade.store",
+            {"pytest", "pytest_cleo_grade.audit", "pytest_cleo_grade.session"},
+        ),
+        ("pytest_cleo_grade.audit", {"pytest", "pytest_cleo_grade.session"}),
+        ("pytest_cleo_grade.session", {"pytest", "pytest_cleo_grade.plugin"}),
+        ("pytest_cleo_grade.cleoimport", {"pytest", "pytest_cleo_grade.session"}),
+    ],
+)
+def test_capture_modules_import_nothing_from_a_higher_layer(
+    module: str, forbidden: set[str]
+) -> None:
+    code = (
+        f"import sys, {module}; print(sorted(m for m in {sorted(forbidden)!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
