@@ -21,7 +21,6 @@ from pytest_cleo_grade.options import (
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.graded import GradedSession, SharedStore
-    from pytest_cleo_grade.models import GradeResult
     from pytest_cleo_grade.report import GradedTest, RunGrade
 
 # pytest loads this module in every run of every project where the package is installed, so
@@ -41,6 +40,7 @@ SESSION_KEY = pytest.StashKey["GradedSession"]()
 GRADED_KEY = pytest.StashKey["GradedTest"]()
 STORE_KEY = pytest.StashKey["SharedStore"]()
 MARKER_ERROR_KEY = pytest.StashKey[str]()
+PROPERTIES_KEY = pytest.StashKey[list[tuple[str, object]]]()
 
 
 def _shared_store(config: pytest.Config) -> SharedStore:
@@ -134,6 +134,7 @@ def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
         yield session
     finally:
         session.close()
+        del request.node.stash[SESSION_KEY]
 
 
 def _threshold(item: pytest.Item, options: PluginOptions) -> tuple[float | None, str | None, str]:
@@ -166,6 +167,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     session = item.stash.get(SESSION_KEY, None)
     if session is None:
         return (yield)
+    if GRADED_KEY in item.stash:
+        del item.stash[GRADED_KEY]  # an earlier run of this item (a rerun plugin)
     try:
         outcome = yield
     except (Exception, pytest.fail.Exception):
@@ -194,7 +197,10 @@ def pytest_runtest_makereport(
 
         properties = junit_properties(graded.result)
         # item.user_properties feeds the teardown report, which junitxml reads; the call
-        # report gets them too for hooks that look there.
+        # report gets them too for hooks that look there. A rerun replaces, never repeats.
+        for stale in item.stash.get(PROPERTIES_KEY, []):
+            item.user_properties.remove(stale)
+        item.stash[PROPERTIES_KEY] = properties
         item.user_properties.extend(properties)
         report.user_properties.extend(properties)
         setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
@@ -207,10 +213,11 @@ class GradeReporter:
     def __init__(self, config: pytest.Config, options: PluginOptions) -> None:
         self.config = config
         self.options = options
-        self.graded: list[GradedTest] = []
+        # Keyed by node id: a test run again in the same session (a rerun plugin) keeps only
+        # its final grade, so every graded test is stored exactly once.
+        self.graded: dict[str, GradedTest] = {}
         self.problems: list[str] = []
-        self._store_failed = False
-        self._pending_history: list[GradeResult] = []
+        self._persisted = False
         self._run: RunGrade | None = None
         self._order: dict[str, int] = {}
 
@@ -223,29 +230,29 @@ class GradeReporter:
         from pytest_cleo_grade.report import decode_graded_test
 
         graded = decode_graded_test(encoded)
-        self.graded.append(graded)
-        self._persist(graded.result)
+        self.graded.pop(graded.nodeid, None)
+        self.graded[graded.nodeid] = graded
 
-    def _persist(self, result: GradeResult) -> None:
-        # GRADES.jsonl is appended once at the end of the run (one lock, one fsync instead of
-        # one per test); the grades table, a cheap WAL commit, is written as grades arrive.
-        self._pending_history.append(result)
-        if not self._store_failed:
-            try:
-                _shared_store(self.config).get().add_grade(result)
-            except (CleoGradeError, OSError) as exc:
-                # One warning per storage, not one per test; outcomes are never touched.
-                self._store_failed = True
-                self.problems.append(f"cleo-grade: grades table not written: {exc}")
+    def _persist(self) -> None:
+        """Store every final grade once: the grades table, then one append to GRADES.jsonl.
 
-    def _flush_history(self) -> None:
-        pending, self._pending_history = self._pending_history, []
-        if not pending:
+        Done at the end of the run (one lock and one fsync for the history rather than one
+        per test). A storage failure becomes a warning; outcomes are never touched.
+        """
+        if self._persisted or not self.graded:
             return
+        self._persisted = True
+        results = [test.result for test in self._in_collection_order()]
+        try:
+            store = _shared_store(self.config).get()
+            for result in results:
+                store.add_grade(result)
+        except (CleoGradeError, OSError) as exc:
+            self.problems.append(f"cleo-grade: grades table not written: {exc}")
         from pytest_cleo_grade.history import append_grades
 
         try:
-            append_grades(pending, self.options.history_path)
+            append_grades(results, self.options.history_path)
         except CleoGradeError as exc:
             self.problems.append(f"cleo-grade: grade history not written: {exc}")
 
@@ -267,7 +274,8 @@ class GradeReporter:
         # Reports arrive in completion order under xdist; the table follows collection order
         # so that a parallel run prints what a serial run prints.
         last = len(self._order)
-        return tuple(sorted(self.graded, key=lambda test: self._order.get(test.nodeid, last)))
+        tests = self.graded.values()
+        return tuple(sorted(tests, key=lambda test: self._order.get(test.nodeid, last)))
 
     def _current_run(self) -> RunGrade | None:
         """The run's grade, or None when there is nothing to show (no grades, no gate)."""
@@ -290,7 +298,7 @@ class GradeReporter:
         return result
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self._flush_history()
+        self._persist()
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         run = self._current_run()
         if not path or run is None:

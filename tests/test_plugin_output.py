@@ -303,3 +303,41 @@ def test_loading_the_plugin_imports_neither_pydantic_nor_sqlite(tmp_path: Path) 
 
 def test_the_plugin_default_history_path_is_the_history_modules() -> None:
     assert options.DEFAULT_HISTORY == history.DEFAULT_HISTORY
+
+
+RERUN_CONFTEST = """
+import pytest
+from _pytest.runner import runtestprotocol
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    # What rerun plugins do: run the same item again within one session.
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    runtestprotocol(item, nextitem=nextitem, log=True)
+    runtestprotocol(item, nextitem=nextitem, log=True)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+"""
+
+
+def test_a_test_run_twice_in_one_session_is_stored_and_reported_once_with_its_final_grade(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(RERUN_CONFTEST)
+    make_suite(
+        pytester,
+        """
+        attempts = []
+
+        def test_flaky(graded_session):
+            attempts.append(1)
+            (forty if len(attempts) == 1 else perfect)(graded_session)
+        """,
+    )
+    result = pytester.runpytest("--junitxml=out.xml")
+    result.stdout.fnmatch_lines(["test_agent.py::test_flaky  100/100 *", "run grade A: *"])
+    [line] = (pytester.path / ".cleo" / "metrics" / "GRADES.jsonl").read_text().splitlines()
+    assert json.loads(line)["totalScore"] == 100
+    props = properties(junit_cases(pytester.path / "out.xml")["test_flaky"])
+    assert [value for name, value in props if name == "cleo_grade"] == ["A"]
+    assert len(props) == 10
