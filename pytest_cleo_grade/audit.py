@@ -154,6 +154,8 @@ def _store_for(path: Path) -> AuditStore:
     if cached is not None and cached[1] == _identity(path):
         return cached[0]
     with _stores_lock:
+        if _stores.get(key) is not cached:  # another thread reopened it meanwhile
+            return _stores[key][0]
         if cached is not None:
             cached[0].close()  # same process (the key holds the pid), so safe to close
         store = AuditStore(path)

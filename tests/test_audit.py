@@ -307,3 +307,18 @@ def test_params_json_cannot_hold_are_recorded_as_text(grade_env: Path) -> None:
     audit.record("tasks", "find", {"path": Path("/x/y"), "obj": Opaque(), "text": "ü"})
     (row,) = stored(grade_env)
     assert row["params"] == {"path": "/x/y", "obj": "<opaque>", "text": "ü"}
+
+
+def test_threads_recording_at_once_lose_nothing(grade_env: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(worker: int) -> None:
+        for i in range(100):
+            assert audit.record("tasks", "find", {"w": worker, "i": i}) is not None
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(work, range(8)))
+    rows = stored(grade_env)
+    assert sorted((r["params"]["w"], r["params"]["i"]) for r in rows) == [
+        (w, i) for w in range(8) for i in range(100)
+    ]
