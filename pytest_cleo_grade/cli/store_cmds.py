@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -19,6 +18,7 @@ from pytest_cleo_grade.cleoimport import (
     select_session,
 )
 from pytest_cleo_grade.cli.common import CommandError
+from pytest_cleo_grade.entryfile import _loads as strict_json_loads
 from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
 
 __all__ = ["add_db_option", "db_path", "register"]
@@ -119,12 +119,9 @@ def run_import(args: argparse.Namespace) -> int:
 def _params(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
-
-    def reject(name: str) -> Any:
-        raise ValueError(f"{name} is not valid JSON")
-
     try:
-        value = json.loads(text, parse_constant=reject)
+        # The entry files' parser: NaN, Infinity and absurd nesting are input errors too.
+        value = strict_json_loads(text)
     except ValueError as exc:
         raise CommandError(f"cleo-grade record: --params is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
