@@ -2,6 +2,9 @@
 
 The package root imports neither pytest nor sqlite_utils, so the CLI and third-party rubrics
 can use it without the pytest glue (which lives in ``pytest_cleo_grade.plugin``).
+
+PYTEST_DONT_REWRITE: this module holds no assertions; the marker stops pytest from warning, in
+every in-process pytester run, that the already imported plugin package cannot be rewritten.
 """
 
 from __future__ import annotations

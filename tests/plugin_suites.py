@@ -46,11 +46,9 @@ def make_suite(
     inherit this project's ``filterwarnings = error``.
     """
     pytester.makepyfile(agents=AGENTS)
-    # In-process runs re-import the installed plugin, which pytest would warn about.
     pytester.makeini(
         "[pytest]\naddopts = -p no:cacheprovider\n"
-        f"filterwarnings =\n    {warnings}\n    ignore::pytest.PytestAssertRewriteWarning\n"
-        + textwrap.dedent(ini)
+        f"filterwarnings =\n    {warnings}\n" + textwrap.dedent(ini)
     )
     pytester.makepyfile(
         test_agent="from agents import perfect, seventy_five, forty\nimport pytest\n"
