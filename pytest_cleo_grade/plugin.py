@@ -171,6 +171,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         del item.stash[GRADED_KEY]  # an earlier run of this item (a rerun plugin)
     try:
         outcome = yield
+    except pytest.xfail.Exception:
+        raise  # pytest.xfail() derives from pytest.fail's exception but is not a failure
     except (Exception, pytest.fail.Exception):
         # A test that failed on its own keeps its failure; its grade is still recorded.
         # Skips, xfail() calls and interrupts (other BaseExceptions) are not graded.

@@ -225,17 +225,23 @@ def test_a_test_that_fails_on_its_own_keeps_its_failure_and_is_still_graded(
     assert (line["testId"], line["totalScore"]) == ("test_agent.py::test_broken", 40)
 
 
-def test_a_test_skipped_from_its_body_is_not_graded(pytester: pytest.Pytester) -> None:
+def test_a_test_skipped_or_xfailed_from_its_body_is_not_graded(
+    pytester: pytest.Pytester,
+) -> None:
     make_suite(
         pytester,
         """
         def test_skips(graded_session):
             forty(graded_session)
             pytest.skip("not today")
+
+        def test_xfails(graded_session):
+            forty(graded_session)
+            pytest.xfail("known gap")
         """,
     )
     result = pytester.runpytest("--cleo-grade-fail-under=A")
-    result.assert_outcomes(skipped=1)
+    result.assert_outcomes(skipped=1, xfailed=1)
     assert not (pytester.path / ".cleo" / "metrics").exists()
 
 
