@@ -18,11 +18,18 @@ from pytest_cleo_grade.cli.common import (
     print_json,
     render_grade,
 )
+from pytest_cleo_grade.cli.rubric_cmds import (
+    add_rubric_options,
+    grade_context_from_args,
+    rubric_config_from_args,
+)
 from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
 from pytest_cleo_grade.entryfile import load_entries_file
 from pytest_cleo_grade.history import append_grade, read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult
-from pytest_cleo_grade.rubrics.cleo import grade_entries, grade_ordered
+from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC
+from pytest_cleo_grade.rubrics.cleo import grade_entries
+from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 from pytest_cleo_grade.store import AuditStore
 
 __all__ = ["register"]
@@ -59,6 +66,7 @@ def register(subparsers: Any) -> None:
     )
     add_db_option(grade)
     add_history_option(grade)
+    add_rubric_options(grade)
     grade.set_defaults(handler=run_grade)
 
     listing = subparsers.add_parser(
@@ -109,24 +117,44 @@ def run_grade(args: argparse.Namespace) -> int:
         raise CommandError(f"cleo-grade grade: {options} cannot be combined")
     if args.entries:
         session_id, entries = _entries_from_file(args.entries, session_id)
-        return report(args, grade_entries(entries, session_id=session_id))
+        cache = db_path(args)
+        # The judge cache lives in the audit store; use it only if there already is one.
+        return report(args, _grade(args, entries, session_id, cache if cache.is_file() else None))
     if not session_id:
         raise CommandError("cleo-grade grade: give SESSION_ID (or --entries FILE)")
     if args.cleo_db:
         with AuditStore(find_cleo_db(args.cleo_db), read_only=True) as cleo:
             entries = cleo.session_entries(session_id)
-        return report(args, grade_ordered(entries, session_id=session_id))
+        # Someone else's database is never written to, not even by the judge cache.
+        return report(args, _grade(args, entries, session_id, None))
     path = db_path(args)
     if not path.is_file():
         raise CommandError(
             f"cleo-grade grade: no audit store at {path} (pass --db PATH or set CLEO_AUDIT_DB)"
         )
     # Open for writing only when the grade is saved into the store's grades table.
-    with AuditStore(path, read_only=args.no_save) as store:
-        result = grade_ordered(store.session_entries(session_id), session_id=session_id)
-        if not args.no_save:
-            store.add_grade(result)
+    with AuditStore(path, read_only=args.no_save) as audit:
+        entries = audit.session_entries(session_id)
+    result = _grade(args, entries, session_id, path)
+    if not args.no_save:
+        with AuditStore(path) as audit:
+            audit.add_grade(result)
     return report(args, result)
+
+
+def _grade(
+    args: argparse.Namespace, entries: list[AuditEntry], session_id: str, cache: Path | None
+) -> GradeResult:
+    if args.rubric == DEFAULT_RUBRIC:
+        # Entries from a file or a store are validated already: skip the generic path.
+        return grade_entries(entries, session_id=session_id)
+    return grade_with_rubric(
+        args.rubric,
+        entries,
+        session_id=session_id,
+        config=rubric_config_from_args(args, cache_path=cache),
+        context=grade_context_from_args(args),
+    )
 
 
 def report(args: argparse.Namespace, result: GradeResult) -> int:

@@ -1,0 +1,109 @@
+"""``cleo-grade grade --rubric``: a non-default rubric from the command line, end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade import read_grades
+from pytest_cleo_grade.cli import main
+from tests.entries import sequence
+from tests.fake_judge import FakeJudgeServer, Reply
+
+
+@pytest.fixture
+def server() -> Iterator[FakeJudgeServer]:
+    with FakeJudgeServer() as fake:
+        yield fake
+
+
+def entries_file(tmp_path: Path) -> Path:
+    path = tmp_path / "e.jsonl"
+    rows = sequence(("session", "list"), ("tasks", "find"), ("session", "end"))
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_grading_with_the_weighted_rubric_uses_the_judge_and_saves_the_rubric(
+    tmp_path: Path, server: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rubric = tmp_path / "rubric.json"
+    rubric.write_text('{"dimensions": [{"name": "done", "type": "numeric", "weight": 1}]}')
+    server.default = Reply('{"done": {"score": 0.7, "evidence": ["closed it"]}}')
+    history = tmp_path / "GRADES.jsonl"
+    argv = [
+        "grade",
+        "--entries",
+        str(entries_file(tmp_path)),
+        "--rubric",
+        "weighted",
+        "--rubric-file",
+        str(rubric),
+        "--judge-url",
+        server.base_url,
+        "--judge-model",
+        "judge-1",
+        "--task",
+        "Close the ticket",
+        "--history",
+        str(history),
+        "--json",
+        "--fail-under",
+        "B",
+    ]
+    assert main(argv) == 1  # 70 % is a C
+    data = json.loads(capsys.readouterr().out)
+    assert (data["totalScore"], data["grade"], data["rubric"]) == (70.0, "C", "weighted")
+    assert server.received[0].body["model"] == "judge-1"
+    assert "Close the ticket" in server.received[0].prompt
+    saved = read_grades(history)
+    assert saved[0].model_extra is not None and saved[0].model_extra["rubric"] == "weighted"
+
+
+def test_an_unknown_rubric_is_a_usage_error_listing_the_available_ones(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("cleo-grade")
+    done = subprocess.run(
+        [str(exe), "grade", "--entries", str(entries_file(tmp_path)), "--rubric", "nope"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "unknown rubric 'nope'; available rubrics: cleo, weighted" in done.stderr
+    assert not (tmp_path / ".cleo").exists()
+
+
+def test_a_judge_that_cannot_be_reached_is_a_clean_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeJudgeServer() as fake:
+        url = fake.base_url  # closed on exit: nothing listens there any more
+    rubric = tmp_path / "rubric.json"
+    rubric.write_text('{"dimensions": [{"name": "done", "type": "numeric", "weight": 1}]}')
+    code = main(
+        [
+            "grade",
+            "--entries",
+            str(entries_file(tmp_path)),
+            "--rubric",
+            "weighted",
+            "--rubric-file",
+            str(rubric),
+            "--judge-url",
+            url,
+            "--judge-model",
+            "judge-1",
+            "--no-save",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and url in err
