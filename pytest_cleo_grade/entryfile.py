@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
 
-__all__ = ["load_entries_file", "parse_entries_text"]
+__all__ = ["load_entries_file", "parse_entries_text", "parse_json_strict"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -20,7 +20,8 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _loads(text: str) -> Any:
+def parse_json_strict(text: str) -> Any:
+    """json.loads that rejects NaN and Infinity (ValueError)."""
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
@@ -56,7 +57,7 @@ def parse_entries_text(text: str, where: str) -> list[AuditEntry]:
 
 def _parse_array(text: str, where: str) -> list[AuditEntry]:
     try:
-        data = _loads(text)
+        data = parse_json_strict(text)
     except json.JSONDecodeError as exc:
         raise EntryError(f"{where}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
     except ValueError as exc:
@@ -75,7 +76,7 @@ def _parse_lines(text: str, where: str) -> list[AuditEntry]:
         if not line.strip():
             continue
         try:
-            item = _loads(line)
+            item = parse_json_strict(line)
         except json.JSONDecodeError as exc:
             raise EntryError(f"{where}:{number}: invalid JSON: {exc.msg}") from exc
         except ValueError as exc:

@@ -6,14 +6,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pytest_cleo_grade.cli import compare, grading, rubric_cmds, store_cmds
+from pytest_cleo_grade.cli import compare, export_cmds, grading, rubric_cmds, store_cmds
 from pytest_cleo_grade.cli.common import CommandError, Handler
 from pytest_cleo_grade.errors import CleoGradeError
 
 __all__ = ["build_parser", "main"]
 
 # Each module adds its subcommands; a subparser stores its handler as ``handler``.
-_COMMAND_MODULES = (grading, store_cmds, rubric_cmds, compare)
+_COMMAND_MODULES = (grading, store_cmds, export_cmds, rubric_cmds, compare)
 
 
 class _Parser(argparse.ArgumentParser):

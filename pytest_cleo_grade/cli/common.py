@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from collections.abc import Callable
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pytest_cleo_grade.history import DEFAULT_HISTORY
@@ -97,6 +99,11 @@ def describe_threshold(threshold: float) -> str:
     return f"{threshold:g}% ({letter_for(threshold)})"
 
 
-def env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
-    return Path(value) if value else None
+@contextmanager
+def warnings_to_stderr() -> Iterator[None]:
+    """Show CleoGradeWarnings (a skipped corrupt line) as one stderr line each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        print(f"cleo-grade: warning: {warning.message}", file=sys.stderr)

@@ -10,8 +10,8 @@ from pytest_cleo_grade.cli.common import (
     add_history_option,
     history_path,
     print_json,
+    warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.grading import _warnings_to_stderr
 from pytest_cleo_grade.comparison import (
     ComparisonRecord,
     compare_records,
@@ -101,7 +101,7 @@ def _records(args: argparse.Namespace) -> list[ComparisonRecord]:
     records: list[ComparisonRecord] = []
     if args.history or not args.sheet:
         path = history_path(args)
-        with _warnings_to_stderr():
+        with warnings_to_stderr():
             grades = read_grades(path)
         records.extend(records_from_grades(grades))
     for sheet in args.sheet:

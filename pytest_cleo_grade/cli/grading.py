@@ -17,6 +17,7 @@ from pytest_cleo_grade.cli.common import (
     passes,
     print_json,
     render_grade,
+    warnings_to_stderr,
 )
 from pytest_cleo_grade.cli.rubric_cmds import (
     add_rubric_options,
@@ -51,6 +52,11 @@ def register(subparsers: Any) -> None:
     )
     grade.add_argument("--json", action="store_true", help="print the GradeResult as JSON")
     grade.add_argument("--no-save", action="store_true", help="do not append to the history")
+    grade.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 4 (saving nothing) when the session has no entries",
+    )
     grade.add_argument(
         "--fail-under",
         type=parse_threshold,
@@ -127,19 +133,38 @@ def run_grade(args: argparse.Namespace) -> int:
             entries = cleo.session_entries(session_id)
         # Someone else's database is never written to, not even by the judge cache.
         return report(args, _grade(args, entries, session_id, None))
-    path = db_path(args)
-    if not path.is_file():
-        raise CommandError(
-            f"cleo-grade grade: no audit store at {path} (pass --db PATH or set CLEO_AUDIT_DB)"
-        )
-    # Open for writing only when the grade is saved into the store's grades table.
-    with AuditStore(path, read_only=args.no_save) as audit:
+    if args.rubric == DEFAULT_RUBRIC:
+        return report(args, grade_from_store(db_path(args), session_id, save=not args.no_save))
+    path = _existing_store(db_path(args))
+    with AuditStore(path, read_only=True) as audit:
         entries = audit.session_entries(session_id)
     result = _grade(args, entries, session_id, path)
     if not args.no_save:
         with AuditStore(path) as audit:
             audit.add_grade(result)
     return report(args, result)
+
+
+def _existing_store(path: Path, where: str = "cleo-grade grade") -> Path:
+    if not path.is_file():
+        raise CommandError(
+            f"{where}: no audit store at {path} (pass --db PATH or set CLEO_AUDIT_DB)"
+        )
+    return path
+
+
+def grade_from_store(
+    path: Path, session_id: str, *, save: bool, where: str = "cleo-grade grade"
+) -> GradeResult:
+    """Grade a session of the audit store with the CLEO rubric; ``save``: into its grades table.
+
+    The store is opened for writing only when the grade is saved.
+    """
+    with AuditStore(_existing_store(path, where), read_only=not save) as audit:
+        result = grade_entries(audit.session_entries(session_id), session_id=session_id)
+        if save:
+            audit.add_grade(result)
+    return result
 
 
 def _grade(
@@ -159,6 +184,8 @@ def _grade(
 
 def report(args: argparse.Namespace, result: GradeResult) -> int:
     """Print a grade, save it unless --no-save, and turn --fail-under into the exit status."""
+    if result.entry_count == 0 and args.strict:
+        raise CommandError(f"cleo-grade grade: session {result.session_id} not found", status=4)
     if not args.no_save:
         append_grade(result, history_path(args))
     if result.entry_count == 0:
@@ -189,7 +216,7 @@ def run_list(args: argparse.Namespace) -> int:
         with AuditStore(path, read_only=True) as store:
             grades = store.grades(args.session_id)
     else:
-        with _warnings_to_stderr():
+        with warnings_to_stderr():
             grades = read_grades(path, session_id=args.session_id)
     if args.json:
         print_json([g.to_report_dict() for g in grades])
@@ -213,19 +240,3 @@ def run_list(args: argparse.Namespace) -> int:
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
-
-
-class _warnings_to_stderr:
-    """Show CleoGradeWarnings (a skipped corrupt line) as one stderr line each."""
-
-    def __enter__(self) -> None:
-        import warnings
-
-        self._catcher = warnings.catch_warnings(record=True)
-        self._caught = self._catcher.__enter__()
-        warnings.simplefilter("always")
-
-    def __exit__(self, *exc: object) -> None:
-        self._catcher.__exit__(None, None, None)
-        for warning in self._caught:
-            print(f"cleo-grade: warning: {warning.message}", file=sys.stderr)

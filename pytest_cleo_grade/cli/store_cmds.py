@@ -18,7 +18,7 @@ from pytest_cleo_grade.cleoimport import (
     select_session,
 )
 from pytest_cleo_grade.cli.common import CommandError
-from pytest_cleo_grade.entryfile import _loads as strict_json_loads
+from pytest_cleo_grade.entryfile import parse_json_strict as strict_json_loads
 from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
 
 __all__ = ["add_db_option", "db_path", "register"]

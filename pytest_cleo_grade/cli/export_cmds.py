@@ -1,0 +1,152 @@
+"""``cleo-grade junit`` (history to JUnit XML) and ``cleo-grade query`` (the MCP read gateway)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+from pytest_cleo_grade.cli.common import (
+    CommandError,
+    add_history_option,
+    describe_threshold,
+    history_path,
+    parse_threshold,
+    passes,
+    print_json,
+    render_grade,
+    warnings_to_stderr,
+)
+from pytest_cleo_grade.cli.grading import grade_from_store
+from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
+from pytest_cleo_grade.entryfile import parse_json_strict
+from pytest_cleo_grade.history import append_grade, read_grades
+from pytest_cleo_grade.models import GradeResult
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    junit = subparsers.add_parser(
+        "junit",
+        help="write the grade history as JUnit XML",
+        description=(
+            "Write one <testcase> per graded session (its latest grade) to OUT.xml, with a "
+            "<failure> for each session below --fail-under, so any CI can show the grades."
+        ),
+    )
+    junit.add_argument("output", metavar="OUT.xml", help="where to write the XML ('-' for stdout)")
+    junit.add_argument(
+        "--fail-under",
+        type=parse_threshold,
+        metavar="GRADE",
+        help="sessions below GRADE (a letter or a percentage) become failures; exit status 1",
+    )
+    junit.add_argument("--suite-name", default="cleo-grade", help="the <testsuite> name")
+    add_history_option(junit)
+    junit.set_defaults(handler=run_junit)
+
+    query = subparsers.add_parser(
+        "query",
+        help="the MCP-style read gateway: admin grade / admin grade.list",
+        description=(
+            "CLEO's cleo_query gateway for grades: 'query admin grade {\"sessionId\": ID}' "
+            "grades a session from the audit store (and appends it to the history, as CLEO "
+            "does); 'query admin grade.list' prints the history. Output is JSON."
+        ),
+    )
+    query.add_argument("domain", metavar="DOMAIN")
+    query.add_argument("operation", metavar="OPERATION")
+    query.add_argument("params", nargs="?", default="{}", metavar="PARAMS", help="a JSON object")
+    query.add_argument("--no-save", action="store_true", help="do not append to the history")
+    query.add_argument(
+        "--strict", action="store_true", help="exit with status 4 when the session has no entries"
+    )
+    add_db_option(query)
+    add_history_option(query)
+    query.set_defaults(handler=run_query)
+
+
+def latest_by_session(grades: list[GradeResult]) -> list[GradeResult]:
+    """The last grade of each session, in the order sessions were first graded."""
+    latest: dict[str, GradeResult] = {}
+    for grade in grades:
+        latest[grade.session_id] = grade
+    return list(latest.values())
+
+
+def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
+    summary = (
+        f"{grade.total_score:g}/{grade.max_score:g} ({grade.display_percent}%, "
+        f"grade {grade.letter}), {len(grade.flags)} flag(s)"
+    )
+    case = TestCase(
+        name=grade.session_id,
+        classname="cleo_grade",
+        stdout=render_grade(grade),
+        timestamp=grade.to_json_dict()["timestamp"],
+    )
+    if not passes(grade, threshold):
+        assert threshold is not None
+        case.add_failure_info(
+            message=f"{summary}: below {describe_threshold(threshold)}",
+            output="\n".join(grade.flags),
+            failure_type="cleo_grade",
+        )
+    return case
+
+
+def run_junit(args: argparse.Namespace) -> int:
+    with warnings_to_stderr():
+        grades = latest_by_session(read_grades(history_path(args)))
+    threshold: float | None = args.fail_under
+    cases = [_testcase(grade, threshold) for grade in grades]
+    xml = to_xml_report_string([TestSuite(args.suite_name, cases)], prettyprint=True)
+    if args.output == "-":
+        sys.stdout.write(xml)
+    else:
+        target = Path(args.output)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Write next to the target and rename: a reader never sees half a report.
+            partial = target.with_name(target.name + ".partial")
+            partial.write_text(xml, encoding="utf-8")
+            partial.replace(target)
+        except OSError as exc:
+            raise CommandError(f"cleo-grade junit: {target}: {exc.strerror or exc}") from exc
+        failed = sum(1 for case in cases if case.is_failure())
+        print(f"{target}: {len(cases)} session(s), {failed} below the threshold")
+    return 1 if any(case.is_failure() for case in cases) else 0
+
+
+def run_query(args: argparse.Namespace) -> int:
+    where = "cleo-grade query"
+    try:
+        params = parse_json_strict(args.params)
+    except ValueError as exc:
+        raise CommandError(f"{where}: PARAMS is not valid JSON: {exc}") from exc
+    if not isinstance(params, dict):
+        raise CommandError(f"{where}: PARAMS must be a JSON object")
+    call = f"{args.domain}.{args.operation}"
+    if call == "admin.grade.list":
+        with warnings_to_stderr():
+            print_json([g.to_json_dict() for g in read_grades(history_path(args))])
+        return 0
+    if call != "admin.grade":
+        raise CommandError(
+            f"{where}: unsupported operation {call!r} (supported: admin grade, admin grade.list)"
+        )
+    session_id = params.get("sessionId")
+    if not isinstance(session_id, str) or not session_id:
+        raise CommandError(f'{where}: admin grade needs params {{"sessionId": "<id>"}}')
+    result = grade_from_store(db_path(args), session_id, save=not args.no_save, where=where)
+    if result.entry_count == 0 and args.strict:
+        raise CommandError(f"{where}: session {session_id} not found", status=4)
+    if not args.no_save:
+        append_grade(result, history_path(args))
+    print(json.dumps(result.to_json_dict(), indent=2, ensure_ascii=False))
+    return 0

@@ -1,0 +1,127 @@
+"""``cleo-grade junit``, ``cleo-grade query`` and ``--strict``: history out, MCP-style reads."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.history import read_grades
+from pytest_cleo_grade.store import AuditStore
+from tests.entries import model, sequence
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLEO_AUDIT_DB", raising=False)
+    return tmp_path
+
+
+def store_session(session: str, *calls: tuple[str, str]) -> None:
+    with AuditStore(Path(".cleo/audit.db")) as store:
+        rows = sequence(*calls)
+        for row in rows:
+            row["sessionId"] = session
+        store.append_many(model(r) for r in rows)
+
+
+GOOD = (
+    ("session", "list"),
+    ("admin", "help"),
+    ("tasks", "find"),
+    ("tasks", "show"),
+    ("session", "end"),
+)
+POOR = (("tasks", "list"), ("tasks", "list"))
+
+
+def test_query_admin_grade_grades_from_the_store_and_saves_like_cleo(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store_session("good", *GOOD)
+    assert main(["query", "admin", "grade", '{"sessionId": "good"}']) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["sessionId"], data["totalScore"], data["entryCount"]) == ("good", 100, 5)
+    assert [g.session_id for g in read_grades(".cleo/metrics/GRADES.jsonl")] == ["good"]
+    with AuditStore(Path(".cleo/audit.db"), read_only=True) as store:
+        assert [g.session_id for g in store.grades()] == ["good"]
+
+
+def test_query_admin_grade_list_prints_the_history_as_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store_session("good", *GOOD)
+    store_session("poor", *POOR)
+    assert main(["grade", "good"]) == 0
+    assert main(["grade", "poor"]) == 0
+    capsys.readouterr()
+    assert main(["query", "admin", "grade.list"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(g["sessionId"], g["totalScore"]) for g in listed] == [("good", 100), ("poor", 50)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["query", "admin", "grade", "{bad"], "PARAMS is not valid JSON"),
+        (["query", "admin", "grade", "[1]"], "PARAMS must be a JSON object"),
+        (["query", "admin", "grade", "{}"], 'admin grade needs params {"sessionId": "<id>"}'),
+        (["query", "tasks", "find"], "unsupported operation 'tasks.find'"),
+        (["query", "admin", "grade", '{"sessionId": "x"}'], "no audit store at"),
+    ],
+)
+def test_bad_queries_are_one_line_usage_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+@pytest.mark.parametrize(
+    "command", [["grade", "ghost"], ["query", "admin", "grade", '{"sessionId": "ghost"}']]
+)
+def test_strict_turns_an_unknown_session_into_exit_four_and_saves_nothing(
+    capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    store_session("good", *GOOD)
+    assert main([*command, "--strict"]) == 4
+    assert "session ghost not found" in capsys.readouterr().err
+    assert read_grades(".cleo/metrics/GRADES.jsonl") == []
+
+
+def test_junit_writes_one_testcase_per_session_with_its_latest_grade(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store_session("good", *GOOD)
+    store_session("poor", *POOR)
+    for session in ("poor", "good", "poor"):
+        assert main(["grade", session]) == 0
+    assert main(["junit", "out/grades.xml", "--fail-under", "B"]) == 1
+    assert capsys.readouterr().out.endswith("out/grades.xml: 2 session(s), 1 below the threshold\n")
+    suite = ET.parse("out/grades.xml").getroot().find("testsuite")
+    assert suite is not None
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert list(cases) == ["poor", "good"]
+    failure = cases["poor"].find("failure")
+    assert failure is not None
+    assert failure.get("message") == "50/100 (50%, grade D), 4 flag(s): below 75% (B)"
+    assert "tasks.list used 2x (prefer tasks.find for discovery)" in (failure.text or "")
+    assert cases["good"].find("failure") is None
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+
+
+def test_junit_without_a_threshold_passes_and_can_write_to_stdout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store_session("poor", *POOR)
+    assert main(["grade", "poor"]) == 0
+    capsys.readouterr()
+    assert main(["junit", "-"]) == 0
+    root = ET.fromstring(capsys.readouterr().out)
+    assert [c.get("name") for c in root.iter("testcase")] == ["poor"]
+    assert root.find(".//failure") is None
