@@ -209,6 +209,14 @@ def pytest_runtest_makereport(
     return report
 
 
+def _markup(line: str) -> dict[str, bool]:
+    if "gate FAILED" in line:
+        return {"red": True, "bold": True}
+    if "gate passed" in line:
+        return {"green": True}
+    return {}
+
+
 class GradeReporter:
     """Controller-side state: collects graded tests, persists them, summarises and gates."""
 
@@ -319,11 +327,12 @@ class GradeReporter:
             from pytest_cleo_grade.report import summary_line, summary_lines
 
             if self.config.get_verbosity() < 0:
-                terminalreporter.write_line(summary_line(run))
+                line = summary_line(run)
+                terminalreporter.write_line(line, **_markup(line))
             else:
                 terminalreporter.write_sep("-", "cleo-grade")
                 for line in summary_lines(run):
-                    terminalreporter.write_line(line)
+                    terminalreporter.write_line(line, **_markup(line))
         for problem in self.problems:
             try:
                 warnings.warn(CleoGradeWarning(problem), stacklevel=1)

@@ -341,3 +341,14 @@ def test_a_test_run_twice_in_one_session_is_stored_and_reported_once_with_its_fi
     props = properties(junit_cases(pytester.path / "out.xml")["test_flaky"])
     assert [value for name, value in props if name == "cleo_grade"] == ["A"]
     assert len(props) == 10
+
+
+def test_an_unwritable_github_step_summary_is_a_warning(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path))  # a directory
+    make_suite(pytester, THREE_AGENTS)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=4, warnings=1)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*CleoGradeWarning: cleo-grade: GITHUB_STEP_SUMMARY not written*"])
