@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from typing import Any
 
 from pytest_cleo_grade.models import GradeResult, letter_for
@@ -30,10 +31,10 @@ def passes(percent: float, threshold: float | None) -> bool:
     return threshold is None or percent >= threshold
 
 
-def describe_percent(percent: float) -> str:
-    """An exact percentage for display: ``67.5%``, ``85%`` (at most two decimals)."""
-    text = f"{percent:.2f}".rstrip("0").rstrip(".")
-    return f"{text}%"
+def describe_percent(percent: float, *, rounding: str = ROUND_HALF_UP) -> str:
+    """A percentage for display with at most two decimals: ``67.5%``, ``85%``."""
+    text = str(Decimal(repr(percent)).quantize(Decimal("0.01"), rounding=rounding))
+    return text.rstrip("0").rstrip(".") + "%"
 
 
 def describe_threshold(threshold: float) -> str:
@@ -162,25 +163,39 @@ class RunGrade:
         mean = self.mean
         return mean is not None and not passes(mean, self.gate)
 
+    def mean_text(self) -> str:
+        """The mean for display (two decimals, half up), never contradicting the verdict.
+
+        Below the gate, a mean that would round up to the gate's figure is cut instead:
+        74.999 % shows as 74.99 %, not as a 75 % that a 75 % gate would call "below".
+        """
+        mean = self.mean
+        if mean is None:
+            return "-"
+        text = describe_percent(mean)
+        if self.gate is not None and self.gate_failed:
+            shown_gate = describe_percent(self.gate)
+            if Decimal(text.rstrip("%")) >= Decimal(shown_gate.rstrip("%")):
+                text = describe_percent(mean, rounding=ROUND_DOWN)
+        return text
+
     def verdict(self) -> str | None:
         """The gate line, or None when no gate is set."""
         if self.gate is None:
             return None
-        mean = self.mean
         gate = describe_threshold(self.gate)
-        if mean is None:
+        if self.mean is None:
             return f"gate {gate}: not applied, no graded tests"
         if self.gate_failed:
-            return f"gate FAILED: mean {describe_percent(mean)} is below {gate}"
-        return f"gate passed: mean {describe_percent(mean)} reaches {gate}"
+            return f"gate FAILED: mean {self.mean_text()} is below {gate}"
+        return f"gate passed: mean {self.mean_text()} reaches {gate}"
 
     def run_line(self) -> str:
-        mean = self.mean
         count = len(self.tests)
         noun = "test" if count == 1 else "tests"
-        if mean is None:
+        if self.mean is None:
             return "no graded tests"
-        return f"run grade {self.letter}: mean {describe_percent(mean)} over {count} graded {noun}"
+        return f"run grade {self.letter}: mean {self.mean_text()} over {count} graded {noun}"
 
 
 def _verdict_cell(test: GradedTest) -> str:

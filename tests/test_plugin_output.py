@@ -110,7 +110,7 @@ def test_quiet_mode_keeps_the_summary_to_one_line(pytester: pytest.Pytester) -> 
 @pytest.mark.parametrize(
     ("gate", "status", "verdict"),
     [
-        pytest.param("71.67", 1, "gate FAILED: mean 71.67% is below 71.67% (C)", id="just-below"),
+        pytest.param("71.67", 1, "gate FAILED: mean 71.66% is below 71.67% (C)", id="just-below"),
         pytest.param("71.66", 0, "gate passed: mean 71.67% reaches 71.66% (C)", id="just-reached"),
         pytest.param("B", 1, "gate FAILED: mean 71.67% is below 75% (B)", id="letter-below"),
         pytest.param("D", 0, "gate passed: mean 71.67% reaches 45% (D)", id="letter-reached"),
@@ -119,7 +119,7 @@ def test_quiet_mode_keeps_the_summary_to_one_line(pytester: pytest.Pytester) -> 
 def test_the_gate_sets_the_exit_status_with_the_same_predicate_as_the_verdict(
     pytester: pytest.Pytester, gate: str, status: int, verdict: str
 ) -> None:
-    # The exact mean is 71.666...%: displayed 71.67, it is below a 71.67 gate.
+    # The exact mean is 71.666...%: below a 71.67 gate, where it is shown cut to 71.66.
     make_suite(pytester, THREE_AGENTS, f"cleo_grade_gate = {gate}")
     result = pytester.runpytest()
     result.assert_outcomes(passed=4)

@@ -1,0 +1,91 @@
+"""The plugin's pure report layer: the pass predicate, displayed figures and Markdown."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from pytest_cleo_grade.models import DimensionScore, GradeResult
+from pytest_cleo_grade.report import (
+    GradedTest,
+    RunGrade,
+    decode_graded_test,
+    describe_percent,
+    encode_graded_test,
+    markdown_summary,
+    passes,
+)
+
+
+def graded(
+    score: float, nodeid: str = "t.py::test_x", threshold: float | None = None
+) -> GradedTest:
+    result = GradeResult(
+        session_id="s1",
+        total_score=score,
+        max_score=100,
+        dimensions={"only": DimensionScore(score=score, max=100)},
+        flags=["a flag"],
+        timestamp=datetime(2026, 3, 1, tzinfo=UTC),
+        entry_count=3,
+    )
+    return GradedTest(nodeid, result, threshold, "--cleo-grade-fail-under", "fail")
+
+
+@pytest.mark.parametrize(
+    ("percent", "threshold", "expected"),
+    [
+        pytest.param(75.0, 75.0, True, id="equal-passes"),
+        pytest.param(74.999, 75.0, False, id="just-below-fails"),
+        pytest.param(0.0, None, True, id="no-threshold"),
+        pytest.param(0.0, 0.0, True, id="F-no-minimum"),
+    ],
+)
+def test_a_percentage_passes_when_it_reaches_the_threshold(
+    percent: float, threshold: float | None, expected: bool
+) -> None:
+    assert passes(percent, threshold) is expected
+
+
+@pytest.mark.parametrize(
+    ("percent", "text"),
+    [(85.0, "85%"), (67.5, "67.5%"), (71.665, "71.67%"), (71.66666, "71.67%"), (0.0, "0%")],
+)
+def test_percentages_show_at_most_two_decimals_rounded_half_up(percent: float, text: str) -> None:
+    assert describe_percent(percent) == text
+
+
+@pytest.mark.parametrize(
+    ("scores", "gate", "verdict"),
+    [
+        pytest.param([74.999], 75.0, "gate FAILED: mean 74.99% is below 75% (B)", id="cut"),
+        pytest.param([70.0], 75.0, "gate FAILED: mean 70% is below 75% (B)", id="plain-fail"),
+        pytest.param([75.0], 75.0, "gate passed: mean 75% reaches 75% (B)", id="equal"),
+        pytest.param([75.004], 75.0, "gate passed: mean 75% reaches 75% (B)", id="just-above"),
+    ],
+)
+def test_the_displayed_mean_never_contradicts_the_gate_verdict(
+    scores: list[float], gate: float, verdict: str
+) -> None:
+    run = RunGrade(tuple(graded(score) for score in scores), gate)
+    assert run.verdict() == verdict
+
+
+def test_a_graded_test_survives_its_trip_to_the_controller_unchanged() -> None:
+    test = graded(82.5, threshold=75.0)
+    test = GradedTest(
+        test.nodeid,
+        test.result.model_copy(update={"testId": test.nodeid}),
+        test.threshold,
+        test.threshold_source,
+        test.mode,
+    )
+    back = decode_graded_test(encode_graded_test(test))
+    assert back == test
+    assert back.result.to_json_dict()["testId"] == "t.py::test_x"
+
+
+def test_markdown_cells_escape_pipes_and_backticks_in_test_ids() -> None:
+    text = markdown_summary(RunGrade((graded(90.0, nodeid="t.py::test_x[a|`b`]"),), None))
+    assert "| `t.py::test_x[a\\|'b']` | 90/100 | 90% | A | 1 | - |" in text
