@@ -41,6 +41,7 @@ GRADED_KEY = pytest.StashKey["GradedTest"]()
 STORE_KEY = pytest.StashKey["SharedStore"]()
 MARKER_ERROR_KEY = pytest.StashKey[str]()
 PROPERTIES_KEY = pytest.StashKey[list[tuple[str, object]]]()
+FAILED_FOR_GRADE_KEY = pytest.StashKey[bool]()
 
 
 def _shared_store(config: pytest.Config) -> SharedStore:
@@ -167,8 +168,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     session = item.stash.get(SESSION_KEY, None)
     if session is None:
         return (yield)
+    # Forget an earlier run of this item (a rerun plugin runs it again).
+    item.stash[FAILED_FOR_GRADE_KEY] = False
     if GRADED_KEY in item.stash:
-        del item.stash[GRADED_KEY]  # an earlier run of this item (a rerun plugin)
+        del item.stash[GRADED_KEY]
     try:
         outcome = yield
     except pytest.xfail.Exception:
@@ -184,6 +187,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
         # Raised here, in the call phase, the grade surfaces as FAILED (not a teardown
         # ERROR) with a proper crash line, serially and under xdist alike.
+        item.stash[FAILED_FOR_GRADE_KEY] = True
         pytest.fail(failure_message(graded), pytrace=False)
     return outcome
 
@@ -206,6 +210,11 @@ def pytest_runtest_makereport(
         item.user_properties.extend(properties)
         report.user_properties.extend(properties)
         setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
+        if report.failed and not item.stash.get(FAILED_FOR_GRADE_KEY, False):
+            from pytest_cleo_grade.report import grade_section
+
+            # The test failed for its own reason; show its grade beside that failure.
+            report.sections.append(("CLEO grade", grade_section(graded)))
     return report
 
 

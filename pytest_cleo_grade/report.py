@@ -18,6 +18,7 @@ __all__ = [
     "describe_threshold",
     "encode_graded_test",
     "failure_message",
+    "grade_section",
     "junit_properties",
     "markdown_summary",
     "passes",
@@ -102,14 +103,8 @@ def dimension_lines(result: GradeResult, indent: str = "  ") -> list[str]:
     ]
 
 
-def failure_message(test: GradedTest) -> str:
-    """The message of a test failed for its grade: score, percent, letter, threshold, table."""
-    result = test.result
-    assert test.threshold is not None  # only a threshold can fail a test
+def _grade_details(result: GradeResult) -> list[str]:
     lines = [
-        f"cleo-grade: {score_text(result)} ({result.display_percent}%, grade {result.letter})"
-        f" is below the threshold {describe_threshold(test.threshold)}"
-        f" set by {test.threshold_source}",
         f"session {result.session_id}, {result.entry_count} audit entries",
         "dimensions:",
         *dimension_lines(result),
@@ -119,7 +114,28 @@ def failure_message(test: GradedTest) -> str:
         lines.extend(f"  - {flag}" for flag in result.flags)
     else:
         lines.append("flags: none")
-    return "\n".join(lines)
+    return lines
+
+
+def grade_headline(result: GradeResult) -> str:
+    """``45/100 (45%, grade D)``."""
+    return f"{score_text(result)} ({result.display_percent}%, grade {result.letter})"
+
+
+def failure_message(test: GradedTest) -> str:
+    """The message of a test failed for its grade: score, percent, letter, threshold, table."""
+    result = test.result
+    assert test.threshold is not None  # only a threshold can fail a test
+    headline = (
+        f"cleo-grade: {grade_headline(result)} is below the threshold"
+        f" {describe_threshold(test.threshold)} set by {test.threshold_source}"
+    )
+    return "\n".join([headline, *_grade_details(result)])
+
+
+def grade_section(test: GradedTest) -> str:
+    """The grade shown beside the own failure of a test that failed for another reason."""
+    return "\n".join([f"grade {grade_headline(test.result)}", *_grade_details(test.result)])
 
 
 def junit_properties(result: GradeResult) -> list[tuple[str, object]]:

@@ -23,6 +23,7 @@ def test_a_grade_below_the_threshold_fails_the_test_with_the_full_grade(
     make_suite(pytester, "def test_sloppy(graded_session):\n    forty(graded_session)\n")
     result = pytester.runpytest("--cleo-grade-fail-under=B")
     result.assert_outcomes(failed=1)
+    assert "grade 40/100 (40%, grade F)\n" not in result.stdout.str()  # no second copy
     result.stdout.fnmatch_lines(
         [
             "*_ test_sloppy _*",
@@ -219,7 +220,16 @@ def test_a_test_that_fails_on_its_own_keeps_its_failure_and_is_still_graded(
     )
     result = pytester.runpytest("--cleo-grade-fail-under=A")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*AssertionError: the agent crashed*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*AssertionError: the agent crashed*",
+            "*- CLEO grade -*",
+            "grade 40/100 (40%, grade F)",
+            "session session-*, 1 audit entries",
+            "dimensions:",
+            "  sessionDiscipline      0/20",
+        ]
+    )
     assert "is below the threshold" not in result.stdout.str()
     [line] = history_lines(pytester)
     assert (line["testId"], line["totalScore"]) == ("test_agent.py::test_broken", 40)
