@@ -73,9 +73,23 @@ class GradeSession:
     this session; ``close()`` puts the previous environment back exactly.
     """
 
-    def __init__(self, settings: SessionSettings, *, session_id: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: SessionSettings,
+        *,
+        session_id: str | None = None,
+        store: AuditStore | None = None,
+    ) -> None:
+        """``store``: an open store of ``settings.db_path`` to borrow (it is not closed).
+
+        Opening a store costs a connection, pragmas and a schema check; a test run that
+        starts a session per test shares one instead.
+        """
+        if store is not None and store.path.absolute() != settings.db_path:
+            raise CleoGradeError(f"store {store.path} is not the session's {settings.db_path}")
         self.settings = settings
         self.id = session_id or new_session_id()
+        self._borrowed = store
         self._store: AuditStore | None = None
         self._saved_env: dict[str, str | None] | None = None
         self._dispatcher: AuditedDispatcher | None = None
@@ -85,7 +99,7 @@ class GradeSession:
     def start(self) -> GradeSession:
         """Open the store and enter grade mode; returns self. Raises StoreError."""
         if self._store is None:
-            self._store = AuditStore(self.settings.db_path)
+            self._store = self._borrowed or AuditStore(self.settings.db_path)
         if self._saved_env is None:
             self._saved_env = {name: os.environ.get(name) for name in _ENV_NAMES}
             os.environ.update(self.env)
@@ -100,9 +114,9 @@ class GradeSession:
                 else:
                     os.environ[name] = value
             self._saved_env = None
-        if self._store is not None:
+        if self._store is not None and self._store is not self._borrowed:
             self._store.close()
-            self._store = None
+        self._store = None
 
     def __enter__(self) -> GradeSession:
         return self.start()

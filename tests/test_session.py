@@ -208,3 +208,23 @@ def test_capture_modules_import_nothing_from_a_higher_layer(
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_sessions_can_borrow_one_open_store_and_leave_it_open(settings: SessionSettings) -> None:
+    with AuditStore(settings.db_path) as shared:
+        for n in range(2):
+            with GradeSession(settings, store=shared) as borrowing:
+                borrowing.record("tasks", "find", {"n": n})
+                assert [e.params for e in borrowing.entries] == [{"n": n}]
+        # Both sessions closed; the shared store still works.
+        assert len(shared.session_ids()) == 2
+
+
+def test_a_borrowed_store_must_be_the_sessions_own(
+    settings: SessionSettings, tmp_path: Path
+) -> None:
+    with (
+        AuditStore(tmp_path / "other.db") as other,
+        pytest.raises(CleoGradeError, match="other.db"),
+    ):
+        GradeSession(settings, store=other)
