@@ -8,6 +8,7 @@ from typing import Final
 
 from pydantic import TypeAdapter, ValidationError
 
+from pytest_cleo_grade.bulk import collector_paused
 from pytest_cleo_grade.entryfile import load_entries_file, parse_entries_text
 from pytest_cleo_grade.errors import EntryError, StoreError
 from pytest_cleo_grade.models import AuditEntry
@@ -67,7 +68,8 @@ def read_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
     if stripped and not stripped.startswith("[") and "NaN" not in text and "Infinity" not in text:
         lines = [line for line in text.splitlines() if line.strip()]
         try:
-            return _ENTRIES.validate_json("[" + ",".join(lines) + "]")
+            with collector_paused():
+                return _ENTRIES.validate_json("[" + ",".join(lines) + "]")
         except (ValidationError, ValueError):
             pass
     return parse_entries_text(text, str(target))

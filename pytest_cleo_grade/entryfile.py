@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pytest_cleo_grade.bulk import collector_paused
 from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
 
@@ -50,9 +51,10 @@ def parse_entries_text(text: str, where: str) -> list[AuditEntry]:
     stripped = text.strip()
     if not stripped:
         raise EntryError(f"{where}: file is empty (no audit entries)")
-    if stripped.startswith("["):
-        return _parse_array(stripped, where)
-    return _parse_lines(text, where)
+    with collector_paused():
+        if stripped.startswith("["):
+            return _parse_array(stripped, where)
+        return _parse_lines(text, where)
 
 
 def _parse_array(text: str, where: str) -> list[AuditEntry]:

@@ -17,6 +17,7 @@ from pydantic_core import to_json
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from pytest_cleo_grade.bulk import collector_paused
 from pytest_cleo_grade.errors import StoreError
 from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import order_entries
@@ -286,7 +287,8 @@ class AuditStore:
         Rows whose id is already stored are skipped (importing a CLEO database twice adds
         nothing); returns the number of rows inserted.
         """
-        materialised = list(rows)
+        with collector_paused():
+            materialised = list(rows)
 
         def insert(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
@@ -369,7 +371,8 @@ class AuditStore:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
         try:
-            entries = _ENTRIES.validate_json("[" + ",".join(row[1] for row in rows) + "]")
+            with collector_paused():
+                entries = _ENTRIES.validate_json("[" + ",".join(row[1] for row in rows) + "]")
         except ValidationError as exc:
             error = exc.errors()[0]
             index, *field = error["loc"]

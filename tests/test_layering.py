@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent / PKG
 #: layer and lower ones.
 LAYERS: dict[str, int] = {
     f"{PKG}.errors": 0,
+    f"{PKG}.bulk": 0,
     f"{PKG}.models": 1,
     f"{PKG}.thresholds": 2,
     f"{PKG}.schemas": 2,
@@ -33,11 +34,13 @@ LAYERS: dict[str, int] = {
     f"{PKG}.session": 5,
     f"{PKG}.report": 5,
     f"{PKG}.graded": 5,
+    f"{PKG}.grading": 5,
     f"{PKG}.plugin": 6,
     f"{PKG}.options": 6,
+    f"{PKG}.plugin_compare": 6,
     f"{PKG}.cli": 6,
 }
-PYTEST_GLUE = {f"{PKG}.plugin", f"{PKG}.options"}
+PYTEST_GLUE = {f"{PKG}.plugin", f"{PKG}.options", f"{PKG}.plugin_compare"}
 
 
 def module_name(path: Path) -> str:
