@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pytest_cleo_grade.models import GradeResult
 from pytest_cleo_grade.session import GradeSession
@@ -20,6 +22,40 @@ class GradedSession(GradeSession):
     """
 
     result: GradeResult | None = None
+    #: What :meth:`set_output` handed over for the comparison rubric (None: nothing yet).
+    output: str | None = None
+    scores: Mapping[str, Any] | None = None
+    run_facts: Mapping[str, Any] | None = None
+
+    def set_output(
+        self,
+        text: str,
+        scores: Mapping[str, Any] | None = None,
+        *,
+        latency_seconds: float | None = None,
+        tokens: int | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Hand over the agent's output text for a comparison test (marker ``variant=``).
+
+        ``scores`` are the six substantive scores (``{"Q-01": 4, ..., "Q-06": 3}``); without
+        them the configured judge scores the output when the test ends. ``latency_seconds``,
+        ``tokens`` and ``note`` become the operational metrics OP-01, OP-04 and OP-05. A
+        later call replaces an earlier one.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"set_output() takes the output text, not {type(text).__name__}")
+        self.output = text
+        self.scores = dict(scores) if scores is not None else None
+        self.run_facts = {
+            key: value
+            for key, value in (
+                ("latency_seconds", latency_seconds),
+                ("tokens", tokens),
+                ("note", note),
+            )
+            if value is not None
+        }
 
     def grade(self, *, now: datetime | None = None) -> GradeResult:
         self.result = super().grade(now=now)

@@ -14,8 +14,10 @@ import pytest
 # pydantic, which a run that sets no option and grades nothing should not pay for.
 
 __all__ = [
+    "CACHE_MODES",
     "MARKER_DOC",
     "MODES",
+    "THOROUGHNESS",
     "MarkerOptions",
     "Mode",
     "PluginOptions",
@@ -25,15 +27,22 @@ __all__ = [
 ]
 
 Mode = Literal["fail", "report"]
+JudgeCacheMode = Literal["on", "off", "refresh"]
 MODES: Final[tuple[Mode, ...]] = ("fail", "report")
 MODE_FORMS: Final = "fail (a grade below the threshold fails the test) or report (annotate only)"
+#: Seed 002's thoroughness modes (comparison.metrics.MODES, spelled out: no pydantic here).
+THOROUGHNESS: Final = ("quick", "medium", "thorough")
+CACHE_MODES: Final[tuple[JudgeCacheMode, ...]] = ("on", "off", "refresh")
+DEFAULT_RUBRIC: Final = "cleo"
 DEFAULT_DB: Final = Path(".cleo") / "audit.db"
 #: history.DEFAULT_HISTORY, spelled out so that loading the options imports no pydantic.
 DEFAULT_HISTORY: Final = Path(".cleo") / "metrics" / "GRADES.jsonl"
 
 MARKER_DOC: Final = (
-    "cleo_grade(fail_under=GRADE, mode='fail'|'report'): grade threshold and mode of a test "
-    "using the graded_session fixture (GRADE: letter A-F or percentage such as 85 or '85%')"
+    "cleo_grade(fail_under=GRADE, mode='fail'|'report', rubric=NAME, task=TEXT, variant=NAME, "
+    "query=NAME, thoroughness='quick'|'medium'|'thorough'): how a test using the "
+    "graded_session fixture is graded (GRADE: letter A-F or percentage such as 85 or '85%'; "
+    "mode= also accepts a thoroughness)"
 )
 
 
@@ -51,6 +60,39 @@ def _mode_arg(value: str) -> Mode:
         if value == mode:
             return mode
     raise argparse.ArgumentTypeError(f"invalid mode {value!r}: expected {MODE_FORMS}")
+
+
+def _cache_arg(value: str) -> JudgeCacheMode:
+    for mode in CACHE_MODES:
+        if value == mode:
+            return mode
+    raise argparse.ArgumentTypeError(
+        f"invalid judge cache mode {value!r}: expected one of {', '.join(CACHE_MODES)}"
+    )
+
+
+def _compare_arg(value: str) -> tuple[str, str]:
+    base, sep, cand = value.partition(":")
+    base, cand = base.strip(), cand.strip()
+    if not sep or not base or not cand or ":" in cand:
+        raise argparse.ArgumentTypeError(
+            f"invalid comparison {value!r}: expected BASE:CAND, two variant names "
+            "(without ':') separated by one colon, e.g. sonnet:haiku"
+        )
+    if base == cand:
+        raise argparse.ArgumentTypeError(
+            f"invalid comparison {value!r}: baseline and candidate are the same variant"
+        )
+    return base, cand
+
+
+def _text_arg(option: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value.strip():
+            return value.strip()
+        raise argparse.ArgumentTypeError(f"{option} must not be empty")
+
+    return parse
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -99,6 +141,7 @@ def add_options(parser: pytest.Parser) -> None:
         help=f"grade history JSONL (default: {DEFAULT_HISTORY} under the rootdir; "
         "ini: cleo_grade_history)",
     )
+    _add_rubric_options(group)
     parser.addini(
         "cleo_grade_fail_under", "default grade threshold of graded tests (letter or percent)"
     )
@@ -106,6 +149,69 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("cleo_grade_gate", "minimum mean grade of the run (letter or percent)")
     parser.addini("cleo_grade_db", f"audit store path (default: {DEFAULT_DB})")
     parser.addini("cleo_grade_history", f"grade history path (default: {DEFAULT_HISTORY})")
+    parser.addini("cleo_grade_rubric", f"rubric grading the tests (default: {DEFAULT_RUBRIC})")
+    parser.addini("cleo_grade_rubric_file", "TOML or JSON file configuring the weighted rubric")
+    parser.addini("cleo_grade_judge_cache", "judge cache: on (default), off or refresh")
+    parser.addini("cleo_grade_judge_url", "OpenAI-compatible base URL of the judge")
+    parser.addini("cleo_grade_judge_model", "model the judge endpoint runs")
+    parser.addini("cleo_grade_compare", "BASE:CAND variants compared at the end of the run")
+
+
+def _add_rubric_options(group: pytest.OptionGroup) -> None:
+    group.addoption(
+        "--cleo-grade-rubric",
+        dest="cleo_grade_rubric",
+        metavar="NAME",
+        type=_text_arg("--cleo-grade-rubric"),
+        default=None,
+        help=f"rubric grading the tests (default: {DEFAULT_RUBRIC}; see `cleo-grade rubrics`; "
+        "ini: cleo_grade_rubric; the cleo_grade marker's rubric beats both)",
+    )
+    group.addoption(
+        "--cleo-grade-rubric-file",
+        dest="cleo_grade_rubric_file",
+        metavar="PATH",
+        default=None,
+        help="TOML or JSON file configuring the weighted rubric and its judge "
+        "(ini: cleo_grade_rubric_file)",
+    )
+    group.addoption(
+        "--cleo-grade-judge-cache",
+        dest="cleo_grade_judge_cache",
+        metavar="MODE",
+        type=_cache_arg,
+        default=None,
+        help="on: reuse judge replies stored in the audit store (default); off: neither read "
+        "nor write; refresh: ask again and overwrite (ini: cleo_grade_judge_cache)",
+    )
+    group.addoption(
+        "--cleo-grade-judge-url",
+        dest="cleo_grade_judge_url",
+        metavar="URL",
+        type=_text_arg("--cleo-grade-judge-url"),
+        default=None,
+        help="OpenAI-compatible base URL of the judge, overriding the rubric file's "
+        "(ini: cleo_grade_judge_url)",
+    )
+    group.addoption(
+        "--cleo-grade-judge-model",
+        dest="cleo_grade_judge_model",
+        metavar="MODEL",
+        type=_text_arg("--cleo-grade-judge-model"),
+        default=None,
+        help="model the judge endpoint runs, overriding the rubric file's "
+        "(ini: cleo_grade_judge_model)",
+    )
+    group.addoption(
+        "--cleo-grade-compare",
+        dest="cleo_grade_compare",
+        metavar="BASE:CAND",
+        type=_compare_arg,
+        default=None,
+        help="compare the variants of this run's comparison tests (marker variant=): print "
+        "seed 002's verdict table and decision; exit status 1 on NO-GO "
+        "(ini: cleo_grade_compare)",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +224,13 @@ class PluginOptions:
     gate: float | None
     db_path: Path
     history_path: Path
+    rubric: str = DEFAULT_RUBRIC
+    rubric_source: str = "default"
+    rubric_file: Path | None = None
+    judge_cache: JudgeCacheMode = "on"
+    judge_url: str | None = None
+    judge_model: str | None = None
+    compare: tuple[str, str] | None = None
 
 
 def _ini(config: pytest.Config, name: str) -> str | None:
@@ -153,6 +266,28 @@ def _path(config: pytest.Config, option: str, ini: str, default: Path) -> Path:
     return (config.rootpath / default).resolve()
 
 
+def _setting(
+    config: pytest.Config, name: str, parse: Callable[[str], Any]
+) -> tuple[Any, str | None]:
+    """The CLI value of ``name``, else its validated ini twin, and where it came from."""
+    value = config.getoption(name)
+    if value is not None:
+        return value, "--" + name.replace("_", "-")
+    text = _ini(config, name)
+    if text is None:
+        return None, None
+    try:
+        return parse(text), f"ini {name}"
+    except argparse.ArgumentTypeError as exc:
+        raise _usage(f"ini option {name}", str(exc)) from None
+
+
+def _optional_path(config: pytest.Config, name: str) -> Path | None:
+    if config.getoption(name) or _ini(config, name):
+        return _path(config, name, name, Path())
+    return None
+
+
 def load_options(config: pytest.Config) -> PluginOptions:
     """Combine command line and ini (CLI wins); UsageError names the bad ini key."""
     fail_under: float | None = config.getoption("cleo_grade_fail_under")
@@ -177,7 +312,27 @@ def load_options(config: pytest.Config) -> PluginOptions:
         gate=gate,
         db_path=_path(config, "cleo_grade_db", "cleo_grade_db", DEFAULT_DB),
         history_path=_path(config, "cleo_grade_history", "cleo_grade_history", DEFAULT_HISTORY),
+        **_rubric_options(config),
     )
+
+
+def _rubric_options(config: pytest.Config) -> dict[str, Any]:
+    rubric, rubric_source = _setting(
+        config, "cleo_grade_rubric", _text_arg("ini option cleo_grade_rubric")
+    )
+    cache, _ = _setting(config, "cleo_grade_judge_cache", _cache_arg)
+    url, _ = _setting(config, "cleo_grade_judge_url", str.strip)
+    model, _ = _setting(config, "cleo_grade_judge_model", str.strip)
+    compare, _ = _setting(config, "cleo_grade_compare", _compare_arg)
+    return {
+        "rubric": rubric or DEFAULT_RUBRIC,
+        "rubric_source": rubric_source or "default",
+        "rubric_file": _optional_path(config, "cleo_grade_rubric_file"),
+        "judge_cache": cache or "on",
+        "judge_url": url or None,
+        "judge_model": model or None,
+        "compare": compare,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +341,11 @@ class MarkerOptions:
 
     fail_under: float | None = None
     mode: Mode | None = None
+    rubric: str | None = None
+    task: str | None = None
+    variant: str | None = None
+    query: str | None = None
+    thoroughness: str | None = None
 
 
 def _marker_threshold(value: object) -> float:
@@ -201,15 +361,45 @@ def _marker_mode(value: object) -> Mode:
         try:
             return _mode_arg(value)
         except argparse.ArgumentTypeError as exc:
-            raise ValueError(str(exc)) from None
+            raise ValueError(f"{exc}, or a thoroughness ({', '.join(THOROUGHNESS)})") from None
     raise ValueError(f"invalid mode {value!r}: expected {MODE_FORMS}")
+
+
+def _marker_text(name: str) -> Callable[[object], str]:
+    def validate(value: object) -> str:
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        raise ValueError(f"invalid {name} {value!r}: expected a non-empty string")
+
+    return validate
+
+
+def _marker_thoroughness(value: object) -> str:
+    if isinstance(value, str) and value in THOROUGHNESS:
+        return value
+    raise ValueError(f"invalid thoroughness {value!r}: expected {', '.join(THOROUGHNESS)}")
 
 
 #: The marker's keyword arguments and their validators; a new argument is one more entry.
 MARKER_KWARGS: Final[Mapping[str, Callable[[object], Any]]] = {
     "fail_under": _marker_threshold,
     "mode": _marker_mode,
+    "rubric": _marker_text("rubric"),
+    "task": _marker_text("task"),
+    "variant": _marker_text("variant"),
+    "query": _marker_text("query"),
+    "thoroughness": _marker_thoroughness,
 }
+
+
+def _marker_key(key: str, value: object) -> str:
+    """``mode=`` means two things: fail|report (the grading mode, since the first release)
+    and, as issue 6 spells the comparison marker, quick|medium|thorough. The value sets are
+    disjoint, so a thoroughness given as ``mode=`` is read as ``thoroughness=``.
+    """
+    if key == "mode" and isinstance(value, str) and value in THOROUGHNESS:
+        return "thoroughness"
+    return key
 
 
 def marker_options(item: pytest.Item) -> MarkerOptions:
@@ -226,17 +416,22 @@ def marker_options(item: pytest.Item) -> MarkerOptions:
                 f"takes keyword arguments only ({', '.join(MARKER_KWARGS)}), "
                 f"got positional {mark.args!r}",
             )
-        for key, value in mark.kwargs.items():
+        seen: dict[str, str] = {}
+        for given, value in mark.kwargs.items():
+            key = _marker_key(given, value)
+            if key in seen:
+                raise _usage(where, f"{seen[key]}= and {given}= both set the thoroughness; use one")
+            seen[key] = given
             validate = MARKER_KWARGS.get(key)
             if validate is None:
                 raise _usage(
                     where,
-                    f"unknown argument {key!r}; accepted: {', '.join(MARKER_KWARGS)}",
+                    f"unknown argument {given!r}; accepted: {', '.join(MARKER_KWARGS)}",
                 )
             if key in values:
                 continue  # iter_markers yields the closest marker first
             try:
                 values[key] = validate(value)
             except ValueError as exc:
-                raise _usage(f"{where}({key}=...)", str(exc)) from None
+                raise _usage(f"{where}({given}=...)", str(exc)) from None
     return MarkerOptions(**values)

@@ -20,7 +20,10 @@ from pytest_cleo_grade.options import (
 )
 
 if TYPE_CHECKING:
+    import pluggy
+
     from pytest_cleo_grade.graded import GradedSession, SharedStore
+    from pytest_cleo_grade.grading import GradingPlan
     from pytest_cleo_grade.report import GradedTest, RunGrade
 
 # pytest loads this module in every run of every project where the package is installed, so
@@ -42,6 +45,8 @@ STORE_KEY = pytest.StashKey["SharedStore"]()
 MARKER_ERROR_KEY = pytest.StashKey[str]()
 PROPERTIES_KEY = pytest.StashKey[list[tuple[str, object]]]()
 FAILED_FOR_GRADE_KEY = pytest.StashKey[bool]()
+RUBRICS_KEY = pytest.StashKey["pluggy.PluginManager"]()
+GRADE_ERROR_KEY = pytest.StashKey[str]()
 
 
 def _shared_store(config: pytest.Config) -> SharedStore:
@@ -51,6 +56,32 @@ def _shared_store(config: pytest.Config) -> SharedStore:
 
         store = config.stash[STORE_KEY] = SharedStore(config.stash[OPTIONS_KEY].db_path)
     return store
+
+
+def _rubric_manager(config: pytest.Config) -> pluggy.PluginManager:
+    """The run's rubric plugin manager, built on first use; conftest rubrics join it.
+
+    Called again before grading: conftest modules below the rootdir load during collection,
+    and registering one already registered is a no-op.
+    """
+    from pytest_cleo_grade.rubrics.registry import make_plugin_manager, register_plugins_with_hooks
+
+    manager = config.stash.get(RUBRICS_KEY, None)
+    if manager is None:
+        manager = config.stash[RUBRICS_KEY] = make_plugin_manager()
+    register_plugins_with_hooks(manager, config.pluginmanager.get_plugins())
+    return manager
+
+
+def _unknown_rubric(config: pytest.Config, name: str) -> str | None:
+    """Why ``name`` cannot grade (the registry's message listing the rubrics), or None."""
+    from pytest_cleo_grade.rubrics.registry import get_rubric
+
+    try:
+        get_rubric(name, manager=_rubric_manager(config))
+    except CleoGradeError as exc:
+        return str(exc)
+    return None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -67,6 +98,12 @@ def pytest_configure(config: pytest.Config) -> None:
         reporter = GradeReporter(config, options)
         config.stash[REPORTER_KEY] = reporter
         config.pluginmanager.register(reporter, "cleo_grade_reporter")
+        if options.compare is not None:
+            from pytest_cleo_grade.plugin_compare import ComparisonReporter
+
+            config.pluginmanager.register(
+                ComparisonReporter(config, reporter, options.compare), "cleo_grade_comparison"
+            )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -74,6 +111,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if reporter is not None:
         del config.stash[REPORTER_KEY]
         config.pluginmanager.unregister(reporter)
+    comparison = config.pluginmanager.get_plugin("cleo_grade_comparison")
+    if comparison is not None:
+        config.pluginmanager.unregister(comparison)
     store = config.stash.get(STORE_KEY, None)
     if store is not None:
         store.close()
@@ -81,18 +121,54 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Validating markers at collection turns a typo into one usage error before any test runs.
+    # Rubric names are checked here too: every conftest (and its rubrics) is loaded by now.
     on_worker = hasattr(config, "workerinput")
+    options = config.stash[OPTIONS_KEY]
+    run_problem = None
+    if options.rubric != "cleo":
+        run_problem = _unknown_rubric(config, options.rubric)
+        if run_problem is not None:
+            run_problem = f"cleo-grade: {options.rubric_source}: {run_problem}"
+            if not on_worker:
+                raise pytest.UsageError(run_problem)
     for item in items:
-        if item.get_closest_marker("cleo_grade") is None:
-            continue
         try:
-            item.stash[MARKER_KEY] = marker_options(item)
+            if item.get_closest_marker("cleo_grade") is not None:
+                item.stash[MARKER_KEY] = marker_options(item)
+                _check_marker(item, item.stash[MARKER_KEY])
+            if run_problem is not None and "graded_session" in getattr(item, "fixturenames", ()):
+                raise pytest.UsageError(run_problem)
         except pytest.UsageError as exc:
             if not on_worker:
                 raise
             # A usage error on an xdist worker would crash it (the controller collects
             # nothing); the test errors at setup with the same message instead.
             item.stash[MARKER_ERROR_KEY] = str(exc)
+
+
+def _check_marker(item: pytest.Item, marker: MarkerOptions) -> None:
+    """Cross-argument checks: a known rubric, and what a comparison test needs."""
+    where = f"cleo-grade: {item.nodeid}: @pytest.mark.cleo_grade"
+    if marker.rubric is not None and marker.rubric != "cleo":
+        problem = _unknown_rubric(item.config, marker.rubric)
+        if problem is not None:
+            raise pytest.UsageError(f"{where}(rubric=...): {problem}")
+    if marker.variant is None:
+        for name in ("query", "thoroughness"):
+            if getattr(marker, name) is not None:
+                raise pytest.UsageError(
+                    f"{where}: {name}= belongs to a comparison test; add variant=NAME"
+                )
+        return
+    if marker.thoroughness is None:
+        raise pytest.UsageError(
+            f"{where}: a comparison test (variant=) needs thoroughness='quick', 'medium' or "
+            "'thorough' (or mode= with one of these)"
+        )
+    if marker.rubric is not None:
+        raise pytest.UsageError(
+            f"{where}: variant= grades with the comparison rubric; drop rubric={marker.rubric!r}"
+        )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -146,13 +222,61 @@ def _threshold(item: pytest.Item, options: PluginOptions) -> tuple[float | None,
     return options.fail_under, options.fail_under_source, mode
 
 
-def _grade_item(item: pytest.Item, session: GradedSession) -> GradedTest | None:
+def _plan(item: pytest.Item, options: PluginOptions) -> GradingPlan:
+    """Marker > command line > ini > default, for each setting of this test's grading."""
+    from pytest_cleo_grade.grading import GradingPlan
+
+    marker = item.stash.get(MARKER_KEY, MarkerOptions())
+    rubric = marker.rubric or options.rubric
+    if marker.variant is None and rubric == "cleo":
+        return GradingPlan()
+    from pytest_cleo_grade.rubrics.base import RubricConfig
+
+    overrides = {
+        key: value
+        for key, value in (("base_url", options.judge_url), ("model", options.judge_model))
+        if value is not None
+    }
+    config = RubricConfig(
+        rubric_file=options.rubric_file,
+        cache_path=options.db_path,
+        cache_mode=options.judge_cache,
+        judge_overrides=overrides,
+    )
+    doc = getattr(getattr(item, "obj", None), "__doc__", None)
+    return GradingPlan(
+        rubric=rubric,
+        config=config,
+        task=marker.task or (doc.strip() if isinstance(doc, str) and doc.strip() else None),
+        variant=marker.variant,
+        query=marker.query or getattr(item, "originalname", item.name),
+        thoroughness=marker.thoroughness,
+    )
+
+
+def _grading_failure(item: pytest.Item, plan: GradingPlan, exc: CleoGradeError) -> str:
+    message = f"cleo-grade: {item.nodeid}: cannot grade with rubric {plan.label}: {exc}"
+    raw = getattr(exc, "raw", None)
+    if isinstance(raw, str):
+        message += f"\njudge's last reply (first 500 characters):\n{raw[:500]}"
+    return message
+
+
+def _grade_item(item: pytest.Item, session: GradedSession) -> GradedTest | str | None:
+    """The test's grade; a string says why a rubric could not grade it (the test fails)."""
+    from pytest_cleo_grade.grading import grade_session
     from pytest_cleo_grade.report import GradedTest
 
     options = item.config.stash[OPTIONS_KEY]
+    plan = _plan(item, options)
     try:
-        result = session.grade()
+        manager = None if plan.plain_cleo else _rubric_manager(item.config)
+        result = grade_session(session, plan, manager=manager)
     except CleoGradeError as exc:
+        if not plan.plain_cleo:
+            # A judge or rubric that cannot grade decides nothing about the agent, but a
+            # silently ungraded test would pass a gate it never faced: the test fails.
+            return _grading_failure(item, plan, exc)
         _warn(f"cleo-grade: {item.nodeid}: cannot grade: {exc}")
         return None
     result = result.model_copy(update={"testId": item.nodeid})
@@ -172,6 +296,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     item.stash[FAILED_FOR_GRADE_KEY] = False
     if GRADED_KEY in item.stash:
         del item.stash[GRADED_KEY]
+    if GRADE_ERROR_KEY in item.stash:
+        del item.stash[GRADE_ERROR_KEY]
     try:
         outcome = yield
     except pytest.xfail.Exception:
@@ -179,9 +305,14 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     except (Exception, pytest.fail.Exception):
         # A test that failed on its own keeps its failure; its grade is still recorded.
         # Skips, xfail() calls and interrupts (other BaseExceptions) are not graded.
-        _grade_item(item, session)
+        problem = _grade_item(item, session)
+        if isinstance(problem, str):
+            item.stash[GRADE_ERROR_KEY] = problem
         raise
     graded = _grade_item(item, session)
+    if isinstance(graded, str):
+        item.stash[FAILED_FOR_GRADE_KEY] = True
+        pytest.fail(graded, pytrace=False)
     if graded is not None and graded.mode == "fail" and not graded.passed:
         from pytest_cleo_grade.report import failure_message
 
@@ -198,6 +329,9 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     graded = item.stash.get(GRADED_KEY, None)
+    problem = item.stash.get(GRADE_ERROR_KEY, None)
+    if call.when == "call" and problem is not None and report.failed:
+        report.sections.append(("CLEO grade", problem))
     if call.when == "call" and graded is not None:
         from pytest_cleo_grade.report import encode_graded_test, junit_properties
 
@@ -261,7 +395,7 @@ class GradeReporter:
         if self._persisted or not self.graded:
             return
         self._persisted = True
-        results = [test.result for test in self._in_collection_order()]
+        results = [test.result for test in self.in_collection_order()]
         try:
             store = _shared_store(self.config).get()
             for result in results:
@@ -289,7 +423,7 @@ class GradeReporter:
         for nodeid in nodeids:
             self._order.setdefault(nodeid, len(self._order))
 
-    def _in_collection_order(self) -> tuple[GradedTest, ...]:
+    def in_collection_order(self) -> tuple[GradedTest, ...]:
         # Reports arrive in completion order under xdist; the table follows collection order
         # so that a parallel run prints what a serial run prints.
         last = len(self._order)
@@ -304,7 +438,7 @@ class GradeReporter:
             return None
         from pytest_cleo_grade.report import RunGrade
 
-        return RunGrade(self._in_collection_order(), self.options.gate)
+        return RunGrade(self.in_collection_order(), self.options.gate)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:

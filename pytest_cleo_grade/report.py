@@ -10,6 +10,9 @@ from typing import Any
 
 from pytest_cleo_grade.models import GradeResult, letter_for
 
+# The comparison and weighted-rubric helpers are imported where a grade of theirs is shown:
+# a run grading with CLEO alone need not load the judge's HTTP client or the comparison code.
+
 __all__ = [
     "GradedTest",
     "RunGrade",
@@ -139,7 +142,11 @@ def grade_section(test: GradedTest) -> str:
 
 
 def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
-    """DESIGN section 6's per-test JUnit properties, in a stable order."""
+    """DESIGN section 6's per-test JUnit properties, in a stable order.
+
+    A grade of another rubric than CLEO adds ``cleo_rubric``; a comparison grade adds
+    :func:`~pytest_cleo_grade.comparison.grades.comparison_properties` at the end.
+    """
     properties: list[tuple[str, object]] = [
         ("cleo_grade", result.letter),
         ("cleo_score", score_text(result)),
@@ -147,11 +154,18 @@ def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
         ("cleo_entry_count", result.entry_count),
         ("cleo_flags", len(result.flags)),
     ]
+    rubric = (result.model_extra or {}).get("rubric")
+    if isinstance(rubric, str):
+        properties.append(("cleo_rubric", rubric))
     properties.extend(("cleo_flag", flag) for flag in result.flags)
     properties.extend(
         (f"cleo_dim_{name}", f"{_num(dim.score)}/{_num(dim.max)}")
         for name, dim in result.dimensions.items()
     )
+    if "variant" in (result.model_extra or {}):
+        from pytest_cleo_grade.comparison.grades import comparison_properties
+
+        properties.extend(comparison_properties(result))
     return properties
 
 
@@ -206,6 +220,22 @@ class RunGrade:
             return f"gate FAILED: mean {self.mean_text()} is below {gate}"
         return f"gate passed: mean {self.mean_text()} reaches {gate}"
 
+    def judge_line(self) -> str | None:
+        """What the judges cost this run (None when no grade asked a judge)."""
+        judged = [t.result for t in self.tests if "judgeUsage" in (t.result.model_extra or {})]
+        if not judged:
+            return None
+        from pytest_cleo_grade.rubrics.weighted import judge_usage_totals
+
+        totals = judge_usage_totals(judged)
+        grades = totals["grades"]
+        return (
+            f"judge usage: {totals['totalTokens']} tokens ({totals['promptTokens']} prompt + "
+            f"{totals['completionTokens']} completion) in {totals['requests']} requests, "
+            f"{totals['cachedReplies']} cached replies, over {grades} judged "
+            f"{'grade' if grades == 1 else 'grades'}"
+        )
+
     def run_line(self) -> str:
         count = len(self.tests)
         noun = "test" if count == 1 else "tests"
@@ -250,6 +280,9 @@ def summary_lines(run: RunGrade) -> list[str]:
 
     lines = [fmt(header), *(fmt(row) for row in rows)] if rows else []
     lines.append(run.run_line())
+    judge = run.judge_line()
+    if judge is not None:
+        lines.append(judge)
     verdict = run.verdict()
     if verdict is not None:
         lines.append(verdict)
@@ -259,6 +292,9 @@ def summary_lines(run: RunGrade) -> list[str]:
 def summary_line(run: RunGrade) -> str:
     """The ``-q`` form: everything on one line."""
     parts = [f"cleo-grade: {run.run_line()}"]
+    judge = run.judge_line()
+    if judge is not None:
+        parts.append(judge)
     verdict = run.verdict()
     if verdict is not None:
         parts.append(verdict)
@@ -281,6 +317,9 @@ def markdown_summary(run: RunGrade) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines.append(f"**{run.run_line()[0].upper()}{run.run_line()[1:]}**")
+    judge = run.judge_line()
+    if judge is not None:
+        lines += ["", judge[0].upper() + judge[1:]]
     verdict = run.verdict()
     if verdict is not None:
         lines.append("")

@@ -457,7 +457,8 @@ def test_invalid_option_values_are_usage_errors_naming_the_option_and_the_forms(
         ),
         pytest.param(
             "cleo_grade(threshold='B')",
-            "*@pytest.mark.cleo_grade: unknown argument 'threshold'; accepted: fail_under, mode",
+            "*@pytest.mark.cleo_grade: unknown argument 'threshold';"
+            " accepted: fail_under, mode, rubric, *",
             id="unknown-kwarg",
         ),
         pytest.param(
@@ -487,7 +488,7 @@ def test_the_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) 
     )
     pytester.runpytest("--strict-markers").assert_outcomes(passed=1)
     pytester.runpytest("--markers").stdout.fnmatch_lines(
-        ["@pytest.mark.cleo_grade(fail_under=GRADE, mode='fail'|'report'): *"]
+        ["@pytest.mark.cleo_grade(fail_under=GRADE, mode='fail'|'report', rubric=NAME, *): *"]
     )
 
 
@@ -512,7 +513,9 @@ def test_the_docs_options_table_lists_every_option_and_ini_key(pytester: pytest.
     help_text = pytester.runpytest("--help").stdout.str()
     options = sorted(set(re.findall(r"--cleo-grade-[a-z-]+", help_text)))
     ini_keys = sorted(set(re.findall(r"^  (cleo_grade_[a-z_]+) ", help_text, re.MULTILINE)))
-    assert len(options) == len(ini_keys) == len(table) == 5
-    for option, row in zip(sorted(options), sorted(table), strict=True):
-        assert row.startswith(f"| `{option}")
+    assert len(options) == len(ini_keys) == len(table) == 11
+    # Every row shows OPTION=VALUE; sorting by the option alone keeps --x before --x-file.
+    rows = sorted(table, key=lambda row: row.split("=")[0])
+    for option, row in zip(options, rows, strict=True):
+        assert row.startswith(f"| `{option}=")
         assert f"`{option[2:].replace('-', '_')}`" in row

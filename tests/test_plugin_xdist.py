@@ -131,7 +131,7 @@ def test_under_xdist_an_invalid_marker_errors_its_test_instead_of_crashing_a_wor
     result.stdout.fnmatch_lines(
         [
             "cleo-grade: test_agent.py::test_typo: @pytest.mark.cleo_grade:"
-            " unknown argument 'threshold'; accepted: fail_under, mode"
+            " unknown argument 'threshold'; accepted: fail_under, mode, *"
         ]
     )
     assert "INTERNALERROR" not in result.stdout.str()
