@@ -97,6 +97,7 @@ class ComparisonReporter:
         except OSError as exc:
             self.grades.problems.append(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
 
+    @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self._decided:
             return

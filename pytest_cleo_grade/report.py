@@ -228,12 +228,16 @@ class RunGrade:
         from pytest_cleo_grade.rubrics.weighted import judge_usage_totals
 
         totals = judge_usage_totals(judged)
-        grades = totals["grades"]
+
+        def count(number: int, one: str, many: str) -> str:
+            return f"{number} {one if number == 1 else many}"
+
         return (
             f"judge usage: {totals['totalTokens']} tokens ({totals['promptTokens']} prompt + "
-            f"{totals['completionTokens']} completion) in {totals['requests']} requests, "
-            f"{totals['cachedReplies']} cached replies, over {grades} judged "
-            f"{'grade' if grades == 1 else 'grades'}"
+            f"{totals['completionTokens']} completion) in "
+            f"{count(totals['requests'], 'request', 'requests')}, "
+            f"{count(totals['cachedReplies'], 'cached reply', 'cached replies')}, over "
+            f"{count(totals['grades'], 'judged grade', 'judged grades')}"
         )
 
     def run_line(self) -> str:
