@@ -81,7 +81,9 @@ class ComparisonReporter:
             session.testsfailed += 1
         return result
 
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # After the grade summary, as in the terminal.
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if not path or not self._decided:
             return
@@ -91,6 +93,8 @@ class ComparisonReporter:
             text = render_markdown(self.comparison)
         else:
             text = f"### Model comparison: {self.candidate} vs {self.baseline}\n\n{self.problem}\n"
+        # A blank line keeps this block apart from whatever the file already holds.
+        text = "\n" + text
         try:
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write(text)
