@@ -343,6 +343,16 @@ def test_a_rubric_file_configures_the_judge_and_the_command_line_overrides_its_m
         "--cleo-grade-judge-model=cli-model",
     ).assert_outcomes(passed=1)
     assert [r.body["model"] for r in judge.received] == ["file-model", "cli-model"]
+    # The ini twin, its path relative to the ini file (here in a subdirectory).
+    (pytester.path / "ci").mkdir()
+    rubric.rename(pytester.path / "ci" / "rubric.toml")
+    (pytester.path / "ci" / "pytest.ini").write_text(
+        "[pytest]\nfilterwarnings = default\n"
+        "cleo_grade_rubric = weighted\ncleo_grade_rubric_file = rubric.toml\n"
+    )
+    pytester.runpytest("-c", "ci/pytest.ini", "--rootdir=.").assert_outcomes(passed=1)
+    assert judge.received[-1].body["model"] == "file-model"
+    assert judge.count == 3
 
 
 def test_a_rubric_defined_in_a_conftest_grades_tests_by_name(pytester: pytest.Pytester) -> None:
