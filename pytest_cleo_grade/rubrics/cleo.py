@@ -166,13 +166,6 @@ def _has_value(value: object) -> bool:
     return True
 
 
-def _title_key(value: object) -> str | None:
-    if value is None:
-        return None
-    text = value if isinstance(value, str) else str(value)
-    return text.strip().lower()
-
-
 def _positions(rows: list[_Row], wanted: _Row) -> list[int]:
     """Every index of ``wanted``; list.index scans in C, so this costs one pass per call."""
     found: list[int] = []
@@ -225,12 +218,7 @@ def _scan(items: Sequence[AuditEntry], rows: list[_Row]) -> _Facts:
     facts.help_calls = sum(calls[call] for call in HELP_CALLS)
 
     first_exists = _first(rows, tally, lambda r: r[:2] == TASKS_EXISTS)
-    for position in _all(rows, tally, lambda r: r[:2] == TASKS_ADD):
-        entry = items[position]
-        if entry.result.success:
-            # The spec says "preceding": an exists later in the session does not verify.
-            verified = first_exists is not None and first_exists < position
-            _note_add(facts, entry, verified)
+    _note_adds(facts, items, _all(rows, tally, lambda r: r[:2] == TASKS_ADD), first_exists)
 
     facts.not_found_positions = [
         position
@@ -240,19 +228,33 @@ def _scan(items: Sequence[AuditEntry], rows: list[_Row]) -> _Facts:
     return facts
 
 
-def _note_add(facts: _Facts, entry: AuditEntry, exists_seen: bool) -> None:
-    """Record one successful tasks.add; ``exists_seen``: a tasks.exists came before it."""
-    params = entry.params
-    facts.successful_adds += 1
-    if not _has_value(params.get("description")):
-        facts.adds_without_description.append(entry.metadata.task_id or "unknown")
-    if params.get("parent"):
-        facts.subtask_adds += 1
-        if not exists_seen:
-            facts.subtask_without_exists = True
-    title = _title_key(params.get("title"))
-    if title is not None:
-        facts.titles.append(title)
+def _note_adds(
+    facts: _Facts, items: Sequence[AuditEntry], positions: list[int], first_exists: int | None
+) -> None:
+    """Record the successful tasks.add calls at ``positions`` (S3 and S4's duplicates).
+
+    One tight loop with locals: a session can hold a hundred thousand adds.
+    """
+    missing = facts.adds_without_description
+    titles = facts.titles
+    for position in positions:
+        entry = items[position]
+        if not entry.result.success:
+            continue
+        get = entry.params.get
+        facts.successful_adds += 1
+        description = get("description")
+        present = description.strip() if type(description) is str else _has_value(description)
+        if not present:
+            missing.append(entry.metadata.task_id or "unknown")
+        if get("parent"):
+            facts.subtask_adds += 1
+            # The spec says "preceding": an exists later in the session does not verify.
+            if first_exists is None or first_exists > position:
+                facts.subtask_without_exists = True
+        title = get("title")
+        if title is not None:
+            titles.append((title if type(title) is str else str(title)).strip().lower())
 
 
 def _percent_half_up(part: int, whole: int) -> int:
