@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -90,16 +89,6 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
     return f"{prefix}{field}: {first['msg']}{suffix}"
 
 
-def _intern(value: str | None) -> str | None:
-    """Share one string object per distinct name.
-
-    Sessions repeat a handful of domains, operations, gateways and one session id thousands
-    of times; one shared object each saves memory and lets grading compare them by identity
-    and keep them in cache instead of touching a fresh string per entry.
-    """
-    return None if value is None else sys.intern(value)
-
-
 class _Input(BaseModel):
     """Base of input models: camelCase aliases, snake_case attributes, finite numbers only."""
 
@@ -131,11 +120,6 @@ class AuditMetadata(_Input):
     task_id: str | None = Field(None, alias="taskId", description="Task the call concerned.")
     user_id: str | None = Field(None, alias="userId", description="User on whose behalf it ran.")
 
-    @field_validator("source", "gateway")
-    @classmethod
-    def _intern(cls, value: str | None) -> str | None:
-        return _intern(value)
-
 
 class AuditEntry(_Input):
     """One domain.operation call made by the agent, as CLEO's audit middleware logs it."""
@@ -158,11 +142,6 @@ class AuditEntry(_Input):
         default_factory=AuditMetadata, description="Where the call came from."
     )
     error: str | None = Field(None, description="Error message of a failed call.")
-
-    @field_validator("session_id", "domain", "operation")
-    @classmethod
-    def _intern(cls, value: str | None) -> str | None:
-        return _intern(value)
 
     @field_validator("timestamp")
     @classmethod
