@@ -189,11 +189,11 @@ def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
     from pytest_cleo_grade.session import SessionSettings
 
     options = request.config.stash[OPTIONS_KEY]
-    session = GradedSession(
-        SessionSettings(db_path=options.db_path, history_path=options.history_path)
-    )
+    settings = SessionSettings(db_path=options.db_path, history_path=options.history_path)
+    session = GradedSession(settings)
     try:
-        _shared_store(request.config).get()
+        # Borrow the process's open store: opening one per test cost about 1 ms.
+        session = GradedSession(settings, store=_shared_store(request.config).get())
         session.start()
     except CleoGradeError as exc:
         # An unwritable store must not decide the test: grade from a private store instead.
