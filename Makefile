@@ -30,6 +30,8 @@ schemas: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/grade.py
+	$(BIN)/python bench/store.py
+	$(BIN)/python bench/plugin.py
 
 demo: $(STAMP)
 	$(BIN)/python examples/run_demo.py

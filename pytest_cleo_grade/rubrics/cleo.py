@@ -368,7 +368,9 @@ def grade_ordered(
     """Grade entries already validated, filtered to one session and in session order."""
     with collector_paused():
         rows: list[_Row] = list(map(_ROW, ordered))
-        return _grade(ordered, rows, session_id=session_id, now=now, task_id=task_id)
+        result = _grade(ordered, rows, session_id=session_id, now=now, task_id=task_id)
+        del rows  # freed while the collector is paused (see grade_entries)
+    return result
 
 
 def _grade(
@@ -427,19 +429,29 @@ def grade_entries(
     remaining entry is graded (no truncation), in timestamp order with ties in list order.
     ``now`` fixes the result's timestamp (the only clock the function reads).
     """
-    validated = coerce_entries(entries)
     with collector_paused():
-        full = list(map(_FULL_ROW, validated))
-        sessions = list(map(_FULL_SESSION, full))
-        if sessions.count(session_id) + sessions.count(None) != len(sessions):
-            keep = [i for i, sid in enumerate(sessions) if sid is None or sid == session_id]
-            validated = [validated[i] for i in keep]
-            full = [full[i] for i in keep]
-        times = list(map(_FULL_TIME, full))
-        if any(map(operator.gt, times, times[1:])):
-            # Stable: ties keep recording order.
-            order = sorted(range(len(times)), key=times.__getitem__)
-            validated = [validated[i] for i in order]
-            full = [full[i] for i in order]
-        rows: list[_Row] = list(map(_FULL_KEY, full))
-        return _grade(validated, rows, session_id=session_id, now=now, task_id=task_id)
+        result = _filter_order_grade(
+            coerce_entries(entries), session_id=session_id, now=now, task_id=task_id
+        )
+    # The per-entry tuples died inside the pause, with _filter_order_grade's frame: freeing
+    # them after it would leave the collector a generation full of them to traverse.
+    return result
+
+
+def _filter_order_grade(
+    validated: list[AuditEntry], *, session_id: str, now: datetime | None, task_id: str | None
+) -> GradeResult:
+    full = list(map(_FULL_ROW, validated))
+    sessions = list(map(_FULL_SESSION, full))
+    if sessions.count(session_id) + sessions.count(None) != len(sessions):
+        keep = [i for i, sid in enumerate(sessions) if sid is None or sid == session_id]
+        validated = [validated[i] for i in keep]
+        full = [full[i] for i in keep]
+    times = list(map(_FULL_TIME, full))
+    if any(map(operator.gt, times, times[1:])):
+        # Stable: ties keep recording order.
+        order = sorted(range(len(times)), key=times.__getitem__)
+        validated = [validated[i] for i in order]
+        full = [full[i] for i in order]
+    rows: list[_Row] = list(map(_FULL_KEY, full))
+    return _grade(validated, rows, session_id=session_id, now=now, task_id=task_id)
