@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Generator, Iterable, Iterator
@@ -182,6 +183,19 @@ def _warn(message: str) -> None:
     warnings.warn(CleoGradeWarning(message), stacklevel=2)
 
 
+@contextlib.contextmanager
+def _warnings_shown_not_raised() -> Iterator[None]:
+    """CleoGradeWarnings (a store, cache or rubric that failed) are shown, never raised.
+
+    They are emitted while a test is set up or graded, where ``filterwarnings = error`` would
+    otherwise turn a storage failure into the test's ERROR or FAILED (DESIGN section 5: it
+    never changes an outcome by itself). pytest still records them for the warnings summary.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", CleoGradeWarning)
+        yield
+
+
 @pytest.fixture
 def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
     """A grade-mode session for this test; the test body's entries are graded when it ends."""
@@ -199,7 +213,8 @@ def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
         # An unwritable store must not decide the test: grade from a private store instead.
         factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
         fallback = factory.mktemp("cleo-grade") / "audit.db"
-        _warn(f"cleo-grade: {exc}; recording this test into {fallback} instead")
+        with _warnings_shown_not_raised():
+            _warn(f"cleo-grade: {exc}; recording this test into {fallback} instead")
         session.close()
         session = GradedSession(
             SessionSettings(db_path=fallback, history_path=options.history_path),
@@ -269,16 +284,17 @@ def _grade_item(item: pytest.Item, session: GradedSession) -> GradedTest | str |
 
     options = item.config.stash[OPTIONS_KEY]
     plan = _plan(item, options)
-    try:
-        manager = None if plan.plain_cleo else _rubric_manager(item.config)
-        result = grade_session(session, plan, manager=manager)
-    except CleoGradeError as exc:
-        if not plan.plain_cleo:
-            # A judge or rubric that cannot grade decides nothing about the agent, but a
-            # silently ungraded test would pass a gate it never faced: the test fails.
-            return _grading_failure(item, plan, exc)
-        _warn(f"cleo-grade: {item.nodeid}: cannot grade: {exc}")
-        return None
+    with _warnings_shown_not_raised():
+        try:
+            manager = None if plan.plain_cleo else _rubric_manager(item.config)
+            result = grade_session(session, plan, manager=manager)
+        except CleoGradeError as exc:
+            if not plan.plain_cleo:
+                # A judge or rubric that cannot grade decides nothing about the agent, but a
+                # silently ungraded test would pass a gate it never faced: the test fails.
+                return _grading_failure(item, plan, exc)
+            _warn(f"cleo-grade: {item.nodeid}: cannot grade: {exc}")
+            return None
     result = result.model_copy(update={"testId": item.nodeid})
     session.result = result
     threshold, source, mode = _threshold(item, options)

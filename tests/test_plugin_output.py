@@ -252,6 +252,26 @@ def test_storage_warnings_do_not_crash_a_run_that_turns_warnings_into_errors(
     result.stdout.fnmatch_lines(["CleoGradeWarning: cleo-grade: grade history not written: *"])
 
 
+def test_an_unwritable_audit_store_keeps_the_test_passing_when_warnings_are_errors(
+    pytester: pytest.Pytester,
+) -> None:
+    (pytester.path / "blocked").write_text("not a directory")
+    make_suite(
+        pytester,
+        "def test_b(graded_session):\n    seventy_five(graded_session)\n",
+        warnings="error",
+    )
+    result = pytester.runpytest("--cleo-grade-db=blocked/audit.db")
+    result.assert_outcomes(passed=1, warnings=1)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*CleoGradeWarning: cleo-grade: *blocked*recording this test into *audit.db instead",
+            "test_agent.py::test_b  *75/100*",
+        ]
+    )
+
+
 def _normalised(lines: list[str]) -> list[str]:
     # Plugin list and durations legitimately differ between two runs.
     return [

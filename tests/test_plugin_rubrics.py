@@ -295,6 +295,23 @@ def test_judge_replies_are_cached_in_the_audit_store_unless_the_cache_is_off(
     assert judge.count == 3
 
 
+def test_a_broken_judge_cache_changes_no_outcome_when_warnings_are_errors(
+    pytester: pytest.Pytester, judge: FakeJudgeServer
+) -> None:
+    # The audit store works; its judge_cache table is not the one the cache expects.
+    with sqlite3.connect(pytester.path / "store.db") as db:
+        db.execute("CREATE TABLE judge_cache (key TEXT)")
+    make_suite(pytester, ONE_TEST, warnings="error")
+    result = pytester.runpytest(
+        "--cleo-grade-rubric=weighted", *judge_args(judge), "--cleo-grade-db=store.db"
+    )
+    result.assert_outcomes(passed=1, warnings=2)
+    result.stdout.fnmatch_lines(
+        ["*CleoGradeWarning*judge cache not read*", "*CleoGradeWarning*judge reply not cached*"]
+    )
+    assert judge.count == 1
+
+
 def test_a_rubric_file_configures_the_judge_and_the_command_line_overrides_its_model(
     pytester: pytest.Pytester, judge: FakeJudgeServer
 ) -> None:
