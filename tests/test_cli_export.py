@@ -92,6 +92,8 @@ def test_strict_turns_an_unknown_session_into_exit_four_and_saves_nothing(
     assert main([*command, "--strict"]) == 4
     assert "session ghost not found" in capsys.readouterr().err
     assert read_grades(".cleo/metrics/GRADES.jsonl") == []
+    with AuditStore(Path(".cleo/audit.db"), read_only=True) as store:
+        assert store.grades() == []
 
 
 def test_junit_writes_one_testcase_per_session_with_its_latest_grade(

@@ -143,9 +143,9 @@ def run_query(args: argparse.Namespace) -> int:
     session_id = params.get("sessionId")
     if not isinstance(session_id, str) or not session_id:
         raise CommandError(f'{where}: admin grade needs params {{"sessionId": "<id>"}}')
-    result = grade_from_store(db_path(args), session_id, save=not args.no_save, where=where)
-    if result.entry_count == 0 and args.strict:
-        raise CommandError(f"{where}: session {session_id} not found", status=4)
+    result = grade_from_store(
+        db_path(args), session_id, save=not args.no_save, strict=args.strict, where=where
+    )
     if not args.no_save:
         append_grade(result, history_path(args))
     print(json.dumps(result.to_json_dict(), indent=2, ensure_ascii=False))

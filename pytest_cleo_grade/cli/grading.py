@@ -134,11 +134,15 @@ def run_grade(args: argparse.Namespace) -> int:
         # Someone else's database is never written to, not even by the judge cache.
         return report(args, _grade(args, entries, session_id, None))
     if args.rubric == DEFAULT_RUBRIC:
-        return report(args, grade_from_store(db_path(args), session_id, save=not args.no_save))
+        result = grade_from_store(
+            db_path(args), session_id, save=not args.no_save, strict=args.strict
+        )
+        return report(args, result)
     path = _existing_store(db_path(args))
     with AuditStore(path, read_only=True) as audit:
         entries = audit.session_entries(session_id)
     result = _grade(args, entries, session_id, path)
+    refuse_empty(result, strict=args.strict)
     if not args.no_save:
         with AuditStore(path) as audit:
             audit.add_grade(result)
@@ -153,15 +157,28 @@ def _existing_store(path: Path, where: str = "cleo-grade grade") -> Path:
     return path
 
 
+def refuse_empty(result: GradeResult, *, strict: bool, where: str = "cleo-grade grade") -> None:
+    """``--strict``: a session without entries is not found (exit status 4), saved nowhere."""
+    if strict and result.entry_count == 0:
+        raise CommandError(f"{where}: session {result.session_id} not found", status=4)
+
+
 def grade_from_store(
-    path: Path, session_id: str, *, save: bool, where: str = "cleo-grade grade"
+    path: Path,
+    session_id: str,
+    *,
+    save: bool,
+    strict: bool = False,
+    where: str = "cleo-grade grade",
 ) -> GradeResult:
     """Grade a session of the audit store with the CLEO rubric; ``save``: into its grades table.
 
-    The store is opened for writing only when the grade is saved.
+    The store is opened for writing only when the grade is saved; with ``strict``, a session
+    without entries raises CommandError (status 4) before anything is saved.
     """
     with AuditStore(_existing_store(path, where), read_only=not save) as audit:
         result = grade_entries(audit.session_entries(session_id), session_id=session_id)
+        refuse_empty(result, strict=strict, where=where)
         if save:
             audit.add_grade(result)
     return result
@@ -184,8 +201,7 @@ def _grade(
 
 def report(args: argparse.Namespace, result: GradeResult) -> int:
     """Print a grade, save it unless --no-save, and turn --fail-under into the exit status."""
-    if result.entry_count == 0 and args.strict:
-        raise CommandError(f"cleo-grade grade: session {result.session_id} not found", status=4)
+    refuse_empty(result, strict=args.strict)
     if not args.no_save:
         append_grade(result, history_path(args))
     if result.entry_count == 0:
