@@ -29,6 +29,7 @@ from pytest_cleo_grade.comparison.metrics import Mode
 from pytest_cleo_grade.errors import JudgeError
 from pytest_cleo_grade.history import append_grade, read_grades
 from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.rubrics.judge import JudgeReplyError
 from tests.entries import NOW, entry
 from tests.test_comparison_structural import GOOD_OUTPUT
 
@@ -220,6 +221,34 @@ def test_judge_answers_may_be_fenced_or_wrapped(answer: str) -> None:
 def test_unusable_judge_answers_raise_judge_error(answer: str, message: str) -> None:
     with pytest.raises(JudgeError, match=message):
         parse_judge_answer(answer)
+
+
+def test_an_unusable_judge_answer_is_asked_again_once_saying_what_was_wrong() -> None:
+    prompts: list[str] = []
+    answers = iter(["Scores: all fours", "Here you are: " + json.dumps(FOURS)])
+
+    def judge(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(answers)
+
+    assert scores_from_judge(judge, query="q", output_text="", mode="quick").total == 24
+    assert len(prompts) == 2
+    assert prompts[1].startswith(prompts[0])
+    assert "not JSON" in prompts[1]
+    assert "Scores: all fours" in prompts[1]
+
+
+def test_a_judge_answer_unusable_after_the_re_ask_is_an_error_carrying_the_raw_answer() -> None:
+    calls: list[str] = []
+
+    def judge(prompt: str) -> str:
+        calls.append(prompt)
+        return json.dumps({**FOURS, "Q-04": 9})
+
+    with pytest.raises(JudgeReplyError, match="after one re-ask: judge answer: Q-04") as caught:
+        scores_from_judge(judge, query="q", output_text="", mode="quick")
+    assert caught.value.raw == json.dumps({**FOURS, "Q-04": 9})
+    assert len(calls) == 2
 
 
 def test_a_judge_that_returns_no_text_is_an_error() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final, Literal
@@ -12,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 
 from pytest_cleo_grade.errors import JudgeError, RubricError
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
+from pytest_cleo_grade.rubrics.judge import JudgeReplyError, extract_json_text
 
 __all__ = [
     "METRICS",
@@ -46,6 +46,9 @@ METRICS: Final[tuple[tuple[MetricId, str], ...]] = (
     ("Q-06", "Evidence Density"),
 )
 METRIC_IDS: Final[tuple[MetricId, ...]] = tuple(metric for metric, _ in METRICS)
+
+# How much of an unusable answer goes back to the judge in the re-ask.
+_REASK_ECHO_CHARS: Final = 4000
 
 #: Judge = any callable that takes the prompt and returns the judge's text (JSON expected), or
 #: an object with that text as ``.text`` (the package's JudgeReply).
@@ -249,17 +252,11 @@ def judge_prompt(*, query: str, output_text: str, mode: Mode) -> str:
     )
 
 
-_FENCE: Final = re.compile(r"^```[\w-]*\s*\n(?P<body>.*?)\n```\s*$", re.DOTALL)
-
-
 def parse_judge_answer(text: str) -> SubstantiveScores:
-    """Validate a judge's JSON answer (a bare object, or under ``scores``; code fences ok)."""
-    stripped = text.strip()
-    fenced = _FENCE.match(stripped)
-    if fenced:
-        stripped = fenced.group("body").strip()
+    """Validate a judge's JSON answer (a bare object, or under ``scores``; code fences and
+    surrounding prose are dropped as for the weighted rubric's judge)."""
     try:
-        data = json.loads(stripped)
+        data = json.loads(extract_json_text(text))
     except ValueError as exc:
         raise JudgeError(f"judge answer is not JSON: {exc}") from exc
     if isinstance(data, dict) and isinstance(data.get("scores"), dict):
@@ -272,16 +269,38 @@ def parse_judge_answer(text: str) -> SubstantiveScores:
         raise JudgeError(format_validation_error(exc, "judge answer")) from exc
 
 
-def scores_from_judge(
-    judge: Judge, *, query: str, output_text: str, mode: Mode
-) -> SubstantiveScores:
-    """Ask ``judge`` for the six scores of one output and validate its answer."""
-    answer: object = judge(judge_prompt(query=query, output_text=output_text, mode=mode))
+def _answer_text(judge: Judge, prompt: str) -> str:
+    answer: object = judge(prompt)
     # The package's judges may answer with a reply object carrying ``text`` (and usage).
     text = getattr(answer, "text", answer)
     if not isinstance(text, str):
         raise JudgeError(f"judge returned {type(answer).__name__}, expected the answer text")
-    return parse_judge_answer(text)
+    return text
+
+
+def scores_from_judge(
+    judge: Judge, *, query: str, output_text: str, mode: Mode
+) -> SubstantiveScores:
+    """Ask ``judge`` for the six scores of one output and validate its answer.
+
+    An unusable answer is asked again once, saying what was wrong (as the weighted rubric
+    does); a second unusable one raises JudgeReplyError carrying that answer as ``raw``.
+    """
+    prompt = judge_prompt(query=query, output_text=output_text, mode=mode)
+    text = _answer_text(judge, prompt)
+    try:
+        return parse_judge_answer(text)
+    except JudgeError as problem:
+        reask = (
+            f"{prompt}\nYour previous answer could not be used: {problem}\n"
+            f"Your previous answer was:\n{text[:_REASK_ECHO_CHARS]}\n\n"
+            "Answer again with only the JSON object described above.\n"
+        )
+    text = _answer_text(judge, reask)
+    try:
+        return parse_judge_answer(text)
+    except JudgeError as exc:
+        raise JudgeReplyError(f"judge answer is invalid after one re-ask: {exc}", raw=text) from exc
 
 
 def validate_records(rows: Iterable[Mapping[str, Any]], where: str) -> list[ComparisonRecord]:
