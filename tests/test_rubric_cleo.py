@@ -301,6 +301,11 @@ def test_duplicate_titles_compare_trimmed_and_lowercased_and_cost_five_once() ->
     )
 
 
+def test_blank_titles_are_not_duplicates_of_each_other() -> None:
+    result = grade(sequence(add(""), add("   "), add("")))
+    assert dim(result, "errorProtocol") == (20, ["No error protocol violations"])
+
+
 def test_failed_adds_do_not_count_as_duplicates() -> None:
     second = failed("tasks", "add", exit_code=1, params={"title": "A", "description": "d"})
     result = grade(sequence(add("A"), second))

@@ -254,7 +254,9 @@ def _note_adds(
                 facts.subtask_without_exists = True
         title = get("title")
         if title is not None:
-            titles.append((title if type(title) is str else str(title)).strip().lower())
+            key = (title if type(title) is str else str(title)).strip().lower()
+            if key:  # a blank title is no title: untitled adds are not duplicates
+                titles.append(key)
 
 
 def _percent_half_up(part: int, whole: int) -> int:
