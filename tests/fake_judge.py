@@ -73,7 +73,14 @@ class Drop:
     """Close the connection without answering."""
 
 
-Behaviour = Reply | Status | Slow | Raw | Drop
+@dataclass(frozen=True)
+class Truncated:
+    """Announce a longer body than is sent with status ``code``, then close the connection."""
+
+    code: int
+
+
+Behaviour = Reply | Status | Slow | Raw | Drop | Truncated
 
 
 @dataclass
@@ -155,6 +162,13 @@ class FakeJudgeServer:
             def _answer(self, behaviour: Behaviour) -> None:
                 if isinstance(behaviour, Drop):
                     self.close_connection = True
+                    return
+                if isinstance(behaviour, Truncated):
+                    self.close_connection = True
+                    self.send_response(behaviour.code)
+                    self.send_header("Content-Length", "1000")
+                    self.end_headers()
+                    self.wfile.write(b'{"error": ')
                     return
                 if isinstance(behaviour, Status):
                     self._send(behaviour.code, behaviour.body.encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +19,16 @@ from pytest_cleo_grade.rubrics.judge import (
     chat_completions_url,
     extract_json_text,
 )
-from tests.fake_judge import Drop, FakeJudgeServer, Raw, Reply, Slow, Status, serve
+from tests.fake_judge import (
+    Drop,
+    FakeJudgeServer,
+    Raw,
+    Reply,
+    Slow,
+    Status,
+    Truncated,
+    serve,
+)
 
 
 @pytest.fixture
@@ -150,6 +160,15 @@ def test_a_dropped_connection_is_retried(server: FakeJudgeServer) -> None:
     judge, _ = make_judge(server, retries=1, backoff=0.0)
     assert judge("p").text.startswith("{")
     assert server.count == 2
+
+
+@pytest.mark.parametrize("status", [503, 200], ids=str)
+def test_a_reply_cut_off_mid_body_is_retried(server: FakeJudgeServer, status: int) -> None:
+    server.push(Truncated(status))
+    judge, sleeps = make_judge(server)
+    assert json.loads(judge("x").text)["goal_achievement"]["score"] == "complete"
+    assert server.count == 2
+    assert sleeps == [0.25]
 
 
 def test_connection_refused_is_a_judge_error_after_the_retries() -> None:

@@ -283,7 +283,7 @@ class OpenAICompatibleJudge:
                     data: bytes = response.read()
                     return data
             except urllib.error.HTTPError as exc:
-                detail = exc.read()[:_ERROR_BODY_CHARS].decode("utf-8", "replace")
+                detail = _error_body(exc)
                 problem = f"HTTP {exc.code} {exc.reason}: {' '.join(detail.split())}".rstrip(": ")
                 if exc.code not in _RETRY_STATUSES:
                     raise JudgeError(f"judge POST {self.url}: {problem}") from exc
@@ -309,6 +309,15 @@ class OpenAICompatibleJudge:
             raise JudgeError(f"judge POST {self.url}: choices[0].message.content is not text")
         usage = data.get("usage") if isinstance(data, dict) else None
         return JudgeReply(content, _usage_from(usage))
+
+
+def _error_body(exc: urllib.error.HTTPError) -> str:
+    """The start of an error response's body; what was cut off mid-body is left out."""
+    try:
+        body = exc.read()
+    except (http.client.HTTPException, OSError) as cut:
+        body = getattr(cut, "partial", b"")
+    return body[:_ERROR_BODY_CHARS].decode("utf-8", "replace")
 
 
 def _usage_from(usage: object) -> TokenUsage | None:
