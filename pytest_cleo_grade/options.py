@@ -86,6 +86,18 @@ def _compare_arg(value: str) -> tuple[str, str]:
     return base, cand
 
 
+def _url_arg(value: str) -> str:
+    from urllib.parse import urlsplit
+
+    url = value.strip()
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return url
+    raise argparse.ArgumentTypeError(
+        f"invalid judge URL {value!r}: expected an http:// or https:// URL such as http://127.0.0.1:8000"
+    )
+
+
 def _text_arg(option: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
         if value.strip():
@@ -188,7 +200,7 @@ def _add_rubric_options(group: pytest.OptionGroup) -> None:
         "--cleo-grade-judge-url",
         dest="cleo_grade_judge_url",
         metavar="URL",
-        type=_text_arg("--cleo-grade-judge-url"),
+        type=_url_arg,
         default=None,
         help="OpenAI-compatible base URL of the judge, overriding the rubric file's "
         "(ini: cleo_grade_judge_url)",
@@ -321,7 +333,7 @@ def _rubric_options(config: pytest.Config) -> dict[str, Any]:
         config, "cleo_grade_rubric", _text_arg("ini option cleo_grade_rubric")
     )
     cache, _ = _setting(config, "cleo_grade_judge_cache", _cache_arg)
-    url, _ = _setting(config, "cleo_grade_judge_url", str.strip)
+    url, _ = _setting(config, "cleo_grade_judge_url", _url_arg)
     model, _ = _setting(config, "cleo_grade_judge_model", str.strip)
     compare, _ = _setting(config, "cleo_grade_compare", _compare_arg)
     return {

@@ -251,6 +251,23 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             id="ini-cache",
         ),
         pytest.param(
+            ["--cleo-grade-judge-url=localhost:8000"],
+            "",
+            "",
+            "*argument --cleo-grade-judge-url: invalid judge URL 'localhost:8000': expected "
+            "an http:// or https:// URL such as http://127.0.0.1:8000",
+            id="cli-judge-url",
+        ),
+        pytest.param(
+            [],
+            "cleo_grade_judge_url = ftp://judge.example",
+            "",
+            "ERROR: cleo-grade: ini option cleo_grade_judge_url: invalid judge URL "
+            "'ftp://judge.example': expected an http:// or https:// URL such as "
+            "http://127.0.0.1:8000",
+            id="ini-judge-url",
+        ),
+        pytest.param(
             ["--cleo-grade-rubric= "],
             "",
             "",

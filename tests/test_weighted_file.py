@@ -127,6 +127,12 @@ def test_an_invalid_judge_override_names_the_setting() -> None:
         WeightedJudgeRubric().configure(RubricConfig(judge_overrides={"timeout": 0}))
 
 
+def test_a_judge_url_override_without_a_scheme_is_an_error_naming_the_setting() -> None:
+    overrides = {"base_url": "localhost:8000"}
+    with pytest.raises(RubricError, match=r"^judge\.base_url: expected an http:// or https://"):
+        WeightedJudgeRubric().configure(RubricConfig(judge_overrides=overrides))
+
+
 def test_without_a_judge_or_endpoint_grading_says_how_to_configure_one() -> None:
     with pytest.raises(RubricError, match=r"judge\.base_url is not set"):
         WeightedJudgeRubric().grade([entry("tasks", "find")], session_id="s1", now=NOW)
@@ -207,6 +213,10 @@ NUMERIC_OTHER_HALF = 'name = "b"\ntype = "numeric"\nweight = 0.5\n'
             '[judge]\nmodle = "x"\n' + dims(NUMERIC_HALF, NUMERIC_OTHER_HALF),
             "judge.modle: Extra inputs are not permitted",
         ),
+        (
+            '[judge]\nbase_url = "localhost:8000"\n' + dims(NUMERIC_HALF, NUMERIC_OTHER_HALF),
+            "judge.base_url: expected an http:// or https:// URL, got 'localhost:8000'",
+        ),
         ('name = "x"\n', "dimensions: Field required"),
     ],
     ids=[
@@ -223,6 +233,7 @@ NUMERIC_OTHER_HALF = 'name = "b"\ntype = "numeric"\nweight = 0.5\n'
         "unknown-key",
         "chunk-over-budget",
         "judge-typo",
+        "judge-url-without-scheme",
         "no-dimensions",
     ],
 )

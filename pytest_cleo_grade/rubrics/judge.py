@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pytest_cleo_grade.errors import JudgeError, RubricError
 
@@ -167,6 +167,16 @@ class JudgeSettings(BaseModel):
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
     max_tokens: int | None = Field(None, gt=0, description="Upper bound on the reply's tokens.")
     seed: int | None = Field(None, description="Sampling seed, for endpoints that honour one.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urllib.parse.urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.strip()
 
 
 def chat_completions_url(base_url: str) -> str:

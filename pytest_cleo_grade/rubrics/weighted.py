@@ -460,9 +460,8 @@ class WeightedJudgeRubric:
                 settings = JudgeSettings.model_validate(merged)
             except ValidationError as exc:
                 first = exc.errors()[0]
-                raise RubricError(
-                    f"judge.{'.'.join(map(str, first['loc']))}: {first['msg']}"
-                ) from exc
+                message = first["msg"].removeprefix("Value error, ")
+                raise RubricError(f"judge.{'.'.join(map(str, first['loc']))}: {message}") from exc
             spec = spec.model_copy(update={"judge": settings})
         cache = self.cache
         if config.cache_path is not None:
