@@ -69,9 +69,14 @@ def read_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
         lines = [line for line in text.splitlines() if line.strip()]
         try:
             with collector_paused():
-                return _ENTRIES.validate_json("[" + ",".join(lines) + "]")
+                entries = _ENTRIES.validate_json("[" + ",".join(lines) + "]")
         except (ValidationError, ValueError):
             pass
+        else:
+            # Joined with commas, a line holding two objects ("{...},{...}") would pass as
+            # two entries; it is malformed JSONL, so only one entry per line is accepted.
+            if len(entries) == len(lines):
+                return entries
     return parse_entries_text(text, str(target))
 
 
