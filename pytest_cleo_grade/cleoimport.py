@@ -9,7 +9,7 @@ from typing import Final
 from pydantic import TypeAdapter, ValidationError
 
 from pytest_cleo_grade.bulk import collector_paused
-from pytest_cleo_grade.entryfile import load_entries_file, parse_entries_text
+from pytest_cleo_grade.entryfile import SURROGATE_ESCAPE, load_entries_file, parse_entries_text
 from pytest_cleo_grade.errors import EntryError, StoreError
 from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.store import AuditStore, entry_row
@@ -56,8 +56,9 @@ def read_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
     """Every entry of a JSON array or JSONL file; EntryError names the file and line.
 
     A well-formed JSONL file is validated in one pydantic call from its text (the fast
-    path); anything the fast path rejects, or text that might carry NaN/Infinity (which
-    pydantic's parser would accept), is parsed line by line for the exact error.
+    path); anything the fast path rejects, or text that might carry NaN/Infinity or a lone
+    surrogate (which pydantic's parser would accept), is parsed line by line for the exact
+    error.
     """
     target = Path(path)
     try:
@@ -65,7 +66,13 @@ def read_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
     except (OSError, UnicodeDecodeError):
         return load_entries_file(target)  # raises EntryError with the reason
     stripped = text.strip()
-    if stripped and not stripped.startswith("[") and "NaN" not in text and "Infinity" not in text:
+    if (
+        stripped
+        and not stripped.startswith("[")
+        and "NaN" not in text
+        and "Infinity" not in text
+        and not SURROGATE_ESCAPE.search(text)
+    ):
         lines = [line for line in text.splitlines() if line.strip()]
         try:
             with collector_paused():

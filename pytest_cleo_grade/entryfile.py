@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -13,7 +14,7 @@ from pytest_cleo_grade.bulk import collector_paused
 from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
 
-__all__ = ["load_entries_file", "parse_entries_text", "parse_json_strict"]
+__all__ = ["SURROGATE_ESCAPE", "load_entries_file", "parse_entries_text", "parse_json_strict"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -21,13 +22,24 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+#: A \uD800-\uDFFF escape: JSON can spell a lone surrogate, which no UTF-8 store or output
+#: can hold. Text without one cannot produce one (UTF-8 decoding rejects encoded surrogates).
+SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def parse_json_strict(text: str) -> Any:
-    """json.loads that rejects NaN and Infinity (ValueError)."""
+    """json.loads that rejects NaN, Infinity and lone surrogates (ValueError)."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
         # Pathologically nested input must be an input error, not a traceback.
         raise ValueError("nested too deeply") from None
+    if SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a lone surrogate escape (\\uD800-\\uDFFF) is not Unicode") from None
+    return value
 
 
 def load_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:

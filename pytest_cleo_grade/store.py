@@ -18,7 +18,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from pytest_cleo_grade.bulk import collector_paused
-from pytest_cleo_grade.errors import StoreError
+from pytest_cleo_grade.errors import EntryError, StoreError
 from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import order_entries
 
@@ -147,13 +147,18 @@ def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]
     if meta.user_id is not None:
         extra["userId"] = meta.user_id
     result = entry.result
+    try:
+        params = _json(entry.params)
+        metadata = _json(extra) if extra else None
+    except ValueError as exc:  # a circular structure, a lone surrogate
+        raise EntryError(f"{entry.domain}.{entry.operation}: cannot store: {exc}") from exc
     return (
         entry_id or _new_id(),
         _stored_time(entry.timestamp),
         f"{entry.domain}.{entry.operation}",
         meta.task_id or "system",
         "agent",
-        _json(entry.params),
+        params,
         None,
         None,
         entry.domain,
@@ -168,7 +173,7 @@ def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]
         None,
         None,
         result.exit_code,
-        _json(extra) if extra else None,
+        metadata,
     )
 
 
@@ -335,6 +340,10 @@ class AuditStore:
                 raise StoreError(f"{self.path}: cannot write: {_describe(exc)}") from exc
             except OverflowError as exc:  # an integer beyond SQLite's 64 bits (an exit code)
                 raise StoreError(f"{self.path}: cannot write: {exc}") from exc
+            except UnicodeEncodeError as exc:  # a lone surrogate in a text column
+                raise EntryError(
+                    f"{self.path}: cannot store text that is not Unicode: {exc}"
+                ) from exc
 
     # -- reading ------------------------------------------------------------------------
 

@@ -55,6 +55,18 @@ def test_record_without_an_audit_db_is_a_no_op(monkeypatch: pytest.MonkeyPatch) 
     assert audit.record("tasks", "add", gateway="cleo_mutate") is None
 
 
+def test_record_with_unstorable_params_raises_entry_error_and_records_nothing(
+    grade_env: Path,
+) -> None:
+    circular: dict[str, Any] = {}
+    circular["self"] = circular
+    for params in (circular, {"x": "\ud800"}):
+        with pytest.raises(EntryError, match=r"tasks\.find: cannot store"):
+            audit.record("tasks", "find", params)
+    audit.record("tasks", "find")
+    assert len(stored(grade_env)) == 1
+
+
 def test_record_creates_the_store_and_its_directory(grade_env: Path) -> None:
     entry = audit.record("tasks", "find", {"query": "auth"}, gateway="cleo_query")
     assert entry is not None

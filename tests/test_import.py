@@ -212,6 +212,8 @@ def test_a_jsonl_file_imports_every_entry(tmp_path: Path) -> None:
         pytest.param("[1, 2]", r"e\.jsonl:3: expected a JSON object", id="not-object"),
         pytest.param(entry_line(3) + "," + entry_line(5), r"e\.jsonl:3: invalid JSON: Extra data",
                      id="two-objects-on-a-line"),
+        pytest.param(entry_line(3, params={"x": "\ud800"}), r"e\.jsonl:3: invalid JSON: a lone",
+                     id="lone-surrogate"),
     ],
 )  # fmt: skip
 def test_a_bad_line_aborts_the_import_naming_its_line_and_imports_nothing(

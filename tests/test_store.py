@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_cleo_grade.errors import StoreError
+from pytest_cleo_grade.errors import EntryError, StoreError
 from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import grade_entries
 from pytest_cleo_grade.store import AUDIT_COLUMNS, AuditStore, entry_row
@@ -127,6 +127,24 @@ def test_append_many_is_one_transaction_so_a_failure_adds_nothing(store: AuditSt
     good = entry_row(entry())
     with pytest.raises(StoreError, match="cannot write"):
         store.append_rows([good, good[:-1]])  # the second row has a column missing
+    assert store.count() == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"params": {"x": "\ud800"}}, id="lone surrogate in params"),
+        pytest.param({"error": "\udfff"}, id="lone surrogate in a text column"),
+        pytest.param({"metadata": {"role": "\ud800"}}, id="lone surrogate in extra metadata"),
+    ],
+)
+def test_text_that_is_not_unicode_is_an_entry_error_and_stores_nothing(
+    store: AuditStore, fields: dict[str, Any]
+) -> None:
+    with pytest.raises(EntryError, match="cannot store"):
+        store.append_many([entry(), entry(**fields)])
+    with pytest.raises(EntryError, match="cannot store"):
+        store.append(entry(**fields))
     assert store.count() == 0
 
 
