@@ -34,11 +34,14 @@ def parse_json_strict(text: str) -> Any:
     except RecursionError:
         # Pathologically nested input must be an input error, not a traceback.
         raise ValueError("nested too deeply") from None
-    if SURROGATE_ESCAPE.search(text):
-        try:
+    try:
+        # Text from argv may carry undecodable bytes as surrogates (isascii() is O(1)).
+        if not text.isascii():
+            text.encode("utf-8")
+        if SURROGATE_ESCAPE.search(text):
             json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("a lone surrogate escape (\\uD800-\\uDFFF) is not Unicode") from None
+    except UnicodeEncodeError:
+        raise ValueError("a lone surrogate (\\uD800-\\uDFFF) is not Unicode") from None
     return value
 
 

@@ -96,6 +96,27 @@ def test_strict_turns_an_unknown_session_into_exit_four_and_saves_nothing(
         assert store.grades() == []
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["grade", "\udcff"],
+        ["grade", "--session-id", "\udcff", "--no-save"],
+        ["list", "--session-id", "\udcff"],
+        ["import", "x.jsonl", "--session-id", "\udcff"],
+        ["query", "admin", "grade", '{"sessionId": "\udcff"}'],
+    ],
+)
+def test_a_session_id_with_bytes_that_are_not_utf8_is_a_one_line_usage_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    # A byte like 0xff in argv reaches Python as the lone surrogate U+DCFF.
+    store_session("good", *GOOD)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not" in err
+    assert read_grades(".cleo/metrics/GRADES.jsonl") == []
+
+
 def test_junit_writes_one_testcase_per_session_with_its_latest_grade(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

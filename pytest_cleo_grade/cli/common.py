@@ -21,6 +21,7 @@ __all__ = [
     "parse_threshold",
     "print_json",
     "render_grade",
+    "session_id_arg",
 ]
 
 Handler = Callable[[argparse.Namespace], int]
@@ -45,6 +46,19 @@ def add_history_option(parser: argparse.ArgumentParser) -> None:
 def history_path(args: argparse.Namespace) -> Path:
     value: str | None = getattr(args, "history", None)
     return Path(value) if value else Path.cwd() / DEFAULT_HISTORY
+
+
+def session_id_arg(value: str) -> str:
+    """A session id from the command line: text the store and the history can hold.
+
+    A byte that is not UTF-8 reaches Python as a lone surrogate, which no SQLite query or
+    JSON line can carry.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not valid UTF-8 text") from None
+    return value
 
 
 def parse_threshold(value: str) -> float:

@@ -17,6 +17,7 @@ from pytest_cleo_grade.cli.common import (
     passes,
     print_json,
     render_grade,
+    session_id_arg,
     warnings_to_stderr,
 )
 from pytest_cleo_grade.cli.rubric_cmds import (
@@ -42,11 +43,18 @@ def register(subparsers: Any) -> None:
         help="grade one session",
         description="Grade one session's audit entries and append the grade to the history.",
     )
-    grade.add_argument("session", nargs="?", metavar="SESSION_ID", help="the session to grade")
+    grade.add_argument(
+        "session",
+        nargs="?",
+        type=session_id_arg,
+        metavar="SESSION_ID",
+        help="the session to grade",
+    )
     grade.add_argument("--entries", metavar="FILE", help="read entries from a JSON or JSONL file")
     grade.add_argument(
         "--session-id",
         dest="session_id",
+        type=session_id_arg,
         metavar="ID",
         help="session to grade (as SESSION_ID)",
     )
@@ -78,7 +86,13 @@ def register(subparsers: Any) -> None:
     listing = subparsers.add_parser(
         "list", help="list graded sessions", description="List the grade history."
     )
-    listing.add_argument("--session-id", dest="session_id", metavar="ID", help="only this session")
+    listing.add_argument(
+        "--session-id",
+        dest="session_id",
+        type=session_id_arg,
+        metavar="ID",
+        help="only this session",
+    )
     listing.add_argument("--json", action="store_true", help="print GradeResults as JSON")
     add_history_option(listing)
     listing.add_argument(

@@ -17,7 +17,7 @@ from pytest_cleo_grade.cleoimport import (
     read_entries_file,
     select_session,
 )
-from pytest_cleo_grade.cli.common import CommandError
+from pytest_cleo_grade.cli.common import CommandError, session_id_arg
 from pytest_cleo_grade.entryfile import parse_json_strict as strict_json_loads
 from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
 
@@ -53,6 +53,7 @@ def register(subparsers: Any) -> None:
     importer.add_argument(
         "--session-id",
         dest="session_id",
+        type=session_id_arg,
         metavar="ID",
         help="import only this session (exact id); entries without a sessionId join it",
     )
