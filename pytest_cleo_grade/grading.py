@@ -19,7 +19,7 @@ from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC, GradeContext, RubricC
 if TYPE_CHECKING:
     import pluggy
 
-    from pytest_cleo_grade.rubrics.judge import Judge
+    from pytest_cleo_grade.rubrics.judge import Judge, JudgeReply
 
 __all__ = ["GradingPlan", "comparison_judge", "grade_session"]
 
@@ -93,12 +93,45 @@ def _grade_comparison(session: GradedSession, plan: GradingPlan) -> GradeResult:
     if session.scores is not None:
         extra["scores"] = session.scores
     else:
-        judge = comparison_judge(plan.config)
+        judge = _MeteredJudge(comparison_judge(plan.config))
     rubric = ComparisonRubric(judge=judge)
     context = GradeContext(task=plan.task, extra=extra)
-    return stamp_rubric(
-        rubric.grade(session.entries, session_id=session.id, context=context), rubric
-    )
+    result = rubric.grade(session.entries, session_id=session.id, context=context)
+    if judge is not None:
+        # The endpoint's tokens belong in the run's judge usage, as the weighted rubric's do.
+        result = result.model_copy(update={"judgeUsage": judge.usage()})
+    return stamp_rubric(result, rubric)
+
+
+class _MeteredJudge:
+    """A judge that counts its requests and the token usage its replies report."""
+
+    def __init__(self, judge: Judge) -> None:
+        from pytest_cleo_grade.rubrics.judge import TokenUsage
+
+        self._judge = judge
+        self._tokens = TokenUsage()
+        self._requests = 0
+
+    def __call__(self, prompt: str, /) -> JudgeReply:
+        from pytest_cleo_grade.rubrics.judge import ask
+
+        reply = ask(self._judge, prompt)
+        self._requests += 1
+        if reply.usage is not None:
+            self._tokens = self._tokens + reply.usage
+        return reply
+
+    def usage(self) -> dict[str, Any]:
+        """The ``judgeUsage`` extra (the weighted rubric's keys; never cached)."""
+        return {
+            "promptTokens": self._tokens.prompt_tokens,
+            "completionTokens": self._tokens.completion_tokens,
+            "totalTokens": self._tokens.total_tokens,
+            "requests": self._requests,
+            "cachedReplies": 0,
+            "cached": False,
+        }
 
 
 def grade_session(

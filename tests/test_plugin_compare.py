@@ -398,6 +398,13 @@ def test_without_scores_the_configured_judge_scores_the_output(
     assert "## Recommendation" in judge.received[0].prompt
     props = junit(str(pytester.path / "out.xml"))["test_x"]
     assert (props["cleo_score"], props["cleo_q_average"]) == ("36/36", "5.00")
+    # The endpoint's tokens count in the run's judge usage, as for the weighted rubric.
+    result.stdout.fnmatch_lines(
+        [
+            "judge usage: 120 tokens (100 prompt + 20 completion) in 1 request, "
+            "0 cached replies, over 1 judged grade"
+        ]
+    )
 
 
 def test_a_failed_structural_check_is_a_flag_and_the_threshold_still_applies(
