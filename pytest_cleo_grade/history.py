@@ -28,7 +28,7 @@ def grade_line(result: GradeResult) -> str:
 @contextmanager
 def _locked_append(path: Path) -> Iterator[int]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         # An exclusive lock serialises writers across processes; O_APPEND alone does not
         # guarantee that a large line is written in one piece.
@@ -56,6 +56,10 @@ def append_grades(results: Iterable[GradeResult], path: str | os.PathLike[str]) 
     try:
         with _locked_append(target) as fd:
             size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # The last line is torn (a writer killed mid-line, a hand edit): start on a
+                # line of its own, or this grade would be glued to it and lost with it.
+                data = b"\n" + data
             try:
                 written = os.write(fd, data)
                 while written < len(data):

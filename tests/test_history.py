@@ -81,6 +81,18 @@ def test_a_corrupt_line_is_skipped_with_a_warning_naming_its_number(tmp_path: Pa
     assert messages[1].startswith(f"{path}:3: skipped corrupt grade line: totalScore")
 
 
+def test_a_grade_appended_after_a_torn_last_line_starts_a_line_of_its_own(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "GRADES.jsonl"
+    append_grade(sample("a"), path)  # type: ignore[arg-type]
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('{"sessionId": "torn", "tot')  # a writer killed mid-line
+    append_grade(sample("b"), path)  # type: ignore[arg-type]
+    with pytest.warns(CleoGradeWarning, match=r":2: skipped corrupt grade line"):
+        assert [g.session_id for g in read_grades(path)] == ["a", "b"]
+
+
 def test_reading_a_directory_is_a_history_error(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match=str(tmp_path)):
         read_grades(tmp_path)
