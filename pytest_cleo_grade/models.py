@@ -32,6 +32,7 @@ __all__ = [
     "letter_for",
     "percent_of",
     "round_half_up",
+    "to_utc",
 ]
 
 Letter = Literal["A", "B", "C", "D", "F"]
@@ -73,10 +74,22 @@ def percent_of(score: float, max_score: float) -> float:
 
 
 def format_timestamp(value: datetime) -> str:
-    """CLEO's timestamp form: UTC, milliseconds, ``Z`` (``2026-03-01T12:00:00.000Z``)."""
-    return (
-        value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-    )
+    """CLEO's timestamp form: UTC, milliseconds, ``Z`` (``2026-03-01T12:00:00.000Z``).
+
+    Fixed width (the year has four digits even before 1000), so text order is time order.
+    """
+    return value.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def to_utc(value: datetime) -> datetime:
+    """An aware datetime in UTC; ValueError (a validation error) when UTC cannot hold it.
+
+    ``0001-01-01T00:30:00+01:00`` is a valid ISO time whose UTC form would be in year 0.
+    """
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("timestamp is out of range once converted to UTC") from None
 
 
 def format_validation_error(exc: ValidationError, where: str = "") -> str:
@@ -148,7 +161,7 @@ class AuditEntry(_Input):
     def _to_utc(cls, value: datetime) -> datetime:
         # One shared tzinfo makes comparisons cheap: datetimes with different tzinfo objects
         # compare through utcoffset() calls, which dominated ordering a large session.
-        return value.astimezone(UTC)
+        return to_utc(value)
 
     @field_validator("params", mode="before")
     @classmethod
@@ -202,6 +215,11 @@ class GradeResult(BaseModel):
     timestamp: AwareDatetime = Field(description="When the grade was computed (ISO 8601).")
     entry_count: int = Field(alias="entryCount", ge=0, description="Audit entries analysed.")
     evaluator: Literal["auto", "manual"] = Field("auto", description="How the grade was computed.")
+
+    @field_validator("timestamp")
+    @classmethod
+    def _to_utc(cls, value: datetime) -> datetime:
+        return to_utc(value)
 
     @field_serializer("timestamp")
     def _serialize_timestamp(self, value: datetime) -> str:

@@ -90,6 +90,30 @@ def test_timestamps_are_serialised_as_utc_with_milliseconds() -> None:
     assert AuditEntry.model_validate(raw).to_json_dict()["timestamp"] == "2026-03-01T12:00:00.123Z"
 
 
+def test_timestamps_before_year_1000_serialise_with_four_digit_years_and_round_trip() -> None:
+    raw = entry("tasks", "find")
+    raw["timestamp"] = "0005-03-01T12:00:00.123+01:00"
+    parsed = AuditEntry.model_validate(raw)
+    assert parsed.to_json_dict()["timestamp"] == "0005-03-01T11:00:00.123Z"
+    assert AuditEntry.model_validate(parsed.to_json_dict()) == parsed
+
+
+@pytest.mark.parametrize("stamp", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00"])
+def test_a_timestamp_that_utc_cannot_hold_is_a_validation_error(stamp: str) -> None:
+    raw = entry("tasks", "find")
+    raw["timestamp"] = stamp
+    assert invalid(raw) == "timestamp"
+    grade = {
+        "sessionId": "s",
+        "totalScore": 1,
+        "dimensions": {},
+        "timestamp": stamp,
+        "entryCount": 1,
+    }
+    with pytest.raises(ValidationError, match="out of range once converted to UTC"):
+        GradeResult.model_validate(grade)
+
+
 def test_null_params_load_as_an_empty_object() -> None:
     raw = entry("tasks", "find")
     raw["params"] = None
