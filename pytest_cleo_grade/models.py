@@ -18,6 +18,7 @@ from pydantic import (
     ValidationError,
     field_serializer,
     field_validator,
+    model_validator,
 )
 
 __all__ = [
@@ -63,7 +64,8 @@ def round_half_up(value: float) -> int:
     Python's round() rounds half to even (round(82.5) == 82); CLEO's numbers come from
     JavaScript, so displayed percentages must round 82.5 up to 83.
     """
-    return int(Decimal(repr(value)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    # to_integral_value, unlike quantize, has no 28-digit limit: 1e300 rounds too.
+    return int(Decimal(repr(value)).to_integral_value(rounding=ROUND_HALF_UP))
 
 
 def percent_of(score: float, max_score: float) -> float:
@@ -220,6 +222,13 @@ class GradeResult(BaseModel):
     @classmethod
     def _to_utc(cls, value: datetime) -> datetime:
         return to_utc(value)
+
+    @model_validator(mode="after")
+    def _finite_percent(self) -> GradeResult:
+        # 1e308 out of 1e-300 is no grade: its percentage overflows and no letter fits it.
+        if not math.isfinite(self.percent):
+            raise ValueError("totalScore out of maxScore is not a finite percentage")
+        return self
 
     @field_serializer("timestamp")
     def _serialize_timestamp(self, value: datetime) -> str:

@@ -44,6 +44,17 @@ def test_display_rounding_is_half_up_not_bankers(value: float, rounded: int) -> 
     assert round_half_up(value) == rounded
 
 
+def test_huge_scores_display_without_error_and_an_overflowing_percentage_is_invalid() -> None:
+    assert round_half_up(1e300) == 10**300
+    grade = {"sessionId": "s", "dimensions": {}, "timestamp": "2026-03-01T12:00:00Z"}
+    huge = GradeResult.model_validate({**grade, "totalScore": 1e300, "entryCount": 1})
+    assert (huge.display_percent, huge.letter) == (10**300, "A")
+    with pytest.raises(ValidationError, match="not a finite percentage"):
+        GradeResult.model_validate(
+            {**grade, "totalScore": 1e308, "maxScore": 1e-300, "entryCount": 1}
+        )
+
+
 def test_display_percent_rounds_half_up_while_the_letter_uses_the_exact_value() -> None:
     result = GradeResult.model_validate(
         {
