@@ -376,13 +376,7 @@ class AuditStore:
             with collector_paused():
                 entries = _ENTRIES.validate_json("[" + ",".join(row[1] for row in rows) + "]")
         except ValidationError as exc:
-            error = exc.errors()[0]
-            index, *field = error["loc"]
-            row_id = rows[index][0] if isinstance(index, int) else "?"
-            place = ".".join(str(part) for part in field) or "entry"
-            raise StoreError(
-                f"{self.path}: audit_log row {row_id}: {place}: {error['msg']}"
-            ) from exc
+            raise StoreError(f"{self.path}: {_first_invalid_row(rows, exc)}") from exc
         return [str(row[0]) for row in rows], entries
 
     def _malformed_row(self, session_id: str) -> str:
@@ -493,6 +487,27 @@ class AuditStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _first_invalid_row(rows: Sequence[sqlite3.Row], exc: ValidationError) -> str:
+    """``audit_log row ID: field: why`` for the first row of a session that fails to load."""
+    error = exc.errors()[0]
+    loc = error["loc"]
+    if not loc or not isinstance(loc[0], int):
+        # The session's JSON did not parse at all: SQLite writes an infinite REAL (a
+        # duration_ms of 1e999) as Inf, which is no JSON. Find the row one at a time.
+        bad = next((row[0] for row in rows if not _is_json(row[1])), "?")
+        return f"audit_log row {bad}: holds a number JSON cannot carry ({error['msg']})"
+    place = ".".join(str(part) for part in loc[1:]) or "entry"
+    return f"audit_log row {rows[loc[0]][0]}: {place}: {error['msg']}"
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _describe(exc: sqlite3.Error) -> str:

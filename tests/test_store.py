@@ -260,6 +260,16 @@ def test_a_row_with_an_invalid_field_is_named_by_its_id(store: AuditStore) -> No
         store.session_entries("s1")
 
 
+def test_a_row_with_an_infinite_duration_is_named_by_its_id(store: AuditStore) -> None:
+    # SQLite keeps an infinite REAL and writes it into JSON as Inf, which is no JSON.
+    good = entry_row(entry(), "row-1")
+    bad = list(entry_row(entry(at=1), "row-2"))
+    bad[AUDIT_COLUMNS.index("duration_ms")] = float("inf")
+    store.append_rows([good, bad])
+    with pytest.raises(StoreError, match=r"audit_log row row-2: holds a number JSON cannot"):
+        store.session_entries("s1")
+
+
 def test_rows_with_the_same_id_are_stored_once(store: AuditStore) -> None:
     row = entry_row(entry(), "fixed-id")
     assert store.append_rows([row]) == 1
