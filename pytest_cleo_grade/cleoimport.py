@@ -62,7 +62,7 @@ def read_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
     """
     target = Path(path)
     try:
-        text = target.read_text(encoding="utf-8")
+        text = target.read_text(encoding="utf-8-sig")  # a BOM (Windows tools) is no entry
     except (OSError, UnicodeDecodeError):
         return load_entries_file(target)  # raises EntryError with the reason
     stripped = text.strip()

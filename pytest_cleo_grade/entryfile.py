@@ -53,7 +53,7 @@ def load_entries_file(path: str | os.PathLike[str]) -> list[AuditEntry]:
     """
     target = Path(path)
     try:
-        text = target.read_text(encoding="utf-8")
+        text = target.read_text(encoding="utf-8-sig")  # a BOM (Windows tools) is no entry
     except UnicodeDecodeError as exc:
         raise EntryError(f"{target}: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:

@@ -235,6 +235,21 @@ def test_the_fast_jsonl_path_gives_the_same_entries_as_line_by_line(tmp_path: Pa
     assert read_entries_file(path) == load_entries_file(path)
 
 
+@pytest.mark.parametrize("reader", ["read_entries_file", "load_entries_file"])
+@pytest.mark.parametrize("text", ["jsonl", "array"])
+def test_a_byte_order_mark_at_the_start_of_a_file_is_ignored(
+    tmp_path: Path, reader: str, text: str
+) -> None:
+    from pytest_cleo_grade import entryfile
+
+    lines = [entry_line(i) for i in range(2)]
+    body = "\n".join(lines) if text == "jsonl" else "[" + ",".join(lines) + "]"
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    load = read_entries_file if reader == "read_entries_file" else entryfile.load_entries_file
+    assert len(load(path)) == 2
+
+
 def test_a_json_array_file_imports_too(tmp_path: Path) -> None:
     path = tmp_path / "e.json"
     path.write_text("[" + ",".join(entry_line(i) for i in range(3)) + "]")
