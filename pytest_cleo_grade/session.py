@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -41,13 +42,29 @@ __all__ = [
 _ENV_NAMES = (ENV_GRADE, ENV_GRADE_ID, ENV_SESSION_ID, ENV_AUDIT_DB)
 
 
+_issued_lock = threading.Lock()
+_issued: dict[int, set[str]] = {}
+
+
 def new_session_id() -> str:
-    """A new id in CLEO's style, ``session-<epoch ms>-<6 hex>``.
+    """A new id in CLEO's style, ``session-<epoch ms>-<6 hex>``, never repeated in a process.
 
     24 random bits on top of the millisecond keep ids from pytest-xdist workers that start
-    in the same millisecond apart.
+    in the same millisecond apart. Within one process, hundreds of ids in one millisecond
+    would collide by the birthday bound (two sessions merged), so the suffixes already
+    issued in the current millisecond are drawn again.
     """
-    return f"session-{time.time_ns() // 1_000_000}-{secrets.token_hex(3)}"
+    millis = time.time_ns() // 1_000_000
+    with _issued_lock:
+        taken = _issued.get(millis)
+        if taken is None:
+            _issued.clear()  # earlier milliseconds can never be issued again
+            taken = _issued[millis] = set()
+        suffix = secrets.token_hex(3)
+        while suffix in taken:
+            suffix = secrets.token_hex(3)
+        taken.add(suffix)
+    return f"session-{millis}-{suffix}"
 
 
 class SessionSettings(BaseModel):

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,17 @@ def test_new_session_ids_have_cleos_shape_and_do_not_repeat() -> None:
     ids = {new_session_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert all(re.fullmatch(r"session-\d{13}-[0-9a-f]{6}", i) for i in ids)
+
+
+def test_ids_issued_in_one_millisecond_never_repeat_even_past_the_birthday_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 20,000 ids in a single frozen millisecond: 24 random bits alone would collide about
+    # 12 times (n^2 / 2^25); the process must still hand out distinct ids.
+    monkeypatch.setattr(time, "time_ns", lambda: 1_772_366_400_000_000_000)
+    ids = [new_session_id() for _ in range(20_000)]
+    assert len(set(ids)) == 20_000
+    assert all(i.startswith("session-1772366400000-") for i in ids)
 
 
 def test_settings_make_paths_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
