@@ -373,7 +373,9 @@ class AuditedDispatcher:
         try:
             if handler is None:
                 raise UnknownOperationError(f"no handler registered for {domain}.{operation}")
-            value = handler(call_params)
+            # The handler gets its own copy: one that pops or defaults keys must not change
+            # the params recorded for the call (a popped description would cost S3 points).
+            value = handler(dict(call_params))
         except Exception as exc:
             self._emit(gateway, domain, operation, call_params, started, exc)
             raise

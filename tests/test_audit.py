@@ -266,6 +266,20 @@ def test_dispatcher_records_query_and_mutate_with_their_gateways(grade_env: Path
     assert rows[0]["params"] == {"query": "auth"}
 
 
+def test_dispatcher_records_the_params_of_the_call_even_when_the_handler_changes_them(
+    grade_env: Path,
+) -> None:
+    def add(params: dict[str, Any]) -> str:
+        params.pop("description")
+        params.setdefault("status", "pending")
+        return "T1"
+
+    dispatcher = AuditedDispatcher()
+    dispatcher.register("tasks", "add", add)
+    dispatcher.mutate("tasks", "add", {"title": "x", "description": "why"})
+    assert stored(grade_env)[0]["params"] == {"title": "x", "description": "why"}
+
+
 def test_dispatcher_records_a_failing_handler_with_its_exit_code(grade_env: Path) -> None:
     dispatcher = AuditedDispatcher()
 
