@@ -6,6 +6,7 @@ import json
 import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -17,8 +18,13 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from pytest_cleo_grade.bulk import collector_paused
-from pytest_cleo_grade.errors import EntryError, StoreError
-from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
+from pytest_cleo_grade.errors import CleoGradeWarning, EntryError, StoreError
+from pytest_cleo_grade.models import (
+    AuditEntry,
+    GradeResult,
+    format_timestamp,
+    format_validation_error,
+)
 from pytest_cleo_grade.rubrics.cleo import order_entries
 
 __all__ = [
@@ -441,14 +447,30 @@ class AuditStore:
         return int(rows[0][0])
 
     def grades(self, session_id: str | None = None) -> list[GradeResult]:
-        """Stored grades in the order they were added, optionally for one session."""
+        """Stored grades in the order they were added, optionally for one session.
+
+        Like a corrupt GRADES.jsonl line, a row that is not a valid grade is skipped with a
+        CleoGradeWarning naming its id, so it never hides the others.
+        """
         if session_id is None:
-            rows = self._read("SELECT result_json FROM grades ORDER BY id", ())
+            rows = self._read("SELECT id, result_json FROM grades ORDER BY id", ())
         else:
             rows = self._read(
-                "SELECT result_json FROM grades WHERE session_id = ? ORDER BY id", (session_id,)
+                "SELECT id, result_json FROM grades WHERE session_id = ? ORDER BY id",
+                (session_id,),
             )
-        return [GradeResult.model_validate_json(row[0]) for row in rows]
+        results: list[GradeResult] = []
+        for row_id, text in rows:
+            try:
+                results.append(GradeResult.model_validate_json(text))
+            except ValidationError as exc:
+                warnings.warn(
+                    f"{self.path}: grades row {row_id}: skipped corrupt grade: "
+                    f"{format_validation_error(exc)}",
+                    CleoGradeWarning,
+                    stacklevel=2,
+                )
+        return results
 
     def _read(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
         with self._lock:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_cleo_grade.errors import EntryError, StoreError
+from pytest_cleo_grade.errors import CleoGradeWarning, EntryError, StoreError
 from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import grade_entries
 from pytest_cleo_grade.store import AUDIT_COLUMNS, AuditStore, entry_row
@@ -157,6 +157,14 @@ def test_grades_table_keeps_every_grade_in_order(store: AuditStore) -> None:
     assert store.grades("s2") == [second]
     row = store.db.execute("SELECT letter, entry_count, flag_count FROM grades").fetchone()
     assert tuple(row) == (first.letter, 1, len(first.flags))
+
+
+def test_a_corrupt_grades_row_is_skipped_with_a_warning_naming_its_id(store: AuditStore) -> None:
+    for session in ("a", "b"):
+        store.add_grade(grade_entries([entry(session)], session_id=session, now=T0))
+    store.db.execute("UPDATE grades SET result_json = '{bad' WHERE session_id = 'a'")
+    with pytest.warns(CleoGradeWarning, match=r"grades row 1: skipped corrupt grade"):
+        assert [g.session_id for g in store.grades()] == ["b"]
 
 
 def test_grade_results_from_the_table_validate_as_grade_results(store: AuditStore) -> None:

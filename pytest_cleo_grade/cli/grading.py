@@ -241,12 +241,12 @@ def report(args: argparse.Namespace, result: GradeResult) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     path = history_path(args)
-    if args.db and not args.history:
-        path = Path(args.db)
-        with AuditStore(path, read_only=True) as store:
-            grades = store.grades(args.session_id)
-    else:
-        with warnings_to_stderr():
+    with warnings_to_stderr():
+        if args.db and not args.history:
+            path = Path(args.db)
+            with AuditStore(path, read_only=True) as store:
+                grades = store.grades(args.session_id)
+        else:
             grades = read_grades(path, session_id=args.session_id)
     if args.json:
         print_json([g.to_report_dict() for g in grades])
