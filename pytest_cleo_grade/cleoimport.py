@@ -18,8 +18,10 @@ __all__ = [
     "CLEO_DB_CANDIDATES",
     "find_cleo_db",
     "import_cleo_db",
+    "import_cleo_rows",
     "import_entries_file",
     "is_sqlite_file",
+    "read_cleo_db",
     "read_entries_file",
     "select_session",
 ]
@@ -117,6 +119,28 @@ def import_entries_file(
     return entries
 
 
+def read_cleo_db(
+    cleo_db: str | os.PathLike[str], *, session_id: str | None = None
+) -> list[tuple[str, AuditEntry]]:
+    """(row id, entry) of every audit row of a CLEO database (one session's, or all).
+
+    The database is opened read-only. StoreError names a row that does not load, or says
+    that there is nothing to import.
+    """
+    with AuditStore(cleo_db, read_only=True) as source:
+        sessions = source.session_ids() if session_id is None else [session_id]
+        items = [item for sid in sessions for item in source.session_items(sid)]
+    if not items:
+        which = f"session {session_id}" if session_id else "any session"
+        raise StoreError(f"{cleo_db}: no audit entries for {which}")
+    return items
+
+
+def import_cleo_rows(store: AuditStore, items: list[tuple[str, AuditEntry]]) -> int:
+    """Add rows read by :func:`read_cleo_db` under their CLEO ids; returns how many were new."""
+    return store.append_rows(entry_row(entry, row_id) for row_id, entry in items)
+
+
 def import_cleo_db(
     store: AuditStore, cleo_db: str | os.PathLike[str], *, session_id: str | None = None
 ) -> tuple[int, int]:
@@ -125,11 +149,5 @@ def import_cleo_db(
     The CLEO database is opened read-only and never modified. Rows keep their CLEO ids, so
     importing the same database again adds nothing. Returns (rows read, rows added).
     """
-    with AuditStore(cleo_db, read_only=True) as source:
-        sessions = source.session_ids() if session_id is None else [session_id]
-        items = [item for sid in sessions for item in source.session_items(sid)]
-    if not items:
-        which = f"session {session_id}" if session_id else "any session"
-        raise StoreError(f"{cleo_db}: no audit entries for {which}")
-    added = store.append_rows(entry_row(entry, row_id) for row_id, entry in items)
-    return len(items), added
+    items = read_cleo_db(cleo_db, session_id=session_id)
+    return len(items), import_cleo_rows(store, items)

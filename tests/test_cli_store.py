@@ -173,6 +173,23 @@ def test_import_of_a_cleo_project_directory(
     assert "(4 already there)" in out
 
 
+@pytest.mark.parametrize("session", [None, "session-nobody"])
+def test_a_cleo_database_import_that_fails_creates_no_store(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, session: str | None
+) -> None:
+    from tests.test_import import build_cleo_db
+
+    cleo = build_cleo_db(in_tmp / "proj" / ".cleo" / "cleo.db", idempotency_key=True)
+    conn = sqlite3.connect(cleo)
+    with conn:
+        conn.execute("UPDATE audit_log SET timestamp = 'yesterday'")
+    conn.close()
+    argv = ["import", "proj", *(["--session-id", session] if session else [])]
+    status, out, err = run(capsys, *argv)
+    assert (status, out, len(err.splitlines())) == (2, "", 1)
+    assert not (in_tmp / ".cleo").exists()
+
+
 def test_a_bad_line_aborts_import_with_its_line_and_creates_nothing(
     capsys: pytest.CaptureFixture[str], in_tmp: Path
 ) -> None:

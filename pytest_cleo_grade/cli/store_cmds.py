@@ -12,8 +12,9 @@ from typing import Any
 from pytest_cleo_grade.audit import ENV_AUDIT_DB, MUTATE_GATEWAYS, active_session, make_entry
 from pytest_cleo_grade.cleoimport import (
     find_cleo_db,
-    import_cleo_db,
+    import_cleo_rows,
     is_sqlite_file,
+    read_cleo_db,
     read_entries_file,
     select_session,
 )
@@ -102,8 +103,10 @@ def run_import(args: argparse.Namespace) -> int:
         if cleo_db.resolve() == target.resolve():
             raise CommandError(f"cleo-grade import: {cleo_db} is the store itself")
     if cleo:
+        # Read (and validate) every row before touching the store: a bad row creates nothing.
+        items = read_cleo_db(cleo_db, session_id=args.session_id)
         with AuditStore(target) as store:
-            read, added = import_cleo_db(store, cleo_db, session_id=args.session_id)
+            read, added = len(items), import_cleo_rows(store, items)
         skipped = f" ({read - added} already there)" if read != added else ""
         print(f"Imported {added} entries from {cleo_db} into {target}{skipped}")
         return 0
