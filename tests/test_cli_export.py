@@ -138,6 +138,18 @@ def test_junit_writes_one_testcase_per_session_with_its_latest_grade(
     assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
 
 
+def test_junit_onto_a_directory_is_a_one_line_error_leaving_no_partial_file(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    store_session("good", *GOOD)
+    assert main(["grade", "good"]) == 0
+    (in_tmp / "out").mkdir()
+    capsys.readouterr()
+    assert main(["junit", "out"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert sorted(p.name for p in in_tmp.iterdir()) == [".cleo", "out"]
+
+
 def test_junit_without_a_threshold_passes_and_can_write_to_stdout(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

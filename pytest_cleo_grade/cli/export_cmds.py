@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -110,13 +111,15 @@ def run_junit(args: argparse.Namespace) -> int:
         sys.stdout.write(xml)
     else:
         target = Path(args.output)
+        # Write next to the target and rename: a reader never sees half a report.
+        partial = target.with_name(target.name + ".partial")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            # Write next to the target and rename: a reader never sees half a report.
-            partial = target.with_name(target.name + ".partial")
             partial.write_text(xml, encoding="utf-8")
             partial.replace(target)
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)  # no half-written file is left behind
             raise CommandError(f"cleo-grade junit: {target}: {exc.strerror or exc}") from exc
         failed = sum(1 for case in cases if case.is_failure())
         print(f"{target}: {len(cases)} session(s), {failed} below the threshold")
