@@ -117,6 +117,20 @@ def test_a_session_id_with_bytes_that_are_not_utf8_is_a_one_line_usage_error(
     assert read_grades(".cleo/metrics/GRADES.jsonl") == []
 
 
+@pytest.mark.parametrize(
+    "command", [["grade", "good"], ["query", "admin", "grade", '{"sessionId": "good"}']]
+)
+def test_a_history_that_cannot_be_written_saves_the_grade_nowhere(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, command: list[str]
+) -> None:
+    store_session("good", *GOOD)
+    (in_tmp / "blocked").mkdir()
+    assert main([*command, "--history", "blocked"]) == 2
+    assert "blocked: cannot append grade" in capsys.readouterr().err
+    with AuditStore(Path(".cleo/audit.db"), read_only=True) as store:
+        assert store.grades() == []
+
+
 def test_junit_writes_one_testcase_per_session_with_its_latest_grade(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

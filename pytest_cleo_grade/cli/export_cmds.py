@@ -22,10 +22,10 @@ from pytest_cleo_grade.cli.common import (
     render_grade,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.grading import grade_from_store
+from pytest_cleo_grade.cli.grading import grade_from_store, refuse_empty, save_grade
 from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
 from pytest_cleo_grade.entryfile import parse_json_strict
-from pytest_cleo_grade.history import append_grade, read_grades
+from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import GradeResult
 
 __all__ = ["register"]
@@ -146,10 +146,10 @@ def run_query(args: argparse.Namespace) -> int:
     session_id = params.get("sessionId")
     if not isinstance(session_id, str) or not session_id:
         raise CommandError(f'{where}: admin grade needs params {{"sessionId": "<id>"}}')
-    result = grade_from_store(
-        db_path(args), session_id, save=not args.no_save, strict=args.strict, where=where
-    )
+    path = db_path(args)
+    result = grade_from_store(path, session_id, where=where)
+    refuse_empty(result, strict=args.strict, where=where)
     if not args.no_save:
-        append_grade(result, history_path(args))
+        save_grade(result, history=history_path(args), store=path)
     print(json.dumps(result.to_json_dict(), indent=2, ensure_ascii=False))
     return 0

@@ -147,20 +147,12 @@ def run_grade(args: argparse.Namespace) -> int:
             entries = cleo.session_entries(session_id)
         # Someone else's database is never written to, not even by the judge cache.
         return report(args, _grade(args, entries, session_id, None))
-    if args.rubric == DEFAULT_RUBRIC:
-        result = grade_from_store(
-            db_path(args), session_id, save=not args.no_save, strict=args.strict
-        )
-        return report(args, result)
     path = _existing_store(db_path(args))
+    if args.rubric == DEFAULT_RUBRIC:
+        return report(args, grade_from_store(path, session_id), store=path)
     with AuditStore(path, read_only=True) as audit:
         entries = audit.session_entries(session_id)
-    result = _grade(args, entries, session_id, path)
-    refuse_empty(result, strict=args.strict)
-    if not args.no_save:
-        with AuditStore(path) as audit:
-            audit.add_grade(result)
-    return report(args, result)
+    return report(args, _grade(args, entries, session_id, path), store=path)
 
 
 def _existing_store(path: Path, where: str = "cleo-grade grade") -> Path:
@@ -178,24 +170,23 @@ def refuse_empty(result: GradeResult, *, strict: bool, where: str = "cleo-grade 
 
 
 def grade_from_store(
-    path: Path,
-    session_id: str,
-    *,
-    save: bool,
-    strict: bool = False,
-    where: str = "cleo-grade grade",
+    path: Path, session_id: str, *, where: str = "cleo-grade grade"
 ) -> GradeResult:
-    """Grade a session of the audit store with the CLEO rubric; ``save``: into its grades table.
+    """Grade a session of the audit store with the CLEO rubric (the store opened read-only)."""
+    with AuditStore(_existing_store(path, where), read_only=True) as audit:
+        return grade_entries(audit.session_entries(session_id), session_id=session_id)
 
-    The store is opened for writing only when the grade is saved; with ``strict``, a session
-    without entries raises CommandError (status 4) before anything is saved.
+
+def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> None:
+    """Append a grade to the history, then to the grades table of the store it came from.
+
+    The history goes first: a ``--history`` that cannot be written fails before the store
+    is touched, so an exit status 2 never leaves the grade saved in one place only.
     """
-    with AuditStore(_existing_store(path, where), read_only=not save) as audit:
-        result = grade_entries(audit.session_entries(session_id), session_id=session_id)
-        refuse_empty(result, strict=strict, where=where)
-        if save:
+    append_grade(result, history)
+    if store is not None:
+        with AuditStore(store) as audit:
             audit.add_grade(result)
-    return result
 
 
 def _grade(
@@ -213,11 +204,14 @@ def _grade(
     )
 
 
-def report(args: argparse.Namespace, result: GradeResult) -> int:
-    """Print a grade, save it unless --no-save, and turn --fail-under into the exit status."""
+def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None = None) -> int:
+    """Print a grade, save it unless --no-save, and turn --fail-under into the exit status.
+
+    ``store``: the audit store the grade came from, whose grades table gets it too.
+    """
     refuse_empty(result, strict=args.strict)
     if not args.no_save:
-        append_grade(result, history_path(args))
+        save_grade(result, history=history_path(args), store=store)
     if result.entry_count == 0:
         print(
             f"cleo-grade: warning: no audit entries found for session {result.session_id}",
