@@ -26,7 +26,8 @@ NO_HELP = "No admin.help or skill lookup calls (load ct-cleo for guidance)"
 NO_MCP = "No MCP query calls (prefer cleo_query over CLI for programmatic access)"
 NO_DESCRIPTION = "tasks.add without description (taskId: unknown)"
 NO_PARENT_CHECK = "Subtasks created without tasks.exists parent check"
-NO_RECOVERY = "E_NOT_FOUND not followed by recovery lookup"
+NO_RECOVERY = "E_NOT_FOUND (tasks.show) not followed by recovery lookup"
+ONE_DUPLICATE = "1 potentially duplicate task create(s) detected"
 
 
 def used_list(times: int) -> str:
@@ -36,8 +37,8 @@ def used_list(times: int) -> str:
 #: What the rubric must say about each anti-pattern run: letter, score and flags, in order.
 ANTI_PATTERNS = {
     "fresh_discovery": ("D", 50, [NO_SESSION_LIST, NO_SESSION_END, used_list(2), NO_HELP]),
-    "task_hygiene": ("C", 72, [NO_DESCRIPTION, NO_DESCRIPTION, NO_PARENT_CHECK]),
-    "error_recovery": ("C", 70, [used_list(1), NO_RECOVERY, NO_RECOVERY]),
+    "task_hygiene": ("C", 72, [NO_DESCRIPTION, NO_DESCRIPTION, NO_PARENT_CHECK, ONE_DUPLICATE]),
+    "error_recovery": ("C", 70, [used_list(1), NO_RECOVERY, NO_RECOVERY, ONE_DUPLICATE]),
     "full_lifecycle": ("C", 65, [LATE_SESSION_LIST, NO_SESSION_END, NO_HELP]),
     "multi_domain": ("C", 65, [used_list(1), NO_HELP, NO_MCP]),
 }

@@ -152,18 +152,15 @@ def order_entries(entries: Sequence[AuditEntry]) -> list[AuditEntry]:
 
 
 def _has_value(value: object) -> bool:
-    """Whether a description was given: blank strings and empty containers were not.
+    """Whether a description was given, read as CLEO's ``!desc || !desc.trim()`` reads it.
 
-    Any other non-string value (a number, an object) counts as present, so odd input never
+    Missing: None, an empty or blank string, and the other falsy values (0, false, an empty
+    list or object). Any other non-string value counts as present, so odd input never
     crashes grading.
     """
-    if value is None:
-        return False
     if isinstance(value, str):
         return bool(value.strip())
-    if isinstance(value, list | dict | tuple):
-        return bool(value)
-    return True
+    return bool(value)
 
 
 def _positions(rows: list[_Row], wanted: _Row) -> list[int]:
@@ -246,7 +243,8 @@ def _note_adds(
         description = get("description")
         present = description.strip() if type(description) is str else _has_value(description)
         if not present:
-            missing.append(entry.metadata.task_id or "unknown")
+            task_id = entry.metadata.task_id
+            missing.append("unknown" if task_id is None else task_id)
         if get("parent"):
             facts.subtask_adds += 1
             # The spec says "preceding": an exists later in the session does not verify.
@@ -312,10 +310,9 @@ def _task_hygiene(facts: _Facts, flags: list[str]) -> DimensionScore:
         flags.append(f"tasks.add without description (taskId: {task_id})")
     if facts.subtask_adds:
         if facts.subtask_without_exists:
+            # A penalty is a flag; evidence lists what earned or kept points (as CLEO does).
             score -= 3
-            message = "Subtasks created without tasks.exists parent check"
-            evidence.append(message)
-            flags.append(message)
+            flags.append("Subtasks created without tasks.exists parent check")
         else:
             evidence.append("Parent existence verified before subtask creation")
     if facts.successful_adds and not facts.adds_without_description:
@@ -334,12 +331,17 @@ def _error_protocol(
             evidence.append("E_NOT_FOUND followed by recovery lookup")
         else:
             score -= 5
-            flags.append("E_NOT_FOUND not followed by recovery lookup")
+            failed = entries[position]
+            # Seed 000 gives no text; this is CLEO's, naming the call that failed.
+            flags.append(
+                f"E_NOT_FOUND ({failed.domain}.{failed.operation}) not followed by recovery lookup"
+            )
     duplicates = len(facts.titles) - len(set(facts.titles))
     if duplicates:
         score -= 5
-        evidence.append(f"{duplicates} potentially duplicate task create(s) detected")
-    if score == DIMENSION_MAX:
+        flags.append(f"{duplicates} potentially duplicate task create(s) detected")
+    if not facts.not_found_positions and not duplicates:
+        # As CLEO reads "no violations": no E_NOT_FOUND at all, recovered or not.
         evidence.append("No error protocol violations")
     return DimensionScore(score=max(score, 0), max=DIMENSION_MAX, evidence=evidence)
 
