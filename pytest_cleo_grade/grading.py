@@ -15,6 +15,7 @@ from pytest_cleo_grade.errors import RubricError
 from pytest_cleo_grade.graded import GradedSession
 from pytest_cleo_grade.models import GradeResult
 from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC, GradeContext, RubricConfig, stamp_rubric
+from pytest_cleo_grade.session import GradeSession
 
 if TYPE_CHECKING:
     import pluggy
@@ -142,7 +143,10 @@ def grade_session(
     ``manager`` is the run's rubric plugin manager (conftest rubrics included).
     """
     if plan.plain_cleo:
-        return session.grade()
+        # GradeSession's own grade(): the fixture's grade() would come back here.
+        result = GradeSession.grade(session)
+        session.result = result
+        return result
     if plan.variant is not None:
         result = _grade_comparison(session, plan)
     else:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from pytest_cleo_grade.graded import GradedSession, SharedStore
     from pytest_cleo_grade.grading import GradingPlan
+    from pytest_cleo_grade.models import GradeResult
     from pytest_cleo_grade.report import GradedTest, RunGrade
 
 # pytest loads this module in every run of every project where the package is installed, so
@@ -221,6 +222,8 @@ def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
             session_id=session.id,
         )
         session.start()
+    item = request.node
+    session.grader = lambda: _grade_now(item, session)
     request.node.stash[SESSION_KEY] = session
     try:
         yield session
@@ -275,6 +278,15 @@ def _grading_failure(item: pytest.Item, plan: GradingPlan, exc: CleoGradeError) 
     if isinstance(raw, str):
         message += f"\njudge's last reply (first 500 characters):\n{raw[:500]}"
     return message
+
+
+def _grade_now(item: pytest.Item, session: GradedSession) -> GradeResult:
+    """``graded_session.grade()`` inside a test: the test's own rubric, errors raised."""
+    from pytest_cleo_grade.grading import grade_session
+
+    plan = _plan(item, item.config.stash[OPTIONS_KEY])
+    manager = None if plan.plain_cleo else _rubric_manager(item.config)
+    return grade_session(session, plan, manager=manager)
 
 
 def _grade_item(item: pytest.Item, session: GradedSession) -> GradedTest | str | None:

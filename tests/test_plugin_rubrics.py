@@ -539,3 +539,25 @@ def test_a_two_worker_run_grades_with_a_conftest_rubric_and_the_judge_on_the_wor
     assert {dict(p)["cleo_score"] for name, p in props.items() if "steps" in name} == {"50/100"}
     assert {dict(p)["cleo_rubric"] for name, p in props.items() if "judged" in name} == {"weighted"}
     result.stdout.fnmatch_lines(["judge usage: 240 tokens * in 2 requests, *over 2 judged grades"])
+
+
+def test_grade_inside_a_test_uses_the_tests_own_rubric(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, "")
+    pytester.makeconftest(STEPS_RUBRIC)
+    pytester.makepyfile(
+        test_inside="""
+        import pytest
+
+        @pytest.mark.cleo_grade(rubric="steps")
+        def test_steps(graded_session):
+            graded_session.record("tasks", "find")
+            graded_session.record("tasks", "show")
+            now = graded_session.grade()
+            assert (now.total_score, now.model_extra["rubric"]) == (20, "steps")
+
+        def test_default(graded_session):
+            graded_session.record("session", "list")
+            assert list(graded_session.grade().dimensions)[0] == "sessionDiscipline"
+        """
+    )
+    pytester.runpytest("test_inside.py").assert_outcomes(passed=2)
