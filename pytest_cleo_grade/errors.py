@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
+
 
 class CleoGradeError(Exception):
     """Base class of every error this package raises on purpose.
@@ -33,3 +37,15 @@ class JudgeError(RubricError):
 
 class CleoGradeWarning(UserWarning):
     """Something was skipped or could not be stored, but nothing was lost silently."""
+
+
+@contextlib.contextmanager
+def warnings_shown_not_raised() -> Iterator[None]:
+    """Within the block, CleoGradeWarnings are shown (and recorded by pytest), never raised.
+
+    A storage failure must not change the outcome of the code that hit it (DESIGN section 5),
+    not even where ``filterwarnings = error`` turns every warning into an exception.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", CleoGradeWarning)
+        yield

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
 from collections.abc import Generator, Iterable, Iterator
@@ -10,7 +9,11 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
+from pytest_cleo_grade.errors import (
+    CleoGradeError,
+    CleoGradeWarning,
+    warnings_shown_not_raised,
+)
 from pytest_cleo_grade.options import (
     MARKER_DOC,
     MarkerOptions,
@@ -184,19 +187,6 @@ def _warn(message: str) -> None:
     warnings.warn(CleoGradeWarning(message), stacklevel=2)
 
 
-@contextlib.contextmanager
-def _warnings_shown_not_raised() -> Iterator[None]:
-    """CleoGradeWarnings (a store, cache or rubric that failed) are shown, never raised.
-
-    They are emitted while a test is set up or graded, where ``filterwarnings = error`` would
-    otherwise turn a storage failure into the test's ERROR or FAILED (DESIGN section 5: it
-    never changes an outcome by itself). pytest still records them for the warnings summary.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("always", CleoGradeWarning)
-        yield
-
-
 @pytest.fixture
 def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
     """A grade-mode session for this test; the test body's entries are graded when it ends."""
@@ -214,7 +204,7 @@ def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
         # An unwritable store must not decide the test: grade from a private store instead.
         factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
         fallback = factory.mktemp("cleo-grade") / "audit.db"
-        with _warnings_shown_not_raised():
+        with warnings_shown_not_raised():
             _warn(f"cleo-grade: {exc}; recording this test into {fallback} instead")
         session.close()
         session = GradedSession(
@@ -296,7 +286,7 @@ def _grade_item(item: pytest.Item, session: GradedSession) -> GradedTest | str |
 
     options = item.config.stash[OPTIONS_KEY]
     plan = _plan(item, options)
-    with _warnings_shown_not_raised():
+    with warnings_shown_not_raised():
         try:
             manager = None if plan.plain_cleo else _rubric_manager(item.config)
             result = grade_session(session, plan, manager=manager)

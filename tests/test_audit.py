@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,20 @@ def test_an_unwritable_store_is_a_warning_not_a_crash(
     monkeypatch.setenv("CLEO_AUDIT_DB", str(blocker / "audit.db"))
     with pytest.warns(CleoGradeWarning, match=r"tasks\.find not recorded: .*cannot create"):
         assert audit.record("tasks", "find") is None
+
+
+def test_an_unwritable_store_warns_but_never_raises_even_when_warnings_are_errors(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
+    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "s")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(blocker / "audit.db"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error")  # what `filterwarnings = error` does to the code under test
+        assert audit.record("tasks", "find") is None
+    assert [w.category for w in caught] == [CleoGradeWarning]
 
 
 def test_a_subprocess_that_inherits_the_environment_records_into_the_same_session(
