@@ -415,9 +415,7 @@ class GradeReporter:
         self._persisted = True
         results = [test.result for test in self.in_collection_order()]
         try:
-            store = _shared_store(self.config).get()
-            for result in results:
-                store.add_grade(result)
+            _shared_store(self.config).get().add_grades(results)
         except (CleoGradeError, OSError) as exc:
             self.problems.append(f"cleo-grade: grades table not written: {exc}")
         from pytest_cleo_grade.history import append_grades

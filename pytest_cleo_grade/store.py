@@ -176,6 +176,20 @@ def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]
     )
 
 
+def _grade_row(result: GradeResult) -> tuple[Any, ...]:
+    data = result.to_json_dict()
+    return (
+        result.session_id,
+        data["timestamp"],
+        result.total_score,
+        result.max_score,
+        result.letter,
+        result.entry_count,
+        len(result.flags),
+        json.dumps(data, ensure_ascii=False, separators=(",", ":")),
+    )
+
+
 class AuditStore:
     """One SQLite audit store file: open (creating and migrating it), append, read.
 
@@ -310,24 +324,26 @@ class AuditStore:
 
     def add_grade(self, result: GradeResult) -> None:
         """Store a grade in the ``grades`` table."""
-        data = result.to_json_dict()
-        row = (
-            result.session_id,
-            data["timestamp"],
-            result.total_score,
-            result.max_score,
-            result.letter,
-            result.entry_count,
-            len(result.flags),
-            json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-        )
-        self._write(
-            lambda conn: conn.execute(
-                "INSERT INTO grades (session_id, timestamp, total_score, max_score, letter, "
-                "entry_count, flag_count, result_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
-        )
+        self.add_grades([result])
+
+    def add_grades(self, results: Iterable[GradeResult]) -> None:
+        """Store grades in the ``grades`` table in one transaction: all of them or none."""
+        rows = [_grade_row(result) for result in results]
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "INSERT INTO grades (session_id, timestamp, total_score, max_score, letter, "
+                    "entry_count, flag_count, result_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        self._write(insert)
 
     def _write(self, action: Callable[[sqlite3.Connection], _T]) -> _T:
         if self.read_only:

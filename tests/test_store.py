@@ -159,6 +159,17 @@ def test_grades_table_keeps_every_grade_in_order(store: AuditStore) -> None:
     assert tuple(row) == (first.letter, 1, len(first.flags))
 
 
+def test_several_grades_are_stored_all_or_nothing(store: AuditStore) -> None:
+    good = grade_entries([entry()], session_id="s1", now=T0)
+    # An integer SQLite cannot hold makes the second insert fail after the first one ran.
+    huge = good.model_copy(update={"total_score": 2**70, "max_score": 2**71})
+    with pytest.raises(StoreError, match="cannot write"):
+        store.add_grades([good, huge])
+    assert store.grades() == []
+    store.add_grades([good, good])
+    assert store.grades() == [good, good]
+
+
 def test_a_corrupt_grades_row_is_skipped_with_a_warning_naming_its_id(store: AuditStore) -> None:
     for session in ("a", "b"):
         store.add_grade(grade_entries([entry(session)], session_id=session, now=T0))
