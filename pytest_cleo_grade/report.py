@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from typing import Any
 
-from pytest_cleo_grade.models import GradeResult, letter_for
+from pytest_cleo_grade.models import GradeResult, letter_for, round_half_up
 
 # The comparison and weighted-rubric helpers are imported where a grade of theirs is shown:
 # a run grading with CLEO alone need not load the judge's HTTP client or the comparison code.
@@ -25,6 +25,7 @@ __all__ = [
     "junit_properties",
     "markdown_summary",
     "passes",
+    "percent_below",
     "summary_line",
     "summary_lines",
 ]
@@ -44,6 +45,18 @@ def describe_percent(percent: float, *, rounding: str = ROUND_HALF_UP) -> str:
 def describe_threshold(threshold: float) -> str:
     """A threshold with the letter it corresponds to: ``75% (B)``."""
     return f"{describe_percent(threshold)} ({letter_for(threshold)})"
+
+
+def percent_below(percent: float, threshold: float) -> str:
+    """``percent`` for a message saying it is below ``threshold``, never contradicting it.
+
+    Whole percent, half up, as everywhere else, unless that would show the threshold's own
+    figure (74.9 % against 75 %): then two decimals, cut rather than rounded (``74.9%``).
+    """
+    text = f"{round_half_up(percent)}%"
+    if Decimal(text[:-1]) >= Decimal(describe_percent(threshold)[:-1]):
+        text = describe_percent(percent, rounding=ROUND_DOWN)
+    return text
 
 
 def _num(value: float) -> str:
@@ -129,9 +142,10 @@ def failure_message(test: GradedTest) -> str:
     """The message of a test failed for its grade: score, percent, letter, threshold, table."""
     result = test.result
     assert test.threshold is not None  # only a threshold can fail a test
+    shown = percent_below(result.percent, test.threshold)
     headline = (
-        f"cleo-grade: {grade_headline(result)} is below the threshold"
-        f" {describe_threshold(test.threshold)} set by {test.threshold_source}"
+        f"cleo-grade: {score_text(result)} ({shown}, grade {result.letter}) is below the"
+        f" threshold {describe_threshold(test.threshold)} set by {test.threshold_source}"
     )
     return "\n".join([headline, *_grade_details(result)])
 

@@ -13,8 +13,10 @@ from pytest_cleo_grade.report import (
     decode_graded_test,
     describe_percent,
     encode_graded_test,
+    failure_message,
     markdown_summary,
     passes,
+    percent_below,
 )
 
 
@@ -89,3 +91,25 @@ def test_a_graded_test_survives_its_trip_to_the_controller_unchanged() -> None:
 def test_markdown_cells_escape_pipes_and_backticks_in_test_ids() -> None:
     text = markdown_summary(RunGrade((graded(90.0, nodeid="t.py::test_x[a|`b`]"),), None))
     assert "| `t.py::test_x[a\\|'b']` | 90/100 | 90% | A | 1 | - |" in text
+
+
+@pytest.mark.parametrize(
+    ("percent", "threshold", "shown"),
+    [
+        pytest.param(45, 60, "45%", id="whole percent when clearly below"),
+        pytest.param(74.9, 75, "74.9%", id="cut to decimals when it would show the threshold"),
+        pytest.param(88.889, 89, "88.88%", id="cut, not rounded up"),
+        pytest.param(74.5, 74.75, "74.5%", id="a fractional threshold"),
+    ],
+)
+def test_a_percent_below_the_threshold_never_displays_as_reaching_it(
+    percent: float, threshold: float, shown: str
+) -> None:
+    assert percent_below(percent, threshold) == shown
+
+
+def test_the_failure_message_of_a_fractional_grade_does_not_contradict_itself() -> None:
+    headline = failure_message(graded(74.9, threshold=75)).splitlines()[0]
+    assert headline.startswith(
+        "cleo-grade: 74.9/100 (74.9%, grade C) is below the threshold 75% (B)"
+    )

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pytest_cleo_grade.history import DEFAULT_HISTORY
-from pytest_cleo_grade.models import GradeResult, letter_for
+from pytest_cleo_grade.models import GradeResult
 
 __all__ = [
     "CommandError",
@@ -102,15 +102,6 @@ def render_grade(result: GradeResult) -> str:
 
 def _num(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def passes(result: GradeResult, threshold: float | None) -> bool:
-    """The one predicate behind every verdict: the exact percentage reaches the threshold."""
-    return threshold is None or result.percent >= threshold
-
-
-def describe_threshold(threshold: float) -> str:
-    return f"{threshold:g}% ({letter_for(threshold)})"
 
 
 @contextmanager

@@ -14,10 +14,8 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_history_option,
-    describe_threshold,
     history_path,
     parse_threshold,
-    passes,
     print_json,
     render_grade,
     warnings_to_stderr,
@@ -27,6 +25,7 @@ from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
 from pytest_cleo_grade.entryfile import parse_json_strict
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.report import describe_threshold, passes, percent_below, score_text
 
 __all__ = ["register"]
 
@@ -81,17 +80,19 @@ def latest_by_session(grades: list[GradeResult]) -> list[GradeResult]:
 
 
 def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
-    summary = (
-        f"{grade.total_score:g}/{grade.max_score:g} ({grade.display_percent}%, "
-        f"grade {grade.letter}), {len(grade.flags)} flag(s)"
+    shown = (
+        f"{grade.display_percent}%"
+        if threshold is None or passes(grade.percent, threshold)
+        else percent_below(grade.percent, threshold)
     )
+    summary = f"{score_text(grade)} ({shown}, grade {grade.letter}), {len(grade.flags)} flag(s)"
     case = TestCase(
         name=grade.session_id,
         classname="cleo_grade",
         stdout=render_grade(grade),
         timestamp=grade.to_json_dict()["timestamp"],
     )
-    if not passes(grade, threshold):
+    if not passes(grade.percent, threshold):
         assert threshold is not None
         case.add_failure_info(
             message=f"{summary}: below {describe_threshold(threshold)}",

@@ -11,10 +11,8 @@ from pytest_cleo_grade.cleoimport import find_cleo_db
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_history_option,
-    describe_threshold,
     history_path,
     parse_threshold,
-    passes,
     print_json,
     render_grade,
     session_id_arg,
@@ -29,6 +27,7 @@ from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
 from pytest_cleo_grade.entryfile import load_entries_file
 from pytest_cleo_grade.history import append_grade, read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult
+from pytest_cleo_grade.report import describe_threshold, passes, percent_below
 from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.cleo import grade_entries
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
@@ -222,11 +221,11 @@ def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None 
     else:
         print(render_grade(result))
     threshold: float | None = args.fail_under
-    if not passes(result, threshold):
+    if not passes(result.percent, threshold):
         assert threshold is not None
         print(
-            f"cleo-grade: FAIL: {result.display_percent}% ({result.letter}) is below "
-            f"{describe_threshold(threshold)}",
+            f"cleo-grade: FAIL: {percent_below(result.percent, threshold)} ({result.letter}) "
+            f"is below {describe_threshold(threshold)}",
             file=sys.stderr,
         )
         return 1
