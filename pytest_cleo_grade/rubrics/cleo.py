@@ -33,7 +33,6 @@ __all__ = [
     "order_entries",
 ]
 
-RUBRIC_NAME: Final = "cleo"
 RUBRIC_VERSION: Final = "1.0.0"
 DIMENSION_MAX: Final = 20
 
@@ -96,7 +95,6 @@ class _Facts:
 
     first_task_time: datetime | None = None
     first_list_time: datetime | None = None
-    session_list_calls: int = 0
     session_end_calls: int = 0
     find_calls: int = 0
     list_calls: int = 0
@@ -207,7 +205,6 @@ def _scan(items: Sequence[AuditEntry], rows: list[_Row]) -> _Facts:
     first_list = _first(rows, tally, lambda r: r[:2] == SESSION_LIST)
     facts.first_task_time = None if first_task is None else items[first_task].timestamp
     facts.first_list_time = None if first_list is None else items[first_list].timestamp
-    facts.session_list_calls = calls[SESSION_LIST]
     facts.session_end_calls = calls[SESSION_END]
     facts.find_calls = calls[TASKS_FIND]
     facts.list_calls = calls[TASKS_LIST]
