@@ -24,6 +24,7 @@ __all__ = [
     "grade_section",
     "junit_properties",
     "markdown_summary",
+    "number_text",
     "passes",
     "percent_below",
     "summary_line",
@@ -59,13 +60,14 @@ def percent_below(percent: float, threshold: float) -> str:
     return text
 
 
-def _num(value: float) -> str:
+def number_text(value: float) -> str:
+    """A score as written: ``85`` for integers, ``67.17`` (``:g``) for fractional scores."""
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def score_text(result: GradeResult) -> str:
     """``85/100``."""
-    return f"{_num(result.total_score)}/{_num(result.max_score)}"
+    return f"{number_text(result.total_score)}/{number_text(result.max_score)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,7 @@ def decode_graded_test(text: str) -> GradedTest:
 def dimension_lines(result: GradeResult, indent: str = "  ") -> list[str]:
     width = max((len(name) for name in result.dimensions), default=0)
     return [
-        f"{indent}{name:<{width}}  {_num(dim.score):>3}/{_num(dim.max)}"
+        f"{indent}{name:<{width}}  {number_text(dim.score):>3}/{number_text(dim.max)}"
         for name, dim in result.dimensions.items()
     ]
 
@@ -173,7 +175,7 @@ def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
         properties.append(("cleo_rubric", rubric))
     properties.extend(("cleo_flag", flag) for flag in result.flags)
     properties.extend(
-        (f"cleo_dim_{name}", f"{_num(dim.score)}/{_num(dim.max)}")
+        (f"cleo_dim_{name}", f"{number_text(dim.score)}/{number_text(dim.max)}")
         for name, dim in result.dimensions.items()
     )
     if "variant" in (result.model_extra or {}):

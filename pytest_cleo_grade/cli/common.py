@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pytest_cleo_grade.history import DEFAULT_HISTORY
-from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.models import GradeResult, format_timestamp
+from pytest_cleo_grade.report import number_text, score_text
 
 __all__ = [
     "CommandError",
@@ -80,16 +81,15 @@ def render_grade(result: GradeResult) -> str:
     lines = [
         f"Session:    {result.session_id}",
         *([f"Task:       {result.task_id}"] if result.task_id else []),
-        f"Score:      {_num(result.total_score)}/{_num(result.max_score)}"
-        f"  ({result.display_percent}%, grade {result.letter})",
+        f"Score:      {score_text(result)}  ({result.display_percent}%, grade {result.letter})",
         f"Entries:    {result.entry_count}",
-        f"Graded at:  {result.model_dump(mode='json', by_alias=True)['timestamp']}",
+        f"Graded at:  {format_timestamp(result.timestamp)}",
         "",
         "Dimensions:",
     ]
     width = max((len(name) for name in result.dimensions), default=0)
     for name, dim in result.dimensions.items():
-        lines.append(f"  {name:<{width}}  {_num(dim.score):>3}/{_num(dim.max)}")
+        lines.append(f"  {name:<{width}}  {number_text(dim.score):>3}/{number_text(dim.max)}")
         lines.extend(f"  {'':<{width}}    - {text}" for text in dim.evidence)
     lines.append("")
     if result.flags:
@@ -98,10 +98,6 @@ def render_grade(result: GradeResult) -> str:
     else:
         lines.append("Flags: none")
     return "\n".join(lines)
-
-
-def _num(value: float) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @contextmanager

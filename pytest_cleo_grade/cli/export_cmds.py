@@ -24,7 +24,7 @@ from pytest_cleo_grade.cli.grading import grade_from_store, refuse_empty, save_g
 from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
 from pytest_cleo_grade.entryfile import parse_json_strict
 from pytest_cleo_grade.history import read_grades
-from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.models import GradeResult, format_timestamp
 from pytest_cleo_grade.report import describe_threshold, passes, percent_below, score_text
 
 __all__ = ["register"]
@@ -90,7 +90,7 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
         name=grade.session_id,
         classname="cleo_grade",
         stdout=render_grade(grade),
-        timestamp=grade.to_json_dict()["timestamp"],
+        timestamp=format_timestamp(grade.timestamp),
     )
     if not passes(grade.percent, threshold):
         assert threshold is not None

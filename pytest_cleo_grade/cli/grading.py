@@ -26,7 +26,7 @@ from pytest_cleo_grade.cli.rubric_cmds import (
 from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
 from pytest_cleo_grade.entryfile import load_entries_file
 from pytest_cleo_grade.history import append_grade, read_grades
-from pytest_cleo_grade.models import AuditEntry, GradeResult
+from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
 from pytest_cleo_grade.report import describe_threshold, passes, percent_below
 from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.cleo import grade_entries
@@ -253,7 +253,7 @@ def run_list(args: argparse.Namespace) -> int:
             f"{g.total_score:g}/{g.max_score:g}",
             f"{g.display_percent}%",
             g.letter,
-            g.model_dump(mode="json", by_alias=True)["timestamp"],
+            format_timestamp(g.timestamp),
             str(len(g.flags)),
         )
         for g in grades
