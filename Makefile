@@ -1,8 +1,13 @@
 # The two commands that must work on a fresh machine with only Python 3.11 installed.
 PYTHON ?= python3.11
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# .ci/run's lowest leg sets CONSTRAINTS=requirements/lowest.txt (every runtime dependency at
+# its declared lower bound); the development tools always come from requirements/dev.txt.
+CONSTRAINTS ?=
+# Extra pytest arguments for a local run (e.g. PYTEST_ARGS=-x); also read from the environment.
+PYTEST_ARGS ?=
 
 .PHONY: test demo lint typecheck schemas bench clean
 
@@ -11,8 +16,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+# __init__.py holds the version, which the installed metadata must repeat.
+# The capture adapters' frameworks (requirements/capture.txt) need a newer pydantic than the
+# lowest leg pins, so that leg goes without them.
+$(STAMP): pyproject.toml pytest_cleo_grade/__init__.py requirements/dev.txt requirements/capture.txt $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e . -r requirements/dev.txt $(if $(CONSTRAINTS),-c $(CONSTRAINTS),-r requirements/capture.txt)
 	@touch $(STAMP)
 
 lint: $(STAMP)
@@ -23,18 +31,16 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
 
 schemas: $(STAMP)
 	$(BIN)/python -m pytest_cleo_grade.schemas schemas
 
 bench: $(STAMP)
-	$(BIN)/python bench/grade.py
-	$(BIN)/python bench/store.py
-	$(BIN)/python bench/plugin.py
+	$(BIN)/python bench/run.py
 
 demo: $(STAMP)
 	$(BIN)/python examples/run_demo.py
 
 clean:
-	rm -rf $(VENV) .cleo build *.egg-info
+	rm -rf .venv .venv-* .cleo build dist *.egg-info
