@@ -1,0 +1,51 @@
+"""Capture adapters: tool calls of agent frameworks become audit entries with no glue.
+
+:mod:`~pytest_cleo_grade.capture.mapping` is the one mapping every adapter shares (standard
+library only). The adapters import their framework and live in submodules installed with an
+extra: ``capture.otel`` and ``capture.otlp`` (``otel``), ``capture.mcp`` (``mcp``),
+``capture.pydantic_ai`` (``pydantic-ai``). Importing this package imports none of them.
+"""
+
+from __future__ import annotations
+
+from pytest_cleo_grade.capture.mapping import (
+    CLEO_DOMAINS,
+    CLEO_TOOLS,
+    ENV_TOOL_MAP,
+    Call,
+    Failure,
+    MappingError,
+    Route,
+    Target,
+    ToolMapping,
+    build_entry,
+    configure,
+    current_mapping,
+    envelope_failure,
+    exit_code_for,
+    map_tool_call,
+    record_call,
+    says_not_found,
+    subprocess_env,
+)
+
+__all__ = [
+    "CLEO_DOMAINS",
+    "CLEO_TOOLS",
+    "ENV_TOOL_MAP",
+    "Call",
+    "Failure",
+    "MappingError",
+    "Route",
+    "Target",
+    "ToolMapping",
+    "build_entry",
+    "configure",
+    "current_mapping",
+    "envelope_failure",
+    "exit_code_for",
+    "map_tool_call",
+    "record_call",
+    "says_not_found",
+    "subprocess_env",
+]

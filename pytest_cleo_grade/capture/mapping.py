@@ -1,0 +1,643 @@
+"""The one mapping from a framework's tool call to a CLEO audit entry, and its exit codes.
+
+Every capture adapter (OpenTelemetry, OTLP, MCP, pydantic-ai, ...) describes a call by the
+tool's name, its arguments and how it ended, and this module decides the rest: which
+``domain.operation`` it is, through which gateway, and which exit code a failure gets. Pure
+standard library plus the package's models: no framework is imported here.
+
+Name rules, first match wins:
+
+1. an explicit :class:`ToolMapping` route for the tool's name;
+2. CLEO's own MCP shape: a tool ``cleo_query``/``cleo_mutate`` (or ``query``/``mutate``)
+   whose arguments are ``{domain, operation, params}``;
+3. a dotted name, ``tasks.find``;
+4. a CLEO domain followed by ``_``: ``tasks_find``, ``session_list``, ``tools_skill_show``
+   (the remaining underscores become dots, the separator of CLEO's operations);
+5. anything else: domain ``tool``, operation the tool's name.
+
+Gateway: the CLEO tool's own name (rule 2), else the route's gateway, else an MCP tool's
+``readOnlyHint`` (true: ``cleo_query``, false: ``cleo_mutate``), else the mapping's
+``default_gateway`` (None unless configured: the call counts as neither a query nor a mutation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal, Protocol
+
+from pydantic import ValidationError
+
+from pytest_cleo_grade import audit
+from pytest_cleo_grade.errors import (
+    CleoGradeError,
+    CleoGradeWarning,
+    EntryError,
+    warnings_shown_not_raised,
+)
+from pytest_cleo_grade.models import AuditEntry, format_validation_error
+
+__all__ = [
+    "CLEO_DOMAINS",
+    "CLEO_TOOLS",
+    "ENV_TOOL_MAP",
+    "E_NOT_FOUND",
+    "NOT_FOUND_CODES",
+    "NOT_FOUND_TYPES",
+    "Call",
+    "ExitCodeRule",
+    "Failure",
+    "MappingError",
+    "Route",
+    "Rule",
+    "Target",
+    "ToolMapping",
+    "build_entry",
+    "configure",
+    "current_mapping",
+    "elapsed_ms",
+    "envelope_failure",
+    "exit_code_for",
+    "map_tool_call",
+    "parse_arguments",
+    "record_call",
+    "says_not_found",
+    "subprocess_env",
+]
+
+#: CLEO's canonical domains (plus ``skills``, which its progressive-disclosure rule names).
+CLEO_DOMAINS: Final = frozenset(
+    {
+        "tasks",
+        "session",
+        "memory",
+        "check",
+        "pipeline",
+        "orchestrate",
+        "tools",
+        "admin",
+        "nexus",
+        "sticky",
+        "skills",
+    }
+)
+#: CLEO's MCP gateway tools: each is its own gateway (CLEO renamed cleo_query to query).
+CLEO_TOOLS: Final = frozenset({"cleo_query", "cleo_mutate", "query", "mutate"})
+E_NOT_FOUND: Final = 4
+#: Numeric codes that say "not found": HTTP 404, MCP's resource-not-found (-32002) and
+#: JSON-RPC's method-not-found (-32601).
+NOT_FOUND_CODES: Final = frozenset({404, -32002, -32601})
+#: Exception class names that mean "not found" when only the name is known (spans).
+NOT_FOUND_TYPES: Final = frozenset({"LookupError", "KeyError", "IndexError", "FileNotFoundError"})
+#: The variable a child process reads the user's mapping from (JSON, see ToolMapping.to_json).
+ENV_TOOL_MAP: Final = "CLEO_GRADE_TOOL_MAP"
+
+_NOT_FOUND_TEXT: Final = re.compile(
+    r"not[\s_-]?found|e_not_found|no such|does not exist|doesn't exist|unknown (task|id)",
+    re.IGNORECASE,
+)
+_GATEWAY_OF_HINT: Final = {True: "cleo_query", False: "cleo_mutate"}
+
+Rule = Literal["mapping", "cleo", "dotted", "prefix", "fallback"]
+
+
+class MappingError(CleoGradeError):
+    """A tool mapping (ini line, dict, environment variable) is malformed."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the user says a tool goes: ``domain.operation`` and optionally a gateway."""
+
+    domain: str
+    operation: str
+    gateway: str | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a tool call becomes: domain, operation, gateway, params, and the rule that chose."""
+
+    domain: str
+    operation: str
+    gateway: str | None
+    params: dict[str, Any]
+    rule: Rule
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a tool call failed, as much as the adapter knows.
+
+    ``exception``: what the tool raised; ``payload``: an error result (MCP content, CLEO's
+    envelope, a JSON-RPC error object or its JSON text); ``message``: the error text;
+    ``code``: a numeric or CLEO code (JSON-RPC code, HTTP status, ``E_NOT_FOUND``);
+    ``error_type``: the exception's class name when only its name is known (a span's
+    ``exception.type`` or ``error.type``).
+    """
+
+    tool: str
+    exception: BaseException | None = None
+    payload: Any = None
+    message: str | None = None
+    code: int | str | None = None
+    error_type: str | None = None
+
+    def text(self) -> str:
+        """The failure's error text for the entry's ``error`` field."""
+        if self.message:
+            return self.message
+        if self.exception is not None:
+            return str(self.exception) or type(self.exception).__name__
+        if isinstance(self.payload, str) and self.payload:
+            return self.payload
+        if self.payload is not None:
+            return _compact(self.payload)
+        return "failed" if self.code is None else f"failed ({self.code})"
+
+
+#: A user rule deciding a failure's exit code; None falls back to the built-in rules.
+ExitCodeRule = Callable[[Failure], int | None]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call as an adapter saw it, ready to become an entry."""
+
+    tool: str
+    arguments: Any = None
+    failure: Failure | None = None
+    #: An MCP tool's ``readOnlyHint`` (None: not known).
+    read_only: bool | None = None
+    started: datetime | None = None
+    duration_ms: float | None = None
+    source: str = "mcp"
+    #: Extra metadata kept on the entry (e.g. the span or trace id).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolMapping:
+    """The user's explicit mapping: routes by tool name, a default gateway, an exit-code rule."""
+
+    routes: Mapping[str, Route] = field(default_factory=dict)
+    default_gateway: str | None = None
+    exit_code: ExitCodeRule | None = None
+
+    @classmethod
+    def parse(cls, lines: Iterable[str], *, where: str = "tool mapping") -> ToolMapping:
+        """Routes from ini lines ``TOOL = DOMAIN.OPERATION [GATEWAY]``.
+
+        ``* = GATEWAY`` sets the default gateway. Blank lines and ``#`` comments are skipped;
+        a malformed line raises MappingError naming ``where`` and the line number.
+        """
+        routes: dict[str, Route] = {}
+        default: str | None = None
+        for number, raw in enumerate(lines, start=1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, sep, rest = line.partition("=")
+            name, words = name.strip(), rest.split()
+            place = f"{where}, line {number}"
+            if not sep or not name or not words:
+                raise MappingError(f"{place}: expected 'TOOL = DOMAIN.OPERATION [GATEWAY]'")
+            if name == "*":
+                if len(words) != 1:
+                    raise MappingError(f"{place}: expected '* = GATEWAY'")
+                default = words[0]
+                continue
+            if len(words) > 2:
+                raise MappingError(f"{place}: expected 'TOOL = DOMAIN.OPERATION [GATEWAY]'")
+            routes[name] = _route(words[0], words[1] if len(words) == 2 else None, place)
+        return cls(routes=routes, default_gateway=default)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "tool mapping") -> ToolMapping:
+        """Routes from ``{"TOOL": "DOMAIN.OPERATION" | {"target": ..., "gateway": ...}}``.
+
+        The key ``"*"`` holds the default gateway. This is also the JSON form of
+        :meth:`to_json` (and of the ``CLEO_GRADE_TOOL_MAP`` variable).
+        """
+        if not isinstance(data, Mapping):
+            raise MappingError(f"{where}: expected an object of tool names")
+        routes: dict[str, Route] = {}
+        default: str | None = None
+        for name, value in data.items():
+            place = f"{where}: {name!r}"
+            if not isinstance(name, str) or not name:
+                raise MappingError(f"{where}: tool names must be non-empty strings")
+            if name == "*":
+                if value is not None and not isinstance(value, str):
+                    raise MappingError(f"{place}: the default gateway must be a string")
+                default = value
+            elif isinstance(value, str):
+                routes[name] = _route(value, None, place)
+            elif isinstance(value, Mapping) and isinstance(value.get("target"), str):
+                gateway = value.get("gateway")
+                if gateway is not None and not isinstance(gateway, str):
+                    raise MappingError(f"{place}: gateway must be a string")
+                routes[name] = _route(value["target"], gateway, place)
+            else:
+                raise MappingError(f"{place}: expected 'DOMAIN.OPERATION' or {{'target': ...}}")
+        return cls(routes=routes, default_gateway=default)
+
+    def to_json(self) -> str:
+        """The routes and default gateway as JSON (the exit-code callable cannot travel)."""
+        data: dict[str, Any] = {
+            name: {"target": f"{r.domain}.{r.operation}", "gateway": r.gateway}
+            for name, r in self.routes.items()
+        }
+        if self.default_gateway is not None:
+            data["*"] = self.default_gateway
+        return json.dumps(data, sort_keys=True)
+
+    def target(self, tool: str, arguments: Any = None, *, read_only: bool | None = None) -> Target:
+        """The domain, operation, gateway and params of a call (see the module's rules)."""
+        params = parse_arguments(arguments)
+        route = self.routes.get(tool)
+        if route is not None:
+            gateway = route.gateway or _hint_gateway(read_only) or self.default_gateway
+            return Target(route.domain, route.operation, gateway, params, "mapping")
+        cleo = _cleo_shape(tool, params)
+        if cleo is not None:
+            return cleo
+        gateway = _hint_gateway(read_only) or self.default_gateway
+        domain, dot, operation = tool.partition(".")
+        if dot and domain and operation:
+            return Target(domain, operation, gateway, params, "dotted")
+        domain, underscore, rest = tool.partition("_")
+        if underscore and domain in CLEO_DOMAINS and rest.strip("_"):
+            operation = ".".join(part for part in rest.split("_") if part)
+            return Target(domain, operation, gateway, params, "prefix")
+        return Target("tool", tool or "unnamed", gateway, params, "fallback")
+
+    def exit_code_for(self, failure: Failure) -> int:
+        """The failure's exit code: the user's rule first, then :func:`exit_code_for`."""
+        if self.exit_code is not None:
+            code = self.exit_code(failure)
+            if code is not None:
+                if isinstance(code, bool) or not isinstance(code, int):
+                    raise MappingError(
+                        f"the exit_code rule returned {code!r} for tool {failure.tool!r};"
+                        " expected an int or None"
+                    )
+                return code
+        return exit_code_for(failure)
+
+
+def _route(target: str, gateway: str | None, place: str) -> Route:
+    domain, dot, operation = target.partition(".")
+    if not dot or not domain or not operation:
+        raise MappingError(f"{place}: {target!r} is not DOMAIN.OPERATION")
+    return Route(domain, operation, gateway or None)
+
+
+def _hint_gateway(read_only: bool | None) -> str | None:
+    return None if read_only is None else _GATEWAY_OF_HINT[bool(read_only)]
+
+
+def _cleo_shape(tool: str, params: dict[str, Any]) -> Target | None:
+    if tool not in CLEO_TOOLS:
+        return None
+    domain, operation = params.get("domain"), params.get("operation")
+    if not isinstance(domain, str) or not domain or not isinstance(operation, str):
+        return None
+    if not operation:
+        return None
+    inner = params.get("params")
+    inner_params = dict(inner) if isinstance(inner, Mapping) else {}
+    return Target(domain, operation, tool, inner_params, "cleo")
+
+
+def parse_arguments(arguments: Any) -> dict[str, Any]:
+    """A call's arguments as params: a mapping as is, JSON object text parsed, None empty;
+    anything else under ``input``. Values are made JSON-safe (the store writes JSON)."""
+    value = arguments
+    if isinstance(value, str | bytes):
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        try:
+            value = json.loads(text) if text.strip() else None
+        except ValueError:
+            value = text
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    return {"input": _json_safe(value)}
+
+
+def _json_safe(value: Any) -> Any:
+    """Plain JSON values as they are; anything else (models, dates, sets) as JSON text would
+    show it. Non-finite floats become text: JSON cannot hold them, the entry would be invalid."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return _json_safe(dump(mode="json"))
+        except Exception:
+            return str(value)
+    return str(value)
+
+
+def _compact(value: Any) -> str:
+    try:
+        return json.dumps(_json_safe(value), sort_keys=True)[:500]
+    except (TypeError, ValueError):
+        return str(value)[:500]
+
+
+# -- exit codes ---------------------------------------------------------------------------
+
+
+def says_not_found(text: str | None) -> bool:
+    """Whether an error text says "not found" (E_NOT_FOUND, no such ..., does not exist)."""
+    return bool(text) and _NOT_FOUND_TEXT.search(text or "") is not None
+
+
+def _int_code(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def _envelope_code(payload: Any, depth: int = 0) -> int | None:
+    """An exit code read from CLEO's error envelope or a JSON-RPC error object, if any."""
+    if depth > 3:
+        return None
+    if isinstance(payload, str | bytes):
+        parsed = parse_arguments(payload)
+        if set(parsed) == {"input"}:
+            return None
+        payload = parsed
+    if isinstance(payload, list | tuple):
+        for item in payload:
+            code = _envelope_code(_content_text(item) or item, depth + 1)
+            if code is not None:
+                return code
+        return None
+    if not isinstance(payload, Mapping):
+        return None
+    for key in ("exitCode", "exit_code"):
+        code = _int_code(payload.get(key))
+        if code:
+            return code
+    code_value = payload.get("code")
+    if isinstance(code_value, str) and code_value.upper() == "E_NOT_FOUND":
+        return E_NOT_FOUND
+    numeric = _int_code(code_value)
+    if numeric in NOT_FOUND_CODES:
+        return E_NOT_FOUND
+    for key in ("status", "status_code", "statusCode"):
+        if _int_code(payload.get(key)) == 404:
+            return E_NOT_FOUND
+    for key in ("error", "content", "structuredContent", "structured_content"):
+        if key in payload:
+            code = _envelope_code(payload[key], depth + 1)
+            if code is not None:
+                return code
+    return None
+
+
+def _content_text(item: Any) -> str | None:
+    """The text of an MCP content block, given as a dict or an object with ``text``."""
+    text = item.get("text") if isinstance(item, Mapping) else getattr(item, "text", None)
+    return text if isinstance(text, str) else None
+
+
+def _exception_code(exc: BaseException) -> int | None:
+    code = _int_code(getattr(exc, "exit_code", None))
+    if code:
+        return code
+    if isinstance(exc, LookupError | FileNotFoundError):
+        return E_NOT_FOUND
+    statuses = [getattr(exc, "status_code", None), getattr(exc, "status", None)]
+    response = getattr(exc, "response", None)
+    if response is not None:
+        statuses.append(getattr(response, "status_code", None))
+    if any(_int_code(status) == 404 for status in statuses):
+        return E_NOT_FOUND
+    # A JSON-RPC error carried by the exception (the MCP SDK's McpError holds ``error``).
+    error = getattr(exc, "error", None)
+    if error is not None and _int_code(getattr(error, "code", None)) in NOT_FOUND_CODES:
+        return E_NOT_FOUND
+    return None
+
+
+def exit_code_for(failure: Failure | BaseException) -> int:
+    """The exit code of a failed call (never 0).
+
+    An ``exit_code`` attribute or ``exitCode`` field wins; then "not found" is CLEO's
+    E_NOT_FOUND (4): LookupError (KeyError, IndexError), FileNotFoundError (or a class name
+    in :data:`NOT_FOUND_TYPES` or ending in ``NotFound``/``NotFoundError``), HTTP 404, a
+    JSON-RPC code in :data:`NOT_FOUND_CODES`, CLEO's ``{"code": "E_NOT_FOUND"}``, or an
+    error text that says not found; anything else is 1.
+    """
+    if isinstance(failure, BaseException):
+        failure = Failure(tool="", exception=failure)
+    if failure.exception is not None:
+        code = _exception_code(failure.exception)
+        if code is not None:
+            return code
+    code = _envelope_code(failure.payload)
+    if code is not None:
+        return code
+    if failure.error_type is not None and _names_not_found(failure.error_type):
+        return E_NOT_FOUND
+    if isinstance(failure.code, str) and failure.code.upper() == "E_NOT_FOUND":
+        return E_NOT_FOUND
+    if _int_code(failure.code) in NOT_FOUND_CODES:
+        return E_NOT_FOUND
+    texts = [failure.message, _payload_text(failure.payload)]
+    if failure.exception is not None:
+        texts.append(str(failure.exception))
+    if any(says_not_found(text) for text in texts):
+        return E_NOT_FOUND
+    return 1
+
+
+def _names_not_found(type_name: str) -> bool:
+    """Whether an exception class name (``builtins.KeyError``, ``TaskNotFound``) is a miss."""
+    short = type_name.rsplit(".", 1)[-1]
+    return short in NOT_FOUND_TYPES or short.endswith(("NotFound", "NotFoundError"))
+
+
+def _payload_text(payload: Any) -> str | None:
+    if payload is None:
+        return None
+    if isinstance(payload, str):
+        return payload
+    if isinstance(payload, list | tuple):
+        return " ".join(t for t in (_content_text(item) for item in payload) if t)
+    return _compact(payload)
+
+
+def envelope_failure(tool: str, result: Any) -> Failure | None:
+    """A Failure when a tool's normal result is CLEO's error envelope (``success: false``),
+    given as a mapping or its JSON text; None for anything else."""
+    value = result
+    if isinstance(value, str | bytes):
+        parsed = parse_arguments(value)
+        value = None if set(parsed) == {"input"} else parsed
+    if isinstance(value, Mapping) and value.get("success") is False:
+        error = value.get("error")
+        message = None
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            message = error["message"]
+        elif isinstance(error, str):
+            message = error
+        return Failure(tool=tool, payload=dict(value), message=message)
+    return None
+
+
+# -- the process-wide mapping ---------------------------------------------------------------
+
+_configured: ToolMapping | None = None
+_from_env: dict[str, ToolMapping] = {}
+_lock = threading.Lock()
+_EMPTY: Final = ToolMapping()
+
+
+def configure(mapping: ToolMapping | None) -> ToolMapping | None:
+    """Set the mapping adapters use when none is passed to them; returns the previous one."""
+    global _configured
+    with _lock:
+        previous, _configured = _configured, mapping
+    return previous
+
+
+def current_mapping() -> ToolMapping:
+    """The configured mapping, else the one in ``CLEO_GRADE_TOOL_MAP`` (a child process),
+    else the empty mapping (the built-in rules only)."""
+    if _configured is not None:
+        return _configured
+    text = os.environ.get(ENV_TOOL_MAP)
+    if not text:
+        return _EMPTY
+    found = _from_env.get(text)
+    if found is None:
+        try:
+            found = ToolMapping.from_dict(json.loads(text), where=ENV_TOOL_MAP)
+        except (ValueError, MappingError) as exc:
+            raise MappingError(f"{ENV_TOOL_MAP}: {exc}") from exc
+        _from_env[text] = found
+    return found
+
+
+def map_tool_call(
+    tool: str,
+    arguments: Any = None,
+    *,
+    read_only: bool | None = None,
+    mapping: ToolMapping | None = None,
+) -> Target:
+    """Where a call of ``tool`` with ``arguments`` goes (``mapping`` defaults to the
+    process-wide one, see :func:`current_mapping`)."""
+    return (mapping or current_mapping()).target(tool, arguments, read_only=read_only)
+
+
+def build_entry(
+    call: Call,
+    *,
+    session_id: str | None,
+    mapping: ToolMapping | None = None,
+) -> AuditEntry:
+    """The audit entry of ``call``. Raises EntryError (naming the tool) when it is invalid."""
+    chosen = mapping or current_mapping()
+    target = chosen.target(call.tool, call.arguments, read_only=call.read_only)
+    failure = call.failure
+    task_id = target.params.get("taskId")
+    metadata: dict[str, Any] = {
+        "source": call.source,
+        "gateway": target.gateway,
+        "task_id": task_id if isinstance(task_id, str) else None,
+        "tool": call.tool,
+    }
+    metadata.update({k: _json_safe(v) for k, v in call.extra.items() if k not in metadata})
+    try:
+        return AuditEntry(
+            timestamp=call.started or datetime.now(UTC),
+            session_id=session_id,
+            domain=target.domain,
+            operation=target.operation,
+            params=target.params,
+            result={
+                "success": failure is None,
+                "exit_code": 0 if failure is None else chosen.exit_code_for(failure),
+                "duration": max(0.0, call.duration_ms or 0.0),
+            },
+            metadata=metadata,
+            error=None if failure is None else failure.text(),
+        )
+    except ValidationError as exc:
+        where = f"tool call {call.tool!r}"
+        raise EntryError(format_validation_error(exc, where)) from exc
+
+
+def record_call(call: Call, *, mapping: ToolMapping | None = None) -> AuditEntry | None:
+    """Record ``call`` into the graded session this process's environment names.
+
+    None when no session is active (the code under test runs unchanged outside graded
+    tests). A call that cannot become a valid entry, or a mapping that is malformed, is a
+    CleoGradeWarning, never an exception in the code under test.
+    """
+    if audit.active_session() is None:
+        return None
+    try:
+        entry = build_entry(call, session_id=None, mapping=mapping)
+    except CleoGradeError as exc:
+        with warnings_shown_not_raised():
+            warnings.warn(f"cleo-grade: {exc}", CleoGradeWarning, stacklevel=2)
+        return None
+    return audit.record_entry(entry)
+
+
+def elapsed_ms(started_ns: int) -> float:
+    """Milliseconds since ``time.perf_counter_ns()`` returned ``started_ns``."""
+    return (time.perf_counter_ns() - started_ns) / 1_000_000
+
+
+class HasEnv(Protocol):
+    """A graded session: anything with CLEO's grade-mode variables as ``env``."""
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+
+def subprocess_env(
+    session: HasEnv | Mapping[str, str],
+    *,
+    mapping: ToolMapping | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The variables a child process needs to record into ``session``.
+
+    CLEO's four grade-mode variables, the tool mapping as ``CLEO_GRADE_TOOL_MAP`` (``mapping``,
+    else the configured one, if any), and ``extra`` (e.g. an OTLP receiver's ``env()``).
+    Only these: the MCP SDK's stdio client merges ``env=`` over its safe defaults; for
+    ``subprocess`` merge them over ``os.environ``.
+    """
+    base = session if isinstance(session, Mapping) else session.env
+    env = {str(k): str(v) for k, v in base.items()}
+    chosen = mapping if mapping is not None else _configured
+    if chosen is not None and (chosen.routes or chosen.default_gateway is not None):
+        env[ENV_TOOL_MAP] = chosen.to_json()
+    elif ENV_TOOL_MAP in os.environ:
+        env[ENV_TOOL_MAP] = os.environ[ENV_TOOL_MAP]
+    env.update(extra or {})
+    return env

@@ -1,0 +1,246 @@
+"""MCP (SDK 2.x): record tool calls on the client (``audited_client``) or the server
+(``audit_middleware``).
+
+Needs the ``mcp`` extra. Each ``tools/call`` becomes an entry through the shared mapping
+(:mod:`pytest_cleo_grade.capture.mapping`): the tool's name and arguments, the result's
+``isError`` (its text or CLEO's envelope decide the exit code), JSON-RPC errors, the call's
+duration, and the tool's ``readOnlyHint`` for the gateway once the tools were listed.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+try:
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pytest_cleo_grade.capture.mcp needs the MCP SDK 2.x: pip install 'pytest-cleo-grade[mcp]'"
+    ) from exc
+
+from pytest_cleo_grade.capture.mapping import (
+    Call,
+    Failure,
+    ToolMapping,
+    elapsed_ms,
+    envelope_failure,
+    record_call,
+)
+
+__all__ = ["AuditMiddleware", "audit_middleware", "audited_client", "result_failure"]
+
+ClientT = TypeVar("ClientT")
+_AUDITED = "_cleo_grade_audited"
+
+
+def _field(value: Any, *names: str) -> Any:
+    """A field of a pydantic model or of its JSON dict (snake_case or camelCase)."""
+    for name in names:
+        if isinstance(value, Mapping):
+            if name in value:
+                return value[name]
+        elif hasattr(value, name):
+            return getattr(value, name)
+    return None
+
+
+def result_failure(tool: str, result: Any) -> Failure | None:
+    """The failure a ``tools/call`` result reports: ``isError`` (its content decides the
+    exit code), or CLEO's error envelope as structured content or as the text; else None."""
+    content = _field(result, "content") or []
+    structured = _field(result, "structured_content", "structuredContent")
+    if _field(result, "is_error", "isError"):
+        texts = [t for t in (_field(block, "text") for block in content) if isinstance(t, str)]
+        payload: Any = structured if structured is not None else content
+        if isinstance(payload, list):
+            payload = [
+                block.model_dump(mode="json") if hasattr(block, "model_dump") else block
+                for block in payload
+            ]
+        return Failure(tool=tool, payload=payload, message="\n".join(texts) or None)
+    if structured is not None:
+        found = envelope_failure(tool, structured)
+        if found is not None:
+            return found
+    for block in content:
+        text = _field(block, "text")
+        if isinstance(text, str):
+            found = envelope_failure(tool, text)
+            if found is not None:
+                return found
+    return None
+
+
+def _read_only_hints(listing: Any) -> dict[str, bool | None]:
+    tools = _field(listing, "tools")
+    if tools is None and isinstance(listing, list):
+        tools = listing
+    hints: dict[str, bool | None] = {}
+    for tool in tools or []:
+        name = _field(tool, "name")
+        annotations = _field(tool, "annotations")
+        if isinstance(name, str):
+            hint = _field(annotations, "read_only_hint", "readOnlyHint") if annotations else None
+            hints[name] = hint if isinstance(hint, bool) else None
+    return hints
+
+
+def audited_client(
+    client: ClientT, *, mapping: ToolMapping | None = None, source: str = "mcp"
+) -> ClientT:
+    """Record every ``call_tool`` of an MCP ``Client`` or ``ClientSession``; returns it.
+
+    The same object comes back (its ``call_tool`` and ``list_tools`` wrapped), so it can be
+    wrapped before or after ``async with``. A call that raises (a JSON-RPC error, a timeout)
+    is recorded as a failure and the exception propagates unchanged; a result is returned
+    unchanged. Tools listed through the client lend their ``readOnlyHint`` to the gateway.
+    Wrapping twice records once.
+    """
+    if getattr(client, _AUDITED, False):
+        return client
+    original_call: Callable[..., Awaitable[Any]] = client.call_tool  # type: ignore[attr-defined]
+    original_list: Callable[..., Awaitable[Any]] = client.list_tools  # type: ignore[attr-defined]
+    hints: dict[str, bool | None] = {}
+
+    async def list_tools(*args: Any, **kwargs: Any) -> Any:
+        listing = await original_list(*args, **kwargs)
+        hints.update(_read_only_hints(listing))
+        return listing
+
+    async def call_tool(name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
+        started, clock = datetime.now(UTC), time.perf_counter_ns()
+        try:
+            result = await original_call(name, arguments, *args, **kwargs)
+        except Exception as exc:
+            failure: Failure | None = Failure(tool=name, exception=exc)
+            _record(name, arguments, failure, hints.get(name), started, clock, source, mapping)
+            raise
+        failure = result_failure(name, result)
+        _record(name, arguments, failure, hints.get(name), started, clock, source, mapping)
+        return result
+
+    for attribute, value in (
+        ("call_tool", call_tool),
+        ("list_tools", list_tools),
+        (_AUDITED, True),
+    ):
+        # object.__setattr__: Client is a dataclass and may refuse plain assignment later.
+        object.__setattr__(client, attribute, value)
+    return client
+
+
+def _record(
+    name: str,
+    arguments: Any,
+    failure: Failure | None,
+    read_only: bool | None,
+    started: datetime,
+    clock: int,
+    source: str,
+    mapping: ToolMapping | None,
+) -> None:
+    call = Call(
+        tool=name,
+        arguments=arguments,
+        failure=failure,
+        read_only=read_only,
+        started=started,
+        duration_ms=elapsed_ms(clock),
+        source=source,
+    )
+    record_call(call, mapping=mapping)
+
+
+# MCPServer turns a crashing tool into an ``isError`` result that says only "Error executing
+# tool NAME", and logs the exception. The middleware listens to that log record (for its
+# own call only, through a context variable) so a KeyError still counts as "not found".
+_crash: contextvars.ContextVar[list[BaseException] | None] = contextvars.ContextVar(
+    "cleo_grade_mcp_crash", default=None
+)
+
+
+class _CrashFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        slot = _crash.get()
+        if slot is not None and record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            slot.append(error.__cause__ or error)
+        return True
+
+
+_SERVER_LOGGER = "mcp.server.mcpserver.server"
+_filter_installed = False
+
+
+def _listen_for_crashes() -> None:
+    global _filter_installed
+    if not _filter_installed:
+        logging.getLogger(_SERVER_LOGGER).addFilter(_CrashFilter())
+        _filter_installed = True
+
+
+class AuditMiddleware:
+    """MCP server middleware (``MCPServer(middleware=[...])``) recording every ``tools/call``
+    where it is served, so a server started by the code under test (stdio) records too.
+
+    ``server``: the MCPServer, to read the tools' ``readOnlyHint`` from its listing.
+    """
+
+    def __init__(
+        self,
+        *,
+        server: Any = None,
+        mapping: ToolMapping | None = None,
+        source: str = "mcp",
+    ) -> None:
+        self.server = server
+        self.mapping = mapping
+        self.source = source
+        self._hints: dict[str, bool | None] | None = None
+
+    async def _hint(self, name: str) -> bool | None:
+        if self.server is None:
+            return None
+        if self._hints is None or name not in self._hints:
+            self._hints = _read_only_hints(await self.server.list_tools())
+        return self._hints.get(name)
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method != "tools/call" or not ctx.params:
+            return await call_next(ctx)
+        name = ctx.params.get("name")
+        if not isinstance(name, str):
+            return await call_next(ctx)
+        arguments = ctx.params.get("arguments")
+        _listen_for_crashes()
+        crashes: list[BaseException] = []
+        token = _crash.set(crashes)
+        started, clock = datetime.now(UTC), time.perf_counter_ns()
+        try:
+            result = await call_next(ctx)
+        except Exception as exc:
+            read_only = await self._hint(name)
+            raised = Failure(tool=name, exception=exc)
+            _record(name, arguments, raised, read_only, started, clock, self.source, self.mapping)
+            raise
+        finally:
+            _crash.reset(token)
+        failure = result_failure(name, result)
+        if failure is not None and crashes:
+            failure = Failure(
+                tool=name, exception=crashes[-1], payload=failure.payload, message=failure.message
+            )
+        read_only = await self._hint(name)
+        _record(name, arguments, failure, read_only, started, clock, self.source, self.mapping)
+        return result
+
+
+#: The ready-made middleware: ``MCPServer("tasks", middleware=[audit_middleware])``.
+audit_middleware = AuditMiddleware()

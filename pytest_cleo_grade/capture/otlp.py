@@ -1,0 +1,497 @@
+"""OTLP: tool spans from other processes (a loopback OTLP/HTTP receiver) and from files.
+
+:class:`OtlpReceiver` listens on 127.0.0.1 for the test's duration; an agent in any
+language that exports traces with OTLP/HTTP (``OTEL_EXPORTER_OTLP_ENDPOINT`` set to
+:attr:`OtlpReceiver.endpoint`) has its tool spans graded. JSON payloads need nothing beyond
+the standard library; protobuf payloads need the ``otel`` extra (``opentelemetry-proto``).
+:func:`load_otlp_file` reads the OTLP JSON files an OpenTelemetry Collector's file exporter
+writes (``cleo-grade import --format otlp``).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import os
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Final
+
+from pytest_cleo_grade.capture.mapping import ToolMapping, build_entry
+from pytest_cleo_grade.capture.spans import (
+    SpanData,
+    is_tool_span,
+    outermost_tool_spans,
+    tool_call_of,
+)
+from pytest_cleo_grade.errors import CleoGradeError, EntryError
+from pytest_cleo_grade.models import AuditEntry
+from pytest_cleo_grade.sources import parse_json_strict
+
+__all__ = [
+    "OtlpError",
+    "OtlpReceiver",
+    "entries_from_spans",
+    "load_otlp_file",
+    "spans_from_json",
+    "spans_from_protobuf",
+]
+
+#: gRPC-style status codes of OTLP JSON (``2`` or ``"STATUS_CODE_ERROR"``).
+_ERROR_STATUS: Final = (2, "2", "STATUS_CODE_ERROR")
+_MAX_BODY: Final = 64 * 1024 * 1024
+
+
+class OtlpError(CleoGradeError):
+    """An OTLP payload or file is malformed (the message names the place)."""
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+
+def _any_value(value: Any, where: str) -> Any:
+    """An OTLP JSON AnyValue as a Python value."""
+    if not isinstance(value, Mapping):
+        raise OtlpError(f"{where}: expected an AnyValue object")
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "intValue" in value:
+        return _int(value["intValue"], where)
+    if "doubleValue" in value:
+        return value["doubleValue"]
+    if "arrayValue" in value:
+        items = (value["arrayValue"] or {}).get("values") or []
+        return [_any_value(item, f"{where}[{i}]") for i, item in enumerate(items)]
+    if "kvlistValue" in value:
+        return _attributes((value["kvlistValue"] or {}).get("values"), where)
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    return None
+
+
+def _int(value: Any, where: str) -> int:
+    # OTLP JSON writes 64-bit integers as strings; numbers are accepted too.
+    if isinstance(value, bool):
+        raise OtlpError(f"{where}: expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise OtlpError(f"{where}: expected an integer, got {value!r}")
+
+
+def _attributes(items: Any, where: str) -> dict[str, Any]:
+    if items is None:
+        return {}
+    if not isinstance(items, list):
+        raise OtlpError(f"{where}: attributes must be a list")
+    found: dict[str, Any] = {}
+    for index, item in enumerate(items):
+        place = f"{where}.attributes[{index}]"
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            raise OtlpError(f"{place}: expected {{'key': ..., 'value': ...}}")
+        found[item["key"]] = _any_value(item.get("value") or {}, f"{place}.value")
+    return found
+
+
+def _hex_id(value: Any, where: str) -> str:
+    # The OTLP JSON encoding writes ids as hex; tolerate base64 (protobuf's JSON mapping).
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str):
+        raise OtlpError(f"{where}: expected a hex id string")
+    text = value.strip()
+    if all(c in "0123456789abcdefABCDEF" for c in text) and len(text) in (16, 32):
+        return text.lower()
+    try:
+        return base64.b64decode(text, validate=True).hex()
+    except ValueError:
+        raise OtlpError(f"{where}: {value!r} is not a hex id") from None
+
+
+def spans_from_json(document: Any, where: str = "OTLP JSON") -> list[SpanData]:
+    """The spans of an OTLP JSON ``ExportTraceServiceRequest`` (``{"resourceSpans": [...]}``)."""
+    if not isinstance(document, Mapping) or not isinstance(document.get("resourceSpans"), list):
+        raise OtlpError(f"{where}: expected an object with a resourceSpans list")
+    spans: list[SpanData] = []
+    for r, resource_spans in enumerate(document["resourceSpans"]):
+        rwhere = f"{where}: resourceSpans[{r}]"
+        if not isinstance(resource_spans, Mapping):
+            raise OtlpError(f"{rwhere}: expected an object")
+        resource = _attributes((resource_spans.get("resource") or {}).get("attributes"), rwhere)
+        for s, scope_spans in enumerate(resource_spans.get("scopeSpans") or []):
+            swhere = f"{rwhere}.scopeSpans[{s}]"
+            if not isinstance(scope_spans, Mapping):
+                raise OtlpError(f"{swhere}: expected an object")
+            for n, span in enumerate(scope_spans.get("spans") or []):
+                spans.append(_json_span(span, f"{swhere}.spans[{n}]", resource))
+    return spans
+
+
+def _json_span(span: Any, where: str, resource: Mapping[str, Any]) -> SpanData:
+    if not isinstance(span, Mapping):
+        raise OtlpError(f"{where}: expected a span object")
+    status = span.get("status") or {}
+    if not isinstance(status, Mapping):
+        raise OtlpError(f"{where}.status: expected an object")
+    events = []
+    for e, event in enumerate(span.get("events") or []):
+        if not isinstance(event, Mapping):
+            raise OtlpError(f"{where}.events[{e}]: expected an object")
+        attrs = _attributes(event.get("attributes"), f"{where}.events[{e}]")
+        events.append((str(event.get("name") or ""), attrs))
+    start = _int(span.get("startTimeUnixNano", 0), f"{where}.startTimeUnixNano")
+    end = _int(span.get("endTimeUnixNano", start), f"{where}.endTimeUnixNano")
+    message = status.get("message")
+    return SpanData(
+        name=str(span.get("name") or ""),
+        attributes=_attributes(span.get("attributes"), where),
+        start_ns=start,
+        end_ns=end,
+        error=status.get("code") in _ERROR_STATUS,
+        status_message=message if isinstance(message, str) and message else None,
+        events=events,
+        trace_id=_hex_id(span.get("traceId"), f"{where}.traceId"),
+        span_id=_hex_id(span.get("spanId"), f"{where}.spanId"),
+        parent_span_id=_hex_id(span.get("parentSpanId"), f"{where}.parentSpanId") or None,
+        resource=resource,
+    )
+
+
+def spans_from_protobuf(body: bytes) -> list[SpanData]:
+    """The spans of a protobuf ``ExportTraceServiceRequest`` (needs the ``otel`` extra)."""
+    try:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+        from opentelemetry.proto.trace.v1.trace_pb2 import Status
+    except ImportError:
+        raise OtlpError(
+            "OTLP protobuf needs opentelemetry-proto: pip install 'pytest-cleo-grade[otel]' "
+            "(or export with OTEL_EXPORTER_OTLP_PROTOCOL=http/json)"
+        ) from None
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except Exception as exc:  # protobuf's DecodeError has no stable import path
+        raise OtlpError(f"OTLP protobuf: not an ExportTraceServiceRequest ({exc})") from None
+    spans: list[SpanData] = []
+    for resource_spans in request.resource_spans:
+        resource = {kv.key: _pb_value(kv.value) for kv in resource_spans.resource.attributes}
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                spans.append(
+                    SpanData(
+                        name=span.name,
+                        attributes={kv.key: _pb_value(kv.value) for kv in span.attributes},
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
+                        error=span.status.code == Status.STATUS_CODE_ERROR,
+                        status_message=span.status.message or None,
+                        events=[
+                            (e.name, {kv.key: _pb_value(kv.value) for kv in e.attributes})
+                            for e in span.events
+                        ],
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_span_id=span.parent_span_id.hex() or None,
+                        resource=resource,
+                    )
+                )
+    return spans
+
+
+def _pb_value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_pb_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _pb_value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return None if kind is None else getattr(value, kind)
+
+
+# -- spans to entries -----------------------------------------------------------------------
+
+
+def _conversation(span: SpanData, by_id: Mapping[str, SpanData]) -> str | None:
+    """The ``gen_ai.conversation.id`` of the span or its nearest ancestor that has one."""
+    seen: set[str] = set()
+    current: SpanData | None = span
+    while current is not None and current.span_id not in seen:
+        value = current.attributes.get("gen_ai.conversation.id")
+        if isinstance(value, str) and value:
+            return value
+        seen.add(current.span_id)
+        current = by_id.get(current.parent_span_id or "")
+    return None
+
+
+def entries_from_spans(
+    spans: Sequence[SpanData],
+    *,
+    session_id: str | None = None,
+    mapping: ToolMapping | None = None,
+    source: str = "otlp",
+) -> list[AuditEntry]:
+    """One entry per outermost tool span, in span start order.
+
+    ``session_id`` puts every entry in that session; otherwise each joins the session named
+    by its ``gen_ai.conversation.id`` (on the span or an ancestor), else its trace id.
+    Raises EntryError naming the span when a call cannot become a valid entry.
+    """
+    by_id = {s.span_id: s for s in spans if s.span_id}
+    entries: list[AuditEntry] = []
+    for span in sorted(outermost_tool_spans(spans), key=lambda s: s.start_ns):
+        call = tool_call_of(span, source=source)
+        if call is None:
+            continue
+        chosen = session_id or _conversation(span, by_id) or span.trace_id or None
+        try:
+            entries.append(build_entry(call, session_id=chosen, mapping=mapping))
+        except EntryError as exc:
+            raise EntryError(f"span {span.span_id or span.name}: {exc}") from exc
+    return entries
+
+
+def load_otlp_file(
+    path: str | os.PathLike[str],
+    *,
+    session_id: str | None = None,
+    mapping: ToolMapping | None = None,
+) -> list[AuditEntry]:
+    """The entries of an OTLP JSON file: one ``ExportTraceServiceRequest`` per line (the
+    Collector's file exporter) or one document. Errors name the file and line; a file with
+    no tool span is an error (an empty session would grade as an agent that did nothing)."""
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OtlpError(f"{target}: cannot read: {exc}") from exc
+    spans: list[SpanData] = []
+    lines = text.splitlines()
+    stripped = text.strip()
+    try:
+        documents = [(0, parse_json_strict(stripped))] if stripped else []
+    except ValueError:
+        documents = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                documents.append((number, parse_json_strict(line)))
+            except ValueError as exc:
+                raise OtlpError(f"{target}, line {number}: not valid JSON: {exc}") from None
+    for number, document in documents:
+        where = f"{target}, line {number}" if number else str(target)
+        spans.extend(spans_from_json(document, where))
+    if not spans:
+        raise OtlpError(f"{target}: no spans (expected OTLP JSON with resourceSpans)")
+    try:
+        entries = entries_from_spans(spans, session_id=session_id, mapping=mapping)
+    except EntryError as exc:
+        raise OtlpError(f"{target}: {exc}") from exc
+    if not entries:
+        raise OtlpError(
+            f"{target}: {len(spans)} spans but no tool span (gen_ai execute_tool, "
+            "OpenInference TOOL or MCP tools/call)"
+        )
+    return entries
+
+
+# -- the receiver ---------------------------------------------------------------------------
+
+
+class OtlpReceiver:
+    """A loopback OTLP/HTTP trace receiver feeding one graded session.
+
+    ``sink`` receives each request's new entries (all tagged ``session_id``), e.g. a
+    GradeSession's ``ingest``. Accepts ``POST /v1/traces`` in protobuf or JSON (gzip or
+    deflate encoded too); ``/v1/metrics`` and ``/v1/logs`` are accepted and ignored so an
+    agent exporting everything to one endpoint keeps working. A malformed payload gets
+    HTTP 400 with the reason, which is also kept in :attr:`problems`.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        sink: Callable[[list[AuditEntry]], object],
+        *,
+        mapping: ToolMapping | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.session_id = session_id
+        self.mapping = mapping
+        self.problems: list[str] = []
+        self._sink = sink
+        self._host = host
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        # Across requests: each span's parent and which spans were tool spans or recorded,
+        # so a call traced in two processes (exported in two requests) is recorded once.
+        self._parent: dict[str, str | None] = {}
+        self._tools: set[str] = set()
+        self._recorded: set[str] = set()
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL to give exporters (``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+        if self._server is None:
+            raise OtlpError("the OTLP receiver is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def traces_endpoint(self) -> str:
+        """The traces URL (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``)."""
+        return f"{self.endpoint}/v1/traces"
+
+    def env(self) -> dict[str, str]:
+        """The variables that point an OpenTelemetry SDK's OTLP/HTTP exporter here."""
+        return {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.traces_endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_TRACES_EXPORTER": "otlp",
+        }
+
+    def start(self) -> OtlpReceiver:
+        """Listen on an ephemeral loopback port; returns self."""
+        if self._server is not None:
+            return self
+        receiver = self
+
+        class Handler(_Handler):
+            owner = receiver
+
+        self._server = ThreadingHTTPServer((self._host, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="cleo-grade-otlp", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening (requests in flight finish first)."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> OtlpReceiver:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def receive(self, spans: Sequence[SpanData]) -> list[AuditEntry]:
+        """Turn one request's spans into entries and hand the new ones to the sink."""
+        with self._lock:
+            for span in spans:
+                if span.span_id:
+                    self._parent[span.span_id] = span.parent_span_id
+                    if is_tool_span(span.name, span.attributes):
+                        self._tools.add(span.span_id)
+            fresh = [s for s in outermost_tool_spans(spans) if self._is_new_call(s)]
+            entries = entries_from_spans(fresh, session_id=self.session_id, mapping=self.mapping)
+            self._recorded.update(s.span_id for s in fresh if s.span_id)
+        if entries:
+            self._sink(entries)
+        return entries
+
+    def _ancestors(self, span_id: str) -> Iterable[str]:
+        seen: set[str] = set()
+        parent = self._parent.get(span_id)
+        while parent and parent not in seen:
+            yield parent
+            seen.add(parent)
+            parent = self._parent.get(parent)
+
+    def _is_new_call(self, span: SpanData) -> bool:
+        if not span.span_id:
+            return True
+        if span.span_id in self._recorded:
+            return False
+        if any(a in self._tools for a in self._ancestors(span.span_id)):
+            return False
+        # A tool span that ends after one inside it was already recorded (exported earlier).
+        return not any(span.span_id in self._ancestors(r) for r in self._recorded)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: OtlpReceiver
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a test run's output is no place for an access log
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        body = self._body()
+        if body is None:
+            return
+        if path in ("/v1/metrics", "/v1/logs"):
+            self._reply(200, b"", self._content_type())
+            return
+        if path != "/v1/traces":
+            self._reply(404, b"not an OTLP path (POST /v1/traces)", "text/plain")
+            return
+        kind = self._content_type()
+        try:
+            if kind == "application/json":
+                try:
+                    document = parse_json_strict(body.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise OtlpError(f"OTLP JSON: not valid JSON: {exc}") from None
+                spans = spans_from_json(document)
+            else:
+                spans = spans_from_protobuf(body)
+            self.owner.receive(spans)
+        except CleoGradeError as exc:
+            self.owner.problems.append(str(exc))
+            self._reply(400, str(exc).encode("utf-8"), "text/plain")
+            return
+        self._reply(200, b"{}" if kind == "application/json" else b"", kind)
+
+    def _content_type(self) -> str:
+        value = self.headers.get("Content-Type") or "application/x-protobuf"
+        return value.split(";", 1)[0].strip().lower()
+
+    def _body(self) -> bytes | None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > _MAX_BODY:
+            self._reply(400, b"bad Content-Length", "text/plain")
+            return None
+        body = self.rfile.read(length)
+        encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
+        try:
+            if encoding == "gzip":
+                body = gzip.decompress(body)
+            elif encoding == "deflate":
+                body = zlib.decompress(body)
+        except (OSError, zlib.error, EOFError):
+            self._reply(400, f"body is not valid {encoding}".encode(), "text/plain")
+            return None
+        return body
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

@@ -1,0 +1,147 @@
+"""pydantic-ai: a capability that records every tool call of an agent as an audit entry.
+
+Needs the ``pydantic-ai`` extra (``pydantic-ai-slim`` 2.x, whose capabilities replaced the
+1.x hooks). :class:`AuditHooks` wraps tool validation and execution, so argument-validation
+failures, ``ModelRetry`` and ``ToolFailed`` are recorded as failures, mapped by
+:mod:`pytest_cleo_grade.capture.mapping` (a retry whose text says "not found" is CLEO's
+E_NOT_FOUND, 4). Give it to ``Agent(capabilities=[...])`` or ``agent.run(...,
+capabilities=[...])``, or wrap the agent's own runs with :func:`audit_agent`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+try:
+    from pydantic_ai import _utils as _pai_utils
+    from pydantic_ai.capabilities import AbstractCapability, CombinedCapability
+    from pydantic_ai.capabilities.abstract import WrapToolExecuteHandler, WrapToolValidateHandler
+    from pydantic_ai.exceptions import (
+        ApprovalRequired,
+        CallDeferred,
+        SkipToolExecution,
+        SkipToolValidation,
+    )
+    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.tools import RunContext, ToolDefinition
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pytest_cleo_grade.capture.pydantic_ai needs pydantic-ai 2.x: "
+        "pip install 'pytest-cleo-grade[pydantic-ai]'"
+    ) from exc
+
+from pytest_cleo_grade.capture.mapping import (
+    Call,
+    Failure,
+    ToolMapping,
+    elapsed_ms,
+    envelope_failure,
+    record_call,
+)
+from pytest_cleo_grade.errors import CleoGradeError
+
+__all__ = ["AuditHooks", "audit_agent"]
+
+#: Control flow, not failures: the call was deferred or replaced, not run and failed.
+_NOT_FAILURES = (CallDeferred, ApprovalRequired, SkipToolExecution, SkipToolValidation)
+
+
+class AuditHooks(AbstractCapability[Any]):
+    """Records each tool call of the agent into the graded session active in this process.
+
+    One entry per call: a call whose arguments fail validation (or a validator's
+    ``ModelRetry``) is recorded when validation fails; any other call when it has run, as a
+    success or, when it raised (``ModelRetry``, ``ToolFailed``, any exception) or returned
+    CLEO's error envelope, as a failure. Deferred calls are not recorded (they did not run).
+    """
+
+    def __init__(self, *, mapping: ToolMapping | None = None, source: str = "pydantic-ai") -> None:
+        self.mapping = mapping
+        self.source = source
+
+    def _record(
+        self,
+        call: ToolCallPart,
+        arguments: Any,
+        failure: Failure | None,
+        started: datetime,
+        clock: int,
+    ) -> None:
+        record_call(
+            Call(
+                tool=call.tool_name,
+                arguments=arguments,
+                failure=failure,
+                started=started,
+                duration_ms=elapsed_ms(clock),
+                source=self.source,
+                extra={"toolCallId": call.tool_call_id} if call.tool_call_id else {},
+            ),
+            mapping=self.mapping,
+        )
+
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        handler: WrapToolValidateHandler,
+    ) -> Any:
+        started, clock = datetime.now(UTC), time.perf_counter_ns()
+        try:
+            return await handler(args)
+        except _NOT_FAILURES:
+            raise
+        except Exception as exc:
+            self._record(call, args, Failure(tool=call.tool_name, exception=exc), started, clock)
+            raise
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        started, clock = datetime.now(UTC), time.perf_counter_ns()
+        try:
+            result = await handler(args)
+        except _NOT_FAILURES:
+            raise
+        except Exception as exc:
+            self._record(call, args, Failure(tool=call.tool_name, exception=exc), started, clock)
+            raise
+        self._record(call, args, envelope_failure(call.tool_name, result), started, clock)
+        return result
+
+
+@contextmanager
+def audit_agent(agent: Any, *, mapping: ToolMapping | None = None) -> Iterator[AuditHooks]:
+    """Within the block, every run of ``agent`` (in this context) also has :class:`AuditHooks`,
+    so the agent's own code need not change; like ``Agent.override``, whose mechanism it uses.
+
+    Raises CleoGradeError when this pydantic-ai has no such mechanism (then pass
+    ``capabilities=[AuditHooks()]`` to the agent or its runs).
+    """
+    override = getattr(agent, "_override_root_capability", None)
+    effective = getattr(agent, "_effective_root_capability", None)
+    if override is None or effective is None:
+        raise CleoGradeError(
+            f"cleo-grade: cannot add AuditHooks to {type(agent).__name__} from outside; pass "
+            "capabilities=[AuditHooks()] to the agent or to its run"
+        )
+    hooks = AuditHooks(mapping=mapping)
+    combined = CombinedCapability([effective(), hooks]).for_agent(agent)
+    token = override.set(_pai_utils.Some(combined))
+    try:
+        yield hooks
+    finally:
+        override.reset(token)

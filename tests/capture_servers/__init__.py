@@ -1,0 +1,1 @@
+"""Tool servers the capture tests drive (importable by a child process too)."""

@@ -1,0 +1,185 @@
+"""capture.mcp: MCP tool calls recorded on the client and on the server (in memory, stdio)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra (MCP SDK 2.x)")
+
+import anyio
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from pytest_cleo_grade.capture import ToolMapping, exit_code_for, subprocess_env
+from pytest_cleo_grade.capture.mcp import audit_middleware, audited_client, result_failure
+from pytest_cleo_grade.session import GradeSession, SessionSettings
+from tests.capture_scenario import CALLS, assert_same_grade, grade_by_hand
+from tests.capture_servers import mcp_tasks
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The scenario's gateways as the tools' readOnlyHint annotations give them.
+HINTED = ["cleo_query"] * 4 + ["cleo_mutate"] * 2
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[GradeSession]:
+    with GradeSession(SessionSettings(db_path=tmp_path / "audit.db")) as started:
+        yield started
+
+
+async def agent(client: Any, *, list_first: bool = True) -> None:
+    """The scenario's agent: it ignores the not-found result of tasks_show."""
+    if list_first:
+        await client.list_tools()
+    for name, arguments in CALLS:
+        await client.call_tool(name, arguments)
+
+
+def test_an_audited_in_memory_client_grades_like_hand_recorded_calls(
+    session: GradeSession,
+) -> None:
+    async def main() -> None:
+        async with Client(mcp_tasks.build()) as client:
+            await agent(audited_client(client))
+
+    anyio.run(main)
+    assert_same_grade(session.entries, grade_by_hand(session.id, HINTED))
+    assert session.entries[3].error == "Error executing tool tasks_show: Task T9 not found"
+
+
+def test_without_a_tool_listing_the_gateway_is_the_mappings_default(
+    session: GradeSession,
+) -> None:
+    async def main() -> None:
+        async with audited_client(Client(mcp_tasks.build())) as client:
+            await agent(client, list_first=False)
+
+    anyio.run(main)
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+
+
+def test_wrapping_twice_records_each_call_once(session: GradeSession) -> None:
+    async def main() -> None:
+        async with Client(mcp_tasks.build()) as client:
+            twice = audited_client(audited_client(client))
+            assert twice is client
+            await twice.call_tool("admin_help", {})
+
+    anyio.run(main)
+    assert [(e.domain, e.operation) for e in session.entries] == [("admin", "help")]
+
+
+def test_a_session_level_client_is_audited_too(session: GradeSession) -> None:
+    async def main() -> None:
+        async with Client(mcp_tasks.build()) as client:
+            audited = audited_client(client.session, mapping=ToolMapping.parse(["* = query"]))
+            await audited.call_tool("tasks_show", {"taskId": "T9"})
+
+    anyio.run(main)
+    (entry,) = session.entries
+    assert (entry.result.success, entry.result.exit_code, entry.metadata.gateway) == (
+        False,
+        4,
+        "query",
+    )
+
+
+def test_a_json_rpc_error_is_recorded_and_still_raised(session: GradeSession) -> None:
+    class Refusing:
+        async def call_tool(self, name: str, arguments: Any = None) -> Any:
+            raise MCPError(code=-32002, message="Resource T9 missing")
+
+        async def list_tools(self) -> Any:
+            return []
+
+    async def main() -> None:
+        with pytest.raises(MCPError):
+            await audited_client(Refusing()).call_tool("tasks_show", {"taskId": "T9"})
+
+    anyio.run(main)
+    (entry,) = session.entries
+    assert (entry.result.exit_code, entry.error) == (4, "Resource T9 missing")
+
+
+def test_the_server_middleware_records_a_crashing_tool_as_not_found(
+    session: GradeSession,
+) -> None:
+    server = mcp_tasks.build(crash=True)
+    server.middleware.append(audit_middleware)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await agent(client)
+
+    anyio.run(main)
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert session.entries[3].error == "Error executing tool tasks_show"
+
+
+def test_a_stdio_server_started_by_the_code_under_test_records_with_subprocess_env(
+    session: GradeSession,
+) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(Path(mcp_tasks.__file__)), "--audited", "--crash"],
+        env={**subprocess_env(session), "PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+    async def main() -> None:
+        async with Client(params) as client:
+            await agent(client)
+
+    anyio.run(main)
+    entries = session.entries
+    assert {e.session_id for e in entries} == {session.id}
+    assert_same_grade(entries, grade_by_hand(session.id, HINTED))
+
+
+def test_a_stdio_server_without_the_sessions_variables_records_nothing(
+    session: GradeSession,
+) -> None:
+    # The SDK passes only a safe subset of the environment: this is the trap the
+    # subprocess_env() line avoids.
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(Path(mcp_tasks.__file__)), "--audited"],
+        env={"PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+    async def main() -> None:
+        async with Client(params) as client:
+            await client.call_tool("admin_help", {})
+
+    anyio.run(main)
+    assert session.entries == []
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        ({"isError": True, "content": [{"type": "text", "text": "no such task"}]}, 4),
+        ({"isError": True, "content": [{"type": "text", "text": "permission denied"}]}, 1),
+        (
+            {
+                "content": [
+                    {"type": "text", "text": '{"success": false, "error": {"code": "E_NOT_FOUND"}}'}
+                ]
+            },
+            4,
+        ),
+        ({"structuredContent": {"success": False, "error": {"exitCode": 6}}, "content": []}, 6),
+        ({"content": [{"type": "text", "text": "ok"}]}, None),
+    ],
+)
+def test_results_report_failures_by_is_error_or_cleos_envelope(
+    result: dict[str, Any], expected: int | None
+) -> None:
+    failure = result_failure("t", result)
+    assert (None if failure is None else exit_code_for(failure)) == expected

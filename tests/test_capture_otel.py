@@ -1,0 +1,214 @@
+"""capture.otel: the SDK span processor records tool spans of every convention, once each."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="needs the otel extra (opentelemetry-sdk)")
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import Status, StatusCode, Tracer
+
+from pytest_cleo_grade.capture.otel import (
+    AuditSpanProcessor,
+    CaptureError,
+    install_otel_capture,
+)
+from pytest_cleo_grade.session import GradeSession, SessionSettings
+from tests.capture_scenario import (
+    CALLS,
+    assert_same_grade,
+    grade_by_hand,
+    run_tool,
+)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[GradeSession]:
+    with GradeSession(SessionSettings(db_path=tmp_path / "audit.db")) as started:
+        yield started
+
+
+@pytest.fixture
+def provider() -> Iterator[TracerProvider]:
+    made = TracerProvider()
+    yield made
+    made.shutdown()
+
+
+def genai_tool(tracer: Tracer, name: str, arguments: dict[str, Any]) -> None:
+    """A tool call traced the way GenAI semantic conventions say (as agent frameworks do)."""
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.call.arguments": json.dumps(arguments),
+    }
+    with tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes) as span:
+        try:
+            run_tool(name, arguments)
+        except KeyError as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+
+
+def openinference_tool(tracer: Tracer, name: str, arguments: dict[str, Any]) -> None:
+    """The same call in OpenInference's convention; the failure set by the SDK itself."""
+    attributes = {
+        "openinference.span.kind": "TOOL",
+        "tool.name": name,
+        "input.value": json.dumps(arguments),
+    }
+    try:
+        with tracer.start_as_current_span(name, attributes=attributes):
+            run_tool(name, arguments)
+    except KeyError:
+        pass
+
+
+def mcp_tool(tracer: Tracer, name: str, arguments: dict[str, Any]) -> None:
+    """An MCP tools/call span: the name only in the span's name, as the SDK's client writes
+    it, and the arguments in the attribute MCP's semantic conventions make opt-in."""
+    attributes = {
+        "mcp.method.name": "tools/call",
+        "jsonrpc.request.id": "1",
+        "gen_ai.tool.call.arguments": json.dumps(arguments),
+    }
+    with tracer.start_as_current_span(f"MCP send tools/call {name}", attributes=attributes) as s:
+        try:
+            run_tool(name, arguments)
+        except KeyError:
+            s.set_attribute("error.type", "-32002")
+            s.set_status(Status(StatusCode.ERROR, "Resource not found"))
+
+
+@pytest.mark.parametrize("trace_tool", [genai_tool, openinference_tool, mcp_tool])
+def test_tool_spans_grade_like_the_same_calls_recorded_by_hand(
+    session: GradeSession, provider: TracerProvider, trace_tool: Any
+) -> None:
+    provider.add_span_processor(AuditSpanProcessor())
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("invoke_agent"):
+        for name, arguments in CALLS:
+            trace_tool(tracer, name, arguments)
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert {e.metadata.source for e in session.entries} == {"otel"}
+
+
+def test_the_span_start_time_and_duration_become_the_entrys(
+    session: GradeSession, provider: TracerProvider
+) -> None:
+    provider.add_span_processor(AuditSpanProcessor())
+    span = provider.get_tracer("agent").start_span(
+        "execute_tool tasks_find",
+        attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "tasks_find"},
+        start_time=1_772_366_400_000_000_000,
+    )
+    span.end(end_time=1_772_366_400_250_000_000)
+    (entry,) = session.entries
+    assert entry.to_json_dict()["timestamp"] == "2026-03-01T12:00:00.000Z"
+    assert entry.result.duration == 250.0
+    assert entry.model_dump()["metadata"]["spanId"] == format(
+        span.get_span_context().span_id, "016x"
+    )
+
+
+def test_a_call_traced_at_three_levels_is_recorded_once(
+    session: GradeSession, provider: TracerProvider
+) -> None:
+    provider.add_span_processor(AuditSpanProcessor())
+    tracer = provider.get_tracer("agent")
+    genai = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "tasks_find"}
+    with (
+        tracer.start_as_current_span("execute_tool tasks_find", attributes=genai),
+        tracer.start_as_current_span("POST /mcp"),
+        tracer.start_as_current_span(
+            "tools/call tasks_find", attributes={"mcp.method.name": "tools/call"}
+        ),
+    ):
+        pass
+    with tracer.start_as_current_span(
+        "tools/call session_list", attributes={"mcp.method.name": "tools/call"}
+    ):
+        pass
+    assert [(e.domain, e.operation) for e in session.entries] == [
+        ("tasks", "find"),
+        ("session", "list"),
+    ]
+
+
+def test_a_cleo_error_envelope_in_the_tool_result_is_a_not_found(
+    session: GradeSession, provider: TracerProvider
+) -> None:
+    provider.add_span_processor(AuditSpanProcessor())
+    envelope = {"success": False, "error": {"code": "E_NOT_FOUND", "exitCode": 4}}
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "cleo_query",
+        "gen_ai.tool.call.arguments": json.dumps(
+            {"domain": "tasks", "operation": "show", "params": {"taskId": "T9"}}
+        ),
+        "gen_ai.tool.call.result": json.dumps(envelope),
+    }
+    with provider.get_tracer("agent").start_as_current_span("execute_tool", attributes=attributes):
+        pass
+    (entry,) = session.entries
+    assert (entry.domain, entry.operation, entry.metadata.gateway) == (
+        "tasks",
+        "show",
+        "cleo_query",
+    )
+    assert (entry.result.success, entry.result.exit_code) == (False, 4)
+    assert entry.params == {"taskId": "T9"}
+
+
+def test_other_spans_and_spans_outside_a_session_record_nothing(
+    tmp_path: Path, provider: TracerProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CLEO_AUDIT_DB", raising=False)
+    provider.add_span_processor(AuditSpanProcessor())
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span(
+        "execute_tool tasks_find", attributes={"gen_ai.operation.name": "execute_tool"}
+    ):
+        pass
+    with GradeSession(SessionSettings(db_path=tmp_path / "audit.db")) as session:
+        with tracer.start_as_current_span("chat gpt", attributes={"gen_ai.operation.name": "chat"}):
+            pass
+        assert session.entries == []
+    assert not (tmp_path / ".cleo").exists()
+
+
+def test_install_records_until_uninstalled_and_keeps_other_processors(
+    session: GradeSession, provider: TracerProvider
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("agent")
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "admin_help"}
+    uninstall = install_otel_capture(provider)
+    again = install_otel_capture(provider)
+    with tracer.start_as_current_span("execute_tool admin_help", attributes=attributes):
+        pass
+    uninstall()
+    with tracer.start_as_current_span("execute_tool admin_help", attributes=attributes):
+        pass
+    again()
+    with tracer.start_as_current_span("execute_tool admin_help", attributes=attributes):
+        pass
+    assert len(session.entries) == 2
+    assert len(exporter.get_finished_spans()) == 3
+
+
+def test_install_refuses_a_provider_that_is_not_the_sdks() -> None:
+    with pytest.raises(CaptureError, match="object: it is not the OpenTelemetry SDK"):
+        install_otel_capture(object())

@@ -1,0 +1,265 @@
+"""capture.otlp: the loopback OTLP/HTTP receiver and OTLP JSON files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_cleo_grade.capture.otlp import OtlpError, OtlpReceiver, load_otlp_file
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.session import GradeSession, SessionSettings
+from pytest_cleo_grade.store import AuditStore
+from tests.capture_scenario import CALLS, assert_same_grade, grade_by_hand
+
+START = 1_772_366_400_000_000_000  # 2026-03-01T12:00:00Z in ns
+
+#: An agent in another process: each tool call is a GenAI execute_tool span, exported with
+#: the SDK's own OTLP/HTTP exporter to whatever OTEL_EXPORTER_OTLP_ENDPOINT names.
+AGENT = textwrap.dedent(
+    """
+    import json, sys
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    tracer = provider.get_tracer("agent")
+    calls = json.loads(sys.argv[1])
+    with tracer.start_as_current_span("invoke_agent"):
+        for name, arguments in calls:
+            attributes = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.arguments": json.dumps(arguments),
+            }
+            with tracer.start_as_current_span("execute_tool " + name, attributes=attributes) as s:
+                if arguments.get("taskId") == "T9":
+                    s.set_attribute("error.type", "KeyError")
+                    s.set_status(Status(StatusCode.ERROR, "task T9 not found"))
+    provider.shutdown()
+    """
+)
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[GradeSession]:
+    with GradeSession(SessionSettings(db_path=tmp_path / "audit.db")) as started:
+        yield started
+
+
+def kv(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"key": key, "value": {"boolValue": value}}
+    if isinstance(value, int):
+        return {"key": key, "value": {"intValue": str(value)}}
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def json_span(
+    name: str,
+    index: int,
+    *,
+    trace: str = "5b8efff798038103d269b633813fc60c",
+    parent: str = "",
+    error: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    attributes = [kv("gen_ai.operation.name", "execute_tool"), kv("gen_ai.tool.name", name)]
+    attributes += [kv(k, v) for k, v in (extra or {}).items()]
+    span: dict[str, Any] = {
+        "traceId": trace,
+        "spanId": f"{index + 1:016x}",
+        "parentSpanId": parent,
+        "name": f"execute_tool {name}",
+        "kind": 1,
+        "startTimeUnixNano": str(START + index * 1_000_000_000),
+        "endTimeUnixNano": str(START + index * 1_000_000_000 + 5_000_000),
+        "attributes": attributes,
+        "status": {},
+    }
+    if error:
+        span["status"] = {"code": 2, "message": error}
+    return span
+
+
+def request(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [kv("service.name", "agent")]},
+                "scopeSpans": [{"scope": {"name": "agent"}, "spans": spans}],
+            }
+        ]
+    }
+
+
+def scenario_spans(**kwargs: Any) -> list[dict[str, Any]]:
+    return [
+        json_span(
+            name,
+            i,
+            error="task T9 not found" if name == "tasks_show" else None,
+            extra={"gen_ai.tool.call.arguments": json.dumps(arguments)},
+            **kwargs,
+        )
+        for i, (name, arguments) in enumerate(CALLS)
+    ]
+
+
+def post(url: str, body: bytes, content_type: str, **headers: str) -> tuple[int, bytes]:
+    req = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": content_type, **headers}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_an_agent_in_another_process_is_graded_through_the_receiver(
+    session: GradeSession,
+) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the otel extra")
+    with OtlpReceiver(session.id, session.ingest) as receiver:
+        env = {**os.environ, **receiver.env()}
+        subprocess.run(
+            [sys.executable, "-c", AGENT, json.dumps(CALLS)], env=env, check=True, timeout=60
+        )
+    assert receiver.problems == []
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert {e.session_id for e in session.entries} == {session.id}
+
+
+def test_the_receiver_takes_otlp_json_gzip_encoded_too(session: GradeSession) -> None:
+    body = gzip.compress(json.dumps(request(scenario_spans())).encode())
+    with OtlpReceiver(session.id, session.ingest) as receiver:
+        status, reply = post(
+            receiver.traces_endpoint, body, "application/json", **{"Content-Encoding": "gzip"}
+        )
+    assert (status, reply) == (200, b"{}")
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+
+
+def test_a_malformed_payload_gets_400_with_the_reason(session: GradeSession) -> None:
+    bad = request([{**json_span("tasks_find", 0), "startTimeUnixNano": "soon"}])
+    with OtlpReceiver(session.id, session.ingest) as receiver:
+        status, reply = post(receiver.traces_endpoint, json.dumps(bad).encode(), "application/json")
+        status_pb, _ = post(receiver.traces_endpoint, b"\xff\xff\xff", "application/x-protobuf")
+        status_other, _ = post(receiver.endpoint + "/other", b"{}", "application/json")
+        status_logs, _ = post(receiver.endpoint + "/v1/logs", b"", "application/x-protobuf")
+    assert status == 400
+    assert b"spans[0].startTimeUnixNano: expected an integer, got 'soon'" in reply
+    assert status_pb == 400
+    assert (status_other, status_logs) == (404, 200)
+    assert len(receiver.problems) == 2
+    assert session.entries == []
+
+
+def test_a_call_exported_by_two_processes_is_recorded_once(session: GradeSession) -> None:
+    # The agent's execute_tool span and, exported earlier by the tool server, the MCP
+    # server span inside it.
+    outer = json_span("tasks_find", 0)
+    inner = {
+        **json_span("tasks_find", 1),
+        "parentSpanId": outer["spanId"],
+        "name": "tools/call tasks_find",
+        "attributes": [kv("mcp.method.name", "tools/call"), kv("gen_ai.tool.name", "tasks_find")],
+    }
+    with OtlpReceiver(session.id, session.ingest) as receiver:
+        post(receiver.traces_endpoint, json.dumps(request([inner])).encode(), "application/json")
+        post(receiver.traces_endpoint, json.dumps(request([outer])).encode(), "application/json")
+    assert [(e.domain, e.operation) for e in session.entries] == [("tasks", "find")]
+
+
+def test_an_otlp_file_becomes_one_session_per_conversation_or_trace(tmp_path: Path) -> None:
+    root = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "00000000000000aa",
+        "name": "invoke_agent",
+        "startTimeUnixNano": str(START),
+        "endTimeUnixNano": str(START + 10),
+        "attributes": [kv("gen_ai.conversation.id", "conv-1")],
+    }
+    first = scenario_spans(parent="00000000000000aa")
+    second = [json_span("admin_help", 10, trace="0af7651916cd43dd8448eb211c80319c")]
+    path = tmp_path / "traces.jsonl"
+    path.write_text(
+        json.dumps(request([root, *first])) + "\n\n" + json.dumps(request(second)) + "\n"
+    )
+    entries = load_otlp_file(path)
+    by_session: dict[str | None, list[Any]] = {}
+    for entry in entries:
+        by_session.setdefault(entry.session_id, []).append(entry)
+    assert set(by_session) == {"conv-1", "0af7651916cd43dd8448eb211c80319c"}
+    assert_same_grade(by_session["conv-1"], grade_by_hand("conv-1"))
+    assert {e.session_id for e in load_otlp_file(path, session_id="mine")} == {"mine"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no spans"),
+        ('{"resourceSpans": []}\nnot json\n', "line 2: not valid JSON"),
+        ('{"spans": []}', "expected an object with a resourceSpans list"),
+        (
+            json.dumps(request([{"name": "chat", "startTimeUnixNano": "1"}])),
+            "1 spans but no tool span",
+        ),
+        (
+            json.dumps(request([{"name": "x", "attributes": [{"value": {}}]}])),
+            "spans[0].attributes[0]: expected {'key'",
+        ),
+    ],
+)
+def test_a_bad_otlp_file_is_one_clear_error_naming_the_place(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(OtlpError) as caught:
+        load_otlp_file(path)
+    assert str(caught.value).startswith(str(path))
+    assert message in str(caught.value)
+
+
+def test_cleo_grade_import_format_otlp_stores_and_grades_the_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(request(scenario_spans())))
+    db = tmp_path / "audit.db"
+    status = main(
+        ["import", "--format", "otlp", str(path), "--session-id", "run-1", "--db", str(db)]
+    )
+    assert status == 0
+    assert f"Imported 6 entries into {db} (sessions: run-1)" in capsys.readouterr().out
+    with AuditStore(db) as store:
+        stored = store.session_entries("run-1")
+    assert_same_grade(stored, grade_by_hand("run-1"))
+
+
+def test_cleo_grade_import_format_otlp_names_the_bad_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(request(scenario_spans())) + "\n{oops\n")
+    status = main(["import", "--format", "otlp", str(path), "--db", str(tmp_path / "a.db")])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"{path}, line 2: not valid JSON" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "a.db").exists()

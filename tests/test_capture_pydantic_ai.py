@@ -1,0 +1,157 @@
+"""capture.pydantic_ai: AuditHooks records an agent's tool calls, failures and retries included."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai", reason="needs the pydantic-ai extra (pydantic-ai-slim 2.x)")
+
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+
+from pytest_cleo_grade.capture.pydantic_ai import AuditHooks, audit_agent
+from pytest_cleo_grade.session import GradeSession, SessionSettings
+from tests.capture_scenario import CALLS, MISSING_TASK, assert_same_grade, grade_by_hand
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[GradeSession]:
+    with GradeSession(SessionSettings(db_path=tmp_path / "audit.db")) as started:
+        yield started
+
+
+def scripted(calls: list[tuple[str, Any]]) -> FunctionModel:
+    """A model that makes ``calls`` one per turn (ignoring every result), then answers."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = sum(isinstance(m, ModelResponse) for m in messages)
+        if turn < len(calls):
+            name, arguments = calls[turn]
+            return ModelResponse(parts=[ToolCallPart(name, json.dumps(arguments))])
+        return ModelResponse(parts=[TextPart("done")])
+
+    return FunctionModel(respond)
+
+
+def build_agent(**kwargs: Any) -> Agent[None, str]:
+    """The code under test: an agent with CLEO-named tools; tasks_show retries on a miss."""
+    agent: Agent[None, str] = Agent(retries=3, **kwargs)
+
+    @agent.tool_plain
+    def session_list() -> list[str]:
+        return ["S1"]
+
+    @agent.tool_plain
+    def admin_help() -> str:
+        return "find before show"
+
+    @agent.tool_plain
+    def tasks_find(query: str) -> list[str]:
+        return ["T1"]
+
+    @agent.tool_plain
+    def tasks_show(taskId: str) -> dict[str, str]:
+        if taskId == MISSING_TASK:
+            raise ModelRetry(f"Task {taskId} not found")
+        return {"id": taskId}
+
+    @agent.tool_plain
+    def tasks_add(title: str, description: str = "") -> str:
+        return "T2"
+
+    @agent.tool_plain
+    def session_end() -> str:
+        return "ended"
+
+    return agent
+
+
+def test_the_constructor_capability_grades_like_hand_recorded_calls(
+    session: GradeSession,
+) -> None:
+    agent = build_agent(model=scripted(CALLS), capabilities=[AuditHooks()])
+    assert agent.run_sync("triage the login bug").output == "done"
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert session.entries[3].error == f"Task {MISSING_TASK} not found"
+    assert {e.metadata.source for e in session.entries} == {"pydantic-ai"}
+
+
+def test_audit_agent_records_an_unchanged_agent_under_override(session: GradeSession) -> None:
+    agent = build_agent()
+    with audit_agent(agent), agent.override(model=scripted(CALLS)):
+        agent.run_sync("triage the login bug")
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    agent_outside = build_agent()
+    with agent_outside.override(model=scripted(CALLS[:1])):
+        agent_outside.run_sync("again")
+    assert len(session.entries) == len(CALLS)
+
+
+def test_a_per_run_capability_records_too(session: GradeSession) -> None:
+    agent = build_agent(model=scripted(CALLS[:2]))
+    agent.run_sync("help", capabilities=[AuditHooks()])
+    assert [(e.domain, e.operation) for e in session.entries] == [
+        ("session", "list"),
+        ("admin", "help"),
+    ]
+
+
+def test_an_argument_validation_failure_is_recorded_as_a_failed_call(
+    session: GradeSession,
+) -> None:
+    calls = [("tasks_find", {"query": 42, "unexpected": True}), ("tasks_find", {"query": "x"})]
+    agent = build_agent(model=scripted(calls), capabilities=[AuditHooks()])
+    agent.run_sync("find")
+    first, second = session.entries
+    assert (first.domain, first.operation, first.result.success, first.result.exit_code) == (
+        "tasks",
+        "find",
+        False,
+        1,
+    )
+    assert first.params == {"query": 42, "unexpected": True}
+    assert "validation error" in (first.error or "")
+    assert second.result.success
+
+
+def test_a_crashing_tool_is_recorded_before_the_run_fails(session: GradeSession) -> None:
+    agent: Agent[None, str] = Agent(
+        scripted([("lookup", {"key": "k"})]), capabilities=[AuditHooks()]
+    )
+
+    @agent.tool_plain
+    def lookup(key: str) -> str:
+        return {"other": "v"}[key]
+
+    with pytest.raises(KeyError):
+        agent.run_sync("look")
+    (entry,) = session.entries
+    assert (entry.domain, entry.operation, entry.result.exit_code) == ("tool", "lookup", 4)
+
+
+def test_test_model_calls_every_tool_and_each_is_recorded(session: GradeSession) -> None:
+    agent = build_agent(model=TestModel(), capabilities=[AuditHooks()])
+    agent.run_sync("go")
+    recorded = {f"{e.domain}_{e.operation}" for e in session.entries}
+    assert recorded == {name for name, _ in CALLS}
+
+
+def test_an_instrumented_agents_spans_grade_like_the_capability(session: GradeSession) -> None:
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    from opentelemetry.sdk.trace import TracerProvider
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    provider = TracerProvider()
+    provider.add_span_processor(otel.AuditSpanProcessor())
+    agent = build_agent(model=scripted(CALLS))
+    agent.instrument = InstrumentationSettings(tracer_provider=provider)
+    agent.run_sync("triage the login bug")
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert session.entries[3].error == f"Task {MISSING_TASK} not found"
