@@ -1,0 +1,300 @@
+"""Baselines: a committed JSON file of grades per test, and the regression gate against it.
+
+The comparison is pure (grades in, verdicts out); reading and writing the file are two small
+functions at the end. Percentages everywhere: the total as a percentage of its maximum, each
+dimension as a percentage of that dimension's maximum, so one tolerance language fits all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.stats import bootstrap_mean_interval
+
+__all__ = [
+    "BASELINE_FORMAT",
+    "TOTAL",
+    "BaselineComparison",
+    "BaselineError",
+    "Change",
+    "TestGrades",
+    "Tolerance",
+    "baseline_document",
+    "compare_baseline",
+    "grades_from_results",
+    "latest_from_history",
+    "parse_baseline",
+    "parse_tolerances",
+    "read_baseline",
+    "write_baseline",
+]
+
+BASELINE_FORMAT: Final = "cleo-grade-baseline"
+_VERSION: Final = 1
+#: The metric name of a test's total in tolerance expressions.
+TOTAL: Final = "total"
+_TERM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*(%?)\s*$")
+
+
+class BaselineError(CleoGradeError):
+    """A baseline file or expression that cannot be used (the message names where)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """How far a metric may drop: percentage points, or (relative) a share of the baseline."""
+
+    amount: float
+    relative: bool = False
+
+    def allowed(self, baseline: float) -> float:
+        return baseline * self.amount / 100 if self.relative else self.amount
+
+    def text(self) -> str:
+        return f"{self.amount:g}%" if self.relative else f"{self.amount:g} points"
+
+
+def parse_tolerances(expression: str) -> dict[str, Tolerance]:
+    """``total:5`` / ``total:5%,sessionDiscipline:10``; ValueError names the bad term."""
+    tolerances: dict[str, Tolerance] = {}
+    for term in expression.split(","):
+        match = _TERM.match(term)
+        if match is None:
+            raise ValueError(
+                f"invalid regression tolerance {term.strip()!r} in {expression!r}: expected "
+                "METRIC:POINTS or METRIC:PERCENT%, e.g. total:5 or sessionDiscipline:10%"
+            )
+        name, amount, percent = match.groups()
+        if name in tolerances:
+            raise ValueError(f"regression tolerance for {name!r} given twice in {expression!r}")
+        tolerances[name] = Tolerance(float(amount), relative=bool(percent))
+    return tolerances
+
+
+@dataclass(frozen=True, slots=True)
+class TestGrades:
+    """One test's grades: a percentage per run, and per dimension a percentage per run."""
+
+    test_id: str
+    totals: tuple[float, ...]
+    dimensions: Mapping[str, tuple[float, ...]]
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    def values(self, metric: str) -> tuple[float, ...]:
+        return self.totals if metric == TOTAL else self.dimensions.get(metric, ())
+
+
+def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
+    """Group GradeResults by test id (extra ``testId``, else the session id), runs in order."""
+    totals: dict[str, list[float]] = {}
+    dims: dict[str, dict[str, list[float]]] = {}
+    for result in results:
+        extra = result.model_extra or {}
+        test_id = str(extra.get("testId") or result.session_id)
+        totals.setdefault(test_id, []).append(result.percent)
+        per_dim = dims.setdefault(test_id, {})
+        for name, score in result.dimensions.items():
+            if score.max > 0:
+                per_dim.setdefault(name, []).append(score.score / score.max * 100)
+    return {
+        test_id: TestGrades(test_id, tuple(values), {k: tuple(v) for k, v in dims[test_id].items()})
+        for test_id, values in totals.items()
+    }
+
+
+def latest_from_history(results: Sequence[Any]) -> dict[str, TestGrades]:
+    """Each test's most recent grade in a history; a repeated test's most recent series
+    (its last ``runs`` lines that carry a run index)."""
+    latest: dict[str, list[Any]] = {}
+    for result in reversed(results):
+        extra = result.model_extra or {}
+        test_id = str(extra.get("testId") or result.session_id)
+        series = latest.get(test_id)
+        if series is None:
+            latest[test_id] = [result]
+            continue
+        wanted = int((series[0].model_extra or {}).get("runs") or 1)
+        if len(series) < wanted and extra.get("run") is not None:
+            series.append(result)
+    ordered = [r for series in latest.values() for r in reversed(series)]
+    return grades_from_results(ordered)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One metric of one test against the baseline."""
+
+    test_id: str
+    metric: str
+    baseline: float
+    current: float
+    tolerance: Tolerance | None
+    #: The drop is beyond the tolerance (and, with repeats on both sides, outside the noise).
+    regressed: bool
+    #: Why a drop beyond the tolerance was not counted ("within noise"), or None.
+    note: str | None = None
+
+    @property
+    def delta(self) -> float:
+        return self.current - self.baseline
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineComparison:
+    """This run against the baseline: changes, tests new to the run, tests missing from it."""
+
+    changes: tuple[Change, ...]
+    new_tests: tuple[str, ...]
+    missing_tests: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+
+    @property
+    def regressions(self) -> tuple[Change, ...]:
+        return tuple(change for change in self.changes if change.regressed)
+
+    @property
+    def failed(self) -> bool:
+        """The gate's one predicate (its printed verdict asks the same)."""
+        return bool(self.regressions or self.problems)
+
+
+def _noise_note(base: Sequence[float], current: Sequence[float]) -> str | None:
+    """With two or more runs on both sides, a drop is real only when the 95 % intervals of
+    the two means do not overlap; otherwise the note says why it was not counted."""
+    if len(base) < 2 or len(current) < 2:
+        return None
+    base_low, _ = bootstrap_mean_interval(base)
+    _, current_high = bootstrap_mean_interval(current)
+    if current_high < base_low:
+        return None
+    return (
+        f"within noise: 95% intervals overlap (now up to {current_high:.1f}%, "
+        f"baseline from {base_low:.1f}%)"
+    )
+
+
+def compare_baseline(
+    baseline: Mapping[str, TestGrades],
+    current: Mapping[str, TestGrades],
+    tolerances: Mapping[str, Tolerance],
+) -> BaselineComparison:
+    """Every common test's total and dimensions against the baseline; without a tolerance
+    for a metric, its change is shown but never a regression."""
+    changes: list[Change] = []
+    seen_metrics = {TOTAL}
+    for test_id, now in current.items():
+        before = baseline.get(test_id)
+        if before is None:
+            continue
+        metrics = [TOTAL, *[m for m in before.dimensions if m in now.dimensions]]
+        seen_metrics.update(metrics)
+        for metric in metrics:
+            base_values, now_values = before.values(metric), now.values(metric)
+            if not base_values or not now_values:
+                continue
+            base_mean = statistics.fmean(base_values)
+            now_mean = statistics.fmean(now_values)
+            tolerance = tolerances.get(metric)
+            beyond = tolerance is not None and base_mean - now_mean > tolerance.allowed(base_mean)
+            note = _noise_note(base_values, now_values) if beyond else None
+            changes.append(
+                Change(test_id, metric, base_mean, now_mean, tolerance, beyond and not note, note)
+            )
+    problems = tuple(
+        f"tolerance for {metric!r}: no test compared has this dimension"
+        for metric in tolerances
+        if metric not in seen_metrics and any(baseline.keys() & current.keys())
+    )
+    return BaselineComparison(
+        changes=tuple(changes),
+        new_tests=tuple(t for t in current if t not in baseline),
+        missing_tests=tuple(t for t in baseline if t not in current),
+        problems=problems,
+    )
+
+
+def baseline_document(grades: Mapping[str, TestGrades], *, source: str) -> dict[str, Any]:
+    """The JSON document of a baseline file (sorted, so a committed file diffs cleanly)."""
+    tests = {}
+    for test_id in sorted(grades):
+        test = grades[test_id]
+        tests[test_id] = {
+            "percents": [round(v, 4) for v in test.totals],
+            "dimensions": {
+                name: [round(v, 4) for v in values]
+                for name, values in sorted(test.dimensions.items())
+            },
+        }
+    return {
+        "format": BASELINE_FORMAT,
+        "version": _VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": source,
+        "tests": tests,
+    }
+
+
+def _numbers(value: object, where: str) -> tuple[float, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 100 for v in value
+        )
+    ):
+        raise BaselineError(f"{where}: expected a non-empty list of percentages (0 to 100)")
+    return tuple(float(v) for v in value)
+
+
+def parse_baseline(data: object, where: str) -> dict[str, TestGrades]:
+    """Validate a baseline document; BaselineError names the file and the field."""
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
+        raise BaselineError(f"{where}: not a cleo-grade baseline (format {BASELINE_FORMAT!r})")
+    if data.get("version") != _VERSION:
+        raise BaselineError(f"{where}: unsupported baseline version {data.get('version')!r}")
+    tests = data.get("tests")
+    if not isinstance(tests, dict):
+        raise BaselineError(f"{where}: field 'tests' must be an object")
+    grades = {}
+    for test_id, entry in tests.items():
+        at = f"{where}: tests[{test_id!r}]"
+        if not isinstance(entry, dict):
+            raise BaselineError(f"{at}: expected an object")
+        dims = entry.get("dimensions", {})
+        if not isinstance(dims, dict):
+            raise BaselineError(f"{at}.dimensions: expected an object")
+        grades[test_id] = TestGrades(
+            test_id,
+            _numbers(entry.get("percents"), f"{at}.percents"),
+            {str(k): _numbers(v, f"{at}.dimensions.{k}") for k, v in dims.items()},
+        )
+    return grades
+
+
+def read_baseline(path: Path) -> dict[str, TestGrades]:
+    """Read a baseline file; FileNotFoundError passes through (the caller decides)."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    return parse_baseline(data, str(path))
+
+
+def write_baseline(path: Path, grades: Mapping[str, TestGrades], *, source: str) -> None:
+    """Write a baseline file whole (a temporary file renamed over the old one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    text = json.dumps(baseline_document(grades, source=source), indent=2, ensure_ascii=False)
+    temporary.write_text(text + "\n", encoding="utf-8")
+    os.replace(temporary, path)

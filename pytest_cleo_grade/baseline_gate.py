@@ -1,0 +1,157 @@
+"""The controller's baseline gate: compare the run's grades with a baseline, save a baseline.
+
+Registered on the controller only (like the Reporter): grades arrive on the call reports,
+whichever process graded them. Decided once after the last test; the summary prints the
+same comparison object the exit status was decided on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_cleo_grade.repeat_options import RepeatOptions
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.baseline import BaselineComparison, TestGrades
+
+__all__ = ["BaselineGate"]
+
+
+class BaselineGate:
+    """Controller-side baseline comparison and saving for one run."""
+
+    def __init__(self, options: RepeatOptions, history_path: Path) -> None:
+        self.options = options
+        self.history_path = history_path
+        self.results: dict[str, Any] = {}
+        self.baseline: dict[str, TestGrades] | None = None
+        self.note: str | None = None
+        self.failed_without_baseline = False
+        self.comparison: BaselineComparison | None = None
+
+    @property
+    def gated(self) -> bool:
+        return self.options.fail_on_regression is not None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # Read before the first test appends to the history: "latest" is the previous run.
+        if self.options.baseline is None:
+            return
+        from pytest_cleo_grade.baseline import BaselineError, latest_from_history, read_baseline
+        from pytest_cleo_grade.errors import CleoGradeError
+
+        where = self.options.baseline
+        try:
+            if where == "latest":
+                from pytest_cleo_grade.errors import warnings_shown_not_raised
+                from pytest_cleo_grade.history import read_grades
+
+                if not self.history_path.exists():
+                    raise FileNotFoundError(self.history_path)
+                with warnings_shown_not_raised():  # a corrupt line is skipped with a warning
+                    self.baseline = latest_from_history(read_grades(self.history_path))
+            else:
+                self.baseline = read_baseline(Path(where))
+        except FileNotFoundError as exc:
+            self.note = f"no baseline at {exc.filename or where}: nothing compared"
+            self.failed_without_baseline = self.options.baseline_required
+        except (BaselineError, CleoGradeError, OSError) as exc:
+            # A baseline that exists but cannot be read must not let a gate pass unchecked.
+            self.note = f"baseline not usable: {exc}"
+            self.failed_without_baseline = self.gated or self.options.baseline_required
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE
+
+        encoded = getattr(report, GRADE_ATTRIBUTE, None)
+        if report.when != "call" or not isinstance(encoded, str):
+            return
+        from pytest_cleo_grade.verdict import decode_graded_test
+
+        graded = decode_graded_test(encoded)
+        if graded.excluded is None:
+            self.results[graded.nodeid] = graded.result
+
+    def _current(self) -> dict[str, TestGrades]:
+        from pytest_cleo_grade.baseline import grades_from_results
+
+        return grades_from_results(self.results.values())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        result = yield
+        if self.baseline is not None:
+            from pytest_cleo_grade.baseline import compare_baseline, parse_tolerances
+
+            tolerances = (
+                parse_tolerances(self.options.fail_on_regression or "") if self.gated else {}
+            )
+            self.comparison = compare_baseline(self.baseline, self._current(), tolerances)
+            if self.gated and self.comparison.failed:
+                session.testsfailed += 1
+            self._junit(session.config, self.comparison)
+        elif self.failed_without_baseline:
+            session.testsfailed += 1
+        return result
+
+    def _junit(self, config: pytest.Config, comparison: BaselineComparison) -> None:
+        """The verdict as <testsuite> properties: it belongs to the run, not to one test."""
+        from _pytest.junitxml import xml_key
+
+        xml = config.stash.get(xml_key, None)  # set on the controller under --junitxml only
+        if xml is None:
+            return
+        from pytest_cleo_grade.display_baseline import baseline_verdict, change_text
+
+        xml.add_global_property("cleo_baseline", baseline_verdict(comparison, gated=self.gated))
+        xml.add_global_property("cleo_regressions", len(comparison.regressions))
+        for change in comparison.regressions:
+            xml.add_global_property("cleo_regression", change_text(change))
+        for test in comparison.new_tests:
+            xml.add_global_property("cleo_baseline_new_test", test)
+        for test in comparison.missing_tests:
+            xml.add_global_property("cleo_baseline_missing_test", test)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.options.save_baseline is not None and self.results:
+            from pytest_cleo_grade.baseline import write_baseline
+
+            try:
+                write_baseline(self.options.save_baseline, self._current(), source="pytest run")
+            except OSError as exc:
+                self.note = f"baseline not saved to {self.options.save_baseline}: {exc}"
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if path and (self.comparison is not None or self.note):
+            from pytest_cleo_grade.display_baseline import baseline_markdown
+
+            text = (
+                baseline_markdown(self.comparison, gated=self.gated)
+                if self.comparison is not None
+                else f"### Against the baseline\n\n{self.note}\n"
+            )
+            try:
+                with open(path, "a", encoding="utf-8") as handle:
+                    handle.write("\n" + text)
+            except OSError:
+                self.note = "GITHUB_STEP_SUMMARY not written"
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.comparison is None and self.note is None:
+            return
+        terminalreporter.write_sep("-", "cleo-grade baseline")
+        if self.note is not None:
+            failing = self.failed_without_baseline
+            suffix = " (fails the run)" if failing else ""
+            terminalreporter.write_line(f"cleo-grade: {self.note}{suffix}", yellow=not failing)
+        if self.comparison is not None:
+            from pytest_cleo_grade.display_baseline import baseline_lines
+
+            for line in baseline_lines(self.comparison, gated=self.gated):
+                failed = line.startswith(("REGRESSION", "baseline gate FAILED", "problem"))
+                terminalreporter.write_line(line, red=failed, bold=failed)

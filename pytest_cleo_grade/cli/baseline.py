@@ -1,0 +1,144 @@
+"""``cleo-grade baseline save|show|diff``: baseline files and the regression gate for CI jobs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_cleo_grade.baseline import (
+    BASELINE_FORMAT,
+    BaselineError,
+    TestGrades,
+    compare_baseline,
+    latest_from_history,
+    parse_baseline,
+    parse_tolerances,
+    write_baseline,
+)
+from pytest_cleo_grade.cli.common import (
+    CommandError,
+    add_history_option,
+    history_path,
+    warnings_to_stderr,
+)
+
+__all__ = ["load_grades", "register"]
+
+
+def _tolerances(value: str) -> str:
+    try:
+        parse_tolerances(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "baseline",
+        help="save, show and compare baselines (grades per test, meant to be committed)",
+        description=(
+            "Baselines hold each test's grades (every run of a repeated test) as JSON. 'save' "
+            "writes one from a grade history, 'show' prints one, 'diff OLD NEW' compares two "
+            "baselines or histories with the same tolerances and exit statuses as pytest's "
+            "--cleo-grade-fail-on-regression (0 no regression, 1 regression, 2 bad input)."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    save = actions.add_parser("save", help="write a baseline from the grade history")
+    save.add_argument("output", metavar="OUT.json", help="the baseline file to write")
+    add_history_option(save)
+    save.set_defaults(handler=run_save)
+    show = actions.add_parser("show", help="print a baseline (or a history's latest grades)")
+    show.add_argument("path", metavar="PATH", help="a baseline file or a grade history")
+    show.add_argument("--json", action="store_true", help="print the baseline document")
+    show.set_defaults(handler=run_show)
+    diff = actions.add_parser("diff", help="compare two baselines or histories")
+    diff.add_argument("old", metavar="OLD", help="the baseline: a baseline file or a history")
+    diff.add_argument("new", metavar="NEW", help="the candidate: a baseline file or a history")
+    diff.add_argument(
+        "--fail-on-regression",
+        metavar="EXPR",
+        type=_tolerances,
+        help="exit status 1 on drops beyond total:5, total:5%%, sessionDiscipline:10, ...",
+    )
+    diff.set_defaults(handler=run_diff)
+
+
+def load_grades(path: Path) -> dict[str, TestGrades]:
+    """A baseline file, or a grade history (each test's latest grade or series)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CommandError(f"cleo-grade baseline: {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"cleo-grade baseline: {path}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
+        return _checked(lambda: parse_baseline(data, str(path)))
+    from pytest_cleo_grade.history import read_grades
+
+    with warnings_to_stderr():
+        results = read_grades(path)
+    if not results:
+        raise CommandError(f"cleo-grade baseline: {path}: neither a baseline nor a grade history")
+    return latest_from_history(results)
+
+
+def _checked(read: Any) -> dict[str, TestGrades]:
+    try:
+        grades: dict[str, TestGrades] = read()
+    except BaselineError as exc:
+        raise CommandError(f"cleo-grade baseline: {exc}") from None
+    return grades
+
+
+def run_save(args: argparse.Namespace) -> int:
+    source = history_path(args)
+    grades = load_grades(source)
+    output = Path(args.output)
+    try:
+        write_baseline(output, grades, source=f"history {source.name}")
+    except OSError as exc:
+        raise CommandError(f"cleo-grade baseline: {output}: cannot write: {exc}") from None
+    noun = "test" if len(grades) == 1 else "tests"
+    print(f"baseline of {len(grades)} {noun} written to {output}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    grades = load_grades(path)
+    if args.json:
+        from pytest_cleo_grade.baseline import baseline_document
+
+        print(json.dumps(baseline_document(grades, source=str(path)), indent=2))
+        return 0
+    for test_id in sorted(grades):
+        test = grades[test_id]
+        mean = sum(test.totals) / len(test.totals)
+        runs = f" over {len(test.totals)} runs" if len(test.totals) > 1 else ""
+        print(f"{test_id}: {mean:.1f}%{runs}")
+        for name, values in test.dimensions.items():
+            print(f"    {name}: {sum(values) / len(values):.1f}%")
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.display_baseline import baseline_lines
+
+    old = load_grades(Path(args.old))
+    new = load_grades(Path(args.new))
+    expression: str | None = args.fail_on_regression
+    tolerances = parse_tolerances(expression) if expression is not None else {}
+    comparison = compare_baseline(old, new, tolerances)
+    gated = expression is not None
+    for line in baseline_lines(comparison, gated=gated):
+        print(line)
+    # The printed verdict and the exit status ask the same predicate.
+    return 1 if gated and comparison.failed else 0

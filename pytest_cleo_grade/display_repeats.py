@@ -1,0 +1,173 @@
+"""Text, Markdown and JUnit properties for repeated runs and their statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pytest_cleo_grade.verdict import describe_percent, describe_threshold
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.runs import TestRuns
+    from pytest_cleo_grade.stats import RepeatStats
+
+__all__ = [
+    "ESTIMATOR_NOTE",
+    "junit_repeat_properties",
+    "repeat_lines",
+    "repeat_markdown",
+    "repeat_message",
+    "repeat_statistics",
+]
+
+ESTIMATOR_NOTE = (
+    "pass^k = C(c,k)/C(n,k) and pass@k = 1 - C(n-c,k)/C(n,k) are the unbiased estimators over "
+    "n runs of which c passed; the mean's 95% interval is a percentile bootstrap (2000 "
+    "resamples, fixed seed), the pass rate's a Wilson score interval"
+)
+
+
+def _fraction(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _interval(low: float, high: float, percent: bool) -> str:
+    if percent:
+        return f"{describe_percent(low)}-{describe_percent(high)}"
+    return f"{low * 100:.0f}-{high * 100:.0f}%"
+
+
+def rule(stats: RepeatStats) -> str:
+    """What decided the test, with its figure: ``pass^2 0.54 >= 0.9``."""
+    policy = stats.policy
+    if policy.pass_k is not None:
+        sign = ">=" if stats.decided_pass else "<"
+        return f"pass^{stats.k} {_fraction(stats.pass_hat_k)} {sign} {policy.pass_k[1]:g}"
+    if policy.min_pass_rate is not None:
+        sign = ">=" if stats.decided_pass else "<"
+        return f"pass rate {stats.passed}/{stats.runs} {sign} {policy.min_pass_rate:g}"
+    if stats.mean is None:
+        return "no run could be graded"
+    if stats.threshold is None:
+        return f"mean {describe_percent(stats.mean)} (no threshold)"
+    sign = "reaches" if stats.decided_pass else "is below"
+    return f"mean {describe_percent(stats.mean)} {sign} {describe_threshold(stats.threshold)}"
+
+
+def repeat_statistics(stats: RepeatStats) -> str:
+    """The figures on one line."""
+    parts = [f"{stats.runs} runs"]
+    if stats.mean is not None:
+        mean = f"mean {describe_percent(stats.mean)}"
+        if stats.stdev is not None:
+            mean += f" sd {stats.stdev:.1f}"
+        if stats.mean_interval is not None:
+            mean += f" (95% bootstrap {_interval(*stats.mean_interval, percent=True)})"
+        parts.append(mean)
+    low, high = stats.pass_rate_interval
+    parts.append(
+        f"pass rate {stats.passed}/{stats.runs} (95% Wilson {_interval(low, high, percent=False)})"
+    )
+    parts.append(f"pass^{stats.k} {_fraction(stats.pass_hat_k)}")
+    parts.append(f"pass@{stats.k} {_fraction(stats.pass_at_k)} (unbiased)")
+    return ", ".join(parts)
+
+
+def _outcome(stats: RepeatStats, mode: str) -> str:
+    if stats.decided_pass:
+        return "PASSED"
+    # Report mode annotates only: the test does not fail, and the text must not say it did.
+    return "FAILED" if mode == "fail" else "below (report mode)"
+
+
+def repeat_message(test_id: str, stats: RepeatStats, mode: str = "fail") -> str:
+    """The decision over all runs, as a failure message or a report section."""
+    outcome = _outcome(stats, mode).lower().replace("failed", "FAILED")
+    return (
+        f"cleo-grade: {test_id}: {stats.verdict}, {outcome} over {stats.runs} runs: "
+        f"{rule(stats)}\n{repeat_statistics(stats)}"
+    )
+
+
+def junit_repeat_properties(stats: RepeatStats) -> list[tuple[str, object]]:
+    """JUnit properties of the test's decision, on the run that completed it."""
+    properties: list[tuple[str, object]] = [
+        ("cleo_runs", stats.runs),
+        ("cleo_runs_passed", stats.passed),
+        ("cleo_verdict", stats.verdict),
+        ("cleo_decision", "pass" if stats.decided_pass else "fail"),
+        ("cleo_decided_by", rule(stats)),
+        ("cleo_pass_rate", _fraction(stats.pass_rate)),
+        (f"cleo_pass_hat_{stats.k}", _fraction(stats.pass_hat_k)),
+        (f"cleo_pass_at_{stats.k}", _fraction(stats.pass_at_k)),
+    ]
+    if stats.mean is not None:
+        properties.append(("cleo_mean_percent", describe_percent(stats.mean).rstrip("%")))
+    if stats.mean_interval is not None:
+        low, high = stats.mean_interval
+        properties.append(("cleo_mean_interval_95", _interval(low, high, percent=True)))
+    return properties
+
+
+def _ordered(tests: Sequence[TestRuns]) -> list[TestRuns]:
+    # Failing decisions first, then flaky ones: what a reviewer must look at comes first.
+    def rank(runs: TestRuns) -> int:
+        stats = runs.stats
+        if stats is None:
+            return 1
+        if not stats.decided_pass:
+            return 0
+        return 2 if stats.verdict == "flaky" else 3
+
+    return sorted(tests, key=rank)
+
+
+def repeat_lines(tests: Sequence[TestRuns]) -> list[str]:
+    """The terminal summary of the repeated tests."""
+    lines = []
+    for runs in _ordered(tests):
+        stats = runs.stats
+        if stats is None:
+            seen = len(runs.samples) + len(runs.skipped)
+            lines.append(
+                f"{runs.info.test_id}: not decided, {seen} of {runs.info.runs} runs reported"
+            )
+            continue
+        outcome = _outcome(stats, runs.info.mode)
+        lines.append(f"{runs.info.test_id}: {stats.verdict}, {outcome} ({rule(stats)})")
+        lines.append(f"    {repeat_statistics(stats)}")
+    if lines:
+        lines.append(ESTIMATOR_NOTE)
+    return lines
+
+
+def _cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def repeat_markdown(tests: Sequence[TestRuns]) -> str:
+    """The step summary's table of repeated tests (failing, then flaky ones first)."""
+    rows = [
+        "### Repeated tests\n",
+        "| Test | Verdict | Decision | Runs passed | Mean (95% CI) | pass^k | pass@k |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for runs in _ordered(tests):
+        stats = runs.stats
+        name = _cell(runs.info.test_id)
+        if stats is None:
+            rows.append(f"| `{name}` | not decided | - | - | - | - | - |")
+            continue
+        mean = "-"
+        if stats.mean is not None:
+            mean = describe_percent(stats.mean)
+            if stats.mean_interval is not None:
+                mean += f" ({_interval(*stats.mean_interval, percent=True)})"
+        failed = "**FAIL**" if runs.info.mode == "fail" else "below (report mode)"
+        decision = ("pass" if stats.decided_pass else failed) + f": {_cell(rule(stats))}"
+        rows.append(
+            f"| `{name}` | {stats.verdict} | {decision} | {stats.passed}/{stats.runs} | {mean} | "
+            f"{stats.k}: {_fraction(stats.pass_hat_k)} | {stats.k}: {_fraction(stats.pass_at_k)} |"
+        )
+    rows.append(f"\n{ESTIMATOR_NOTE}.\n")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,173 @@
+"""Repeated runs (``runs=N``): one pytest item per run, one decision per test over its runs.
+
+Each run is its own item, ``test_x[run-3]`` (``test_x[a-run-3]`` with parametrize), so it runs,
+reports, lands on any xdist worker and can be selected with ``-k`` like any other item. A run
+is graded and stored on its own (extras ``run`` and ``runs``; ``testId`` is the test's id
+without the run). It does not fail for its grade: the controller collects the runs of a test
+and, when the last one reports, decides the test once (mean, pass rate or pass^k against the
+threshold). A failing decision turns that last run's report into the test's failure, so the
+terminal, JUnit, ``-x`` and the exit status all see exactly one failure per failing test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Final
+
+import pytest
+
+from pytest_cleo_grade.runs import (
+    RepeatInfo,
+    RunSample,
+    TestRuns,
+    base_test_id,
+    decode_repeat,
+    run_id,
+    run_of,
+    runs_for,
+)
+
+__all__ = [
+    "REPEAT_ATTRIBUTE",
+    "RUN_FIXTURE",
+    "RepeatAggregator",
+    "RepeatSummary",
+    "parametrize_runs",
+]
+
+#: The fixture ``graded_session`` depends on; parametrised with the run index when runs > 1.
+RUN_FIXTURE: Final = "cleo_grade_run"
+#: The TestReport attribute telling the controller which test and run a report belongs to.
+REPEAT_ATTRIBUTE: Final = "cleo_grade_repeat"
+
+
+def parametrize_runs(metafunc: pytest.Metafunc, option_runs: int | None) -> None:
+    """Make one item per run of a graded test asked to run more than once."""
+    if "graded_session" not in metafunc.fixturenames:
+        return
+    marker_runs = None
+    for mark in metafunc.definition.iter_markers("cleo_grade"):
+        if "runs" in mark.kwargs:
+            marker_runs = mark.kwargs["runs"]  # the closest marker wins
+            break
+    runs = runs_for(marker_runs, option_runs)
+    if runs > 1:
+        indices = list(range(1, runs + 1))
+        metafunc.parametrize(RUN_FIXTURE, indices, indirect=True, ids=[run_id(i) for i in indices])
+
+
+class RepeatAggregator:
+    """Controller-side collection of repeated runs (registered next to the Reporter)."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, TestRuns] = {}
+        # Properties added to a run's teardown report, which junitxml reads them from.
+        self._properties: dict[str, list[tuple[str, object]]] = {}
+        #: Runs per test id among the collected items (a -k selection may keep only some).
+        self.expected: dict[str, int] = {}
+
+    def expect(self, nodeids: Iterable[str]) -> None:
+        counts: dict[str, int] = {}
+        for nodeid in nodeids:
+            run = run_of(nodeid)
+            if run is not None:
+                test_id = base_test_id(nodeid, run)
+                counts[test_id] = counts.get(test_id, 0) + 1
+        self.expected = counts
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            report.user_properties.extend(self._properties.pop(report.nodeid, []))
+            return
+        encoded = getattr(report, REPEAT_ATTRIBUTE, None)
+        if report.when != "call" or not isinstance(encoded, str):
+            return
+        info = decode_repeat(encoded)
+        runs = self.tests.setdefault(
+            info.test_id, TestRuns(info, expected=self.expected.get(info.test_id))
+        )
+        runs.nodeids.append(report.nodeid)
+        if report.skipped and getattr(report, "wasxfail", None) is None:
+            runs.skipped.add(info.run)
+        else:
+            runs.samples[info.run] = _sample(report, info)
+        if not runs.complete or runs.stats is not None:
+            return
+        stats = runs.decide()
+        if stats is None:
+            return
+        from pytest_cleo_grade.display_repeats import junit_repeat_properties, repeat_message
+
+        self._properties[report.nodeid] = junit_repeat_properties(stats)
+        message = repeat_message(info.test_id, stats, info.mode)
+        if stats.decided_pass or report.failed or info.mode == "report":
+            report.sections.append(("CLEO repeats", message))
+        else:
+            # The test's one failure, carried by the run that completed it.
+            report.outcome = "failed"
+            report.longrepr = message
+
+
+def _sample(report: pytest.TestReport, info: RepeatInfo) -> RunSample:
+    from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE
+
+    encoded = getattr(report, GRADE_ATTRIBUTE, None)
+    if not isinstance(encoded, str):
+        return RunSample(info.run, None, False)
+    from pytest_cleo_grade.verdict import decode_graded_test
+
+    graded = decode_graded_test(encoded)
+    own_pass = report.passed or getattr(report, "wasxfail", None) is not None
+    return RunSample(info.run, graded.result.percent, own_pass and graded.passed)
+
+
+class RepeatSummary(RepeatAggregator):
+    """The aggregator with its output: the terminal summary and the GitHub step summary."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._order: list[str] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._order = [item.nodeid for item in session.items]
+        self.expect(self._order)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        # The xdist controller collects nothing itself; every worker reports the same ids.
+        if not self._order:
+            self._order = list(ids)
+            self.expect(self._order)
+
+    def _tests(self) -> list[TestRuns]:
+        # Collection order (reports arrive in completion order under xdist).
+        position = {nodeid: i for i, nodeid in enumerate(self._order)}
+        last = len(position)
+        return sorted(
+            self.tests.values(),
+            key=lambda runs: min((position.get(n, last) for n in runs.nodeids), default=last),
+        )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not path or not self.tests:
+            return
+        from pytest_cleo_grade.display_repeats import repeat_markdown
+
+        try:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write("\n" + repeat_markdown(self._tests()))
+        except OSError:
+            pass  # the Reporter warns about an unwritable step summary already
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.tests:
+            return
+        from pytest_cleo_grade.display_repeats import repeat_lines
+
+        terminalreporter.write_sep("-", "cleo-grade repeats")
+        for line in repeat_lines(self._tests()):
+            failed = "FAILED" in line.split("(")[0]
+            terminalreporter.write_line(line, red=failed, bold=failed, yellow="flaky" in line)

@@ -1,0 +1,163 @@
+"""The runs of a repeated test (pure data): ids, what travels to the controller, the decision.
+
+No pytest here: the controller glue in :mod:`pytest_cleo_grade.repeats` feeds these from
+test reports, and the display and baseline modules read them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_cleo_grade.settings import parse_runs
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.stats import RepeatPolicy, RepeatStats
+
+# The statistics load when a repeated test is first decided: the plugin imports this module
+# in every pytest run, most of which repeat nothing.
+
+__all__ = [
+    "RepeatInfo",
+    "RunSample",
+    "TestRuns",
+    "base_test_id",
+    "decode_repeat",
+    "encode_repeat",
+    "run_id",
+    "run_of",
+    "runs_for",
+]
+
+
+_RUN_IN_ID = re.compile(r"[\[-]run-(\d+)[\]-][^\[]*$")
+
+
+def run_id(run: int) -> str:
+    return f"run-{run}"
+
+
+def base_test_id(nodeid: str, run: int) -> str:
+    """The test's id without its run: ``t.py::test_x[a-run-3]`` -> ``t.py::test_x[a]``."""
+    token = re.escape(run_id(run))
+    for pattern, replacement in (
+        (rf"\[{token}\]$", ""),
+        (rf"-{token}\]$", "]"),
+        (rf"\[{token}-", "["),
+        (rf"-{token}-", "-"),
+    ):
+        stripped, count = re.subn(pattern, replacement, nodeid, count=1)
+        if count:
+            return stripped
+    return nodeid
+
+
+def run_of(nodeid: str) -> int | None:
+    """The run index in an item id (``...[a-run-3]``), or None."""
+    match = _RUN_IN_ID.search(nodeid)
+    return int(match.group(1)) if match else None
+
+
+def runs_for(marker_runs: object, option_runs: int | None) -> int:
+    """The run count of a test: its marker's ``runs=`` beats the option; 1 by default.
+
+    An invalid marker value counts as 1 here; the marker check at collection reports it.
+    """
+    if marker_runs is not None:
+        try:
+            return parse_runs(marker_runs)
+        except ValueError:
+            return 1
+    return option_runs or 1
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatInfo:
+    """What the controller needs about one run: its test, its index and the test's policy."""
+
+    test_id: str
+    run: int
+    runs: int
+    threshold: float | None
+    policy: RepeatPolicy
+    #: ``report`` mode annotates the decision but never fails the test.
+    mode: str = "fail"
+
+
+def encode_repeat(info: RepeatInfo) -> str:
+    return json.dumps(
+        {
+            "test": info.test_id,
+            "run": info.run,
+            "runs": info.runs,
+            "threshold": info.threshold,
+            "minPassRate": info.policy.min_pass_rate,
+            "passK": list(info.policy.pass_k) if info.policy.pass_k is not None else None,
+            "mode": info.mode,
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_repeat(text: str) -> RepeatInfo:
+    data: dict[str, Any] = json.loads(text)
+    from pytest_cleo_grade.stats import RepeatPolicy
+
+    pass_k = data["passK"]
+    return RepeatInfo(
+        test_id=data["test"],
+        run=int(data["run"]),
+        runs=int(data["runs"]),
+        threshold=data["threshold"],
+        policy=RepeatPolicy(
+            min_pass_rate=data["minPassRate"],
+            pass_k=(int(pass_k[0]), float(pass_k[1])) if pass_k is not None else None,
+        ),
+        mode=str(data.get("mode", "fail")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunSample:
+    """One finished run: its percentage (None: not graded) and whether it passed on its own."""
+
+    run: int
+    percent: float | None
+    passed: bool
+
+
+@dataclass(slots=True)
+class TestRuns:
+    """The runs of one test seen so far, and the decision once all have reported."""
+
+    info: RepeatInfo
+    samples: dict[int, RunSample] = field(default_factory=dict)
+    skipped: set[int] = field(default_factory=set)
+    nodeids: list[str] = field(default_factory=list)
+    #: How many runs this session runs (fewer than ``runs`` when -k deselected some).
+    expected: int | None = None
+    stats: RepeatStats | None = None
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    @property
+    def complete(self) -> bool:
+        wanted = self.info.runs if self.expected is None else min(self.expected, self.info.runs)
+        return len(self.samples) + len(self.skipped) >= wanted
+
+    def decide(self) -> RepeatStats | None:
+        """The statistics over the runs that reported (None when every run was skipped)."""
+        if not self.samples:
+            return None
+        from pytest_cleo_grade.stats import repeat_stats
+
+        ordered = [self.samples[run] for run in sorted(self.samples)]
+        self.stats = repeat_stats(
+            [s.percent for s in ordered if s.percent is not None],
+            [s.passed for s in ordered],
+            threshold=self.info.threshold,
+            policy=self.info.policy,
+        )
+        return self.stats

@@ -1,0 +1,131 @@
+"""The baseline file and the regression gate: tolerances, noise, new and missing tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.baseline import (
+    BaselineError,
+    TestGrades,
+    Tolerance,
+    compare_baseline,
+    parse_tolerances,
+    read_baseline,
+    write_baseline,
+)
+
+
+def grades(test_id: str, totals: list[float], **dims: list[float]) -> TestGrades:
+    return TestGrades(test_id, tuple(totals), {k: tuple(v) for k, v in dims.items()})
+
+
+def test_tolerance_expressions_parse_points_and_relative_percentages() -> None:
+    assert parse_tolerances("total:5") == {"total": Tolerance(5.0)}
+    assert parse_tolerances("total:5%, sessionDiscipline:10") == {
+        "total": Tolerance(5.0, relative=True),
+        "sessionDiscipline": Tolerance(10.0),
+    }
+    assert Tolerance(5.0, relative=True).allowed(80.0) == 4.0
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("total", "invalid regression tolerance 'total'"),
+        ("total:-5", "invalid regression tolerance 'total:-5'"),
+        ("total:5,", "invalid regression tolerance ''"),
+        ("total:5,total:3", "given twice"),
+        ("total:five", "METRIC:POINTS or METRIC:PERCENT%"),
+    ],
+)
+def test_bad_tolerance_expressions_are_named(expression: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_tolerances(expression)
+
+
+def test_a_drop_beyond_the_tolerance_is_a_regression_and_one_within_is_not() -> None:
+    base = {"a": grades("a", [80.0]), "b": grades("b", [80.0])}
+    now = {"a": grades("a", [74.0]), "b": grades("b", [75.0])}
+    result = compare_baseline(base, now, parse_tolerances("total:5"))
+    assert [(c.test_id, c.regressed) for c in result.changes] == [("a", True), ("b", False)]
+    assert result.failed
+    relative = compare_baseline(base, now, parse_tolerances("total:7.5%"))
+    # 7.5 % of 80 is 6 points: a drop of 6 is not beyond it.
+    assert not relative.failed
+
+
+def test_dimensions_are_gated_on_their_own_tolerance() -> None:
+    base = {"a": grades("a", [80.0], sessionDiscipline=[100.0], queryEfficiency=[50.0])}
+    now = {"a": grades("a", [79.0], sessionDiscipline=[50.0], queryEfficiency=[0.0])}
+    result = compare_baseline(base, now, parse_tolerances("total:5,sessionDiscipline:10"))
+    assert [(c.metric, c.regressed) for c in result.regressions] == [("sessionDiscipline", True)]
+    # No tolerance for queryEfficiency: its drop is shown, never a regression.
+    drop = next(c for c in result.changes if c.metric == "queryEfficiency")
+    assert (drop.delta, drop.regressed) == (-50.0, False)
+
+
+def test_with_repeats_on_both_sides_a_drop_inside_the_noise_does_not_count() -> None:
+    base = {"a": grades("a", [90.0, 60.0, 90.0, 60.0])}
+    noisy = {"a": grades("a", [60.0, 90.0, 60.0, 60.0])}
+    result = compare_baseline(base, noisy, parse_tolerances("total:5"))
+    assert not result.failed
+    assert result.changes[0].note is not None
+    assert result.changes[0].note.startswith("within noise")
+    clear = {"a": grades("a", [40.0, 42.0, 41.0, 40.0])}
+    assert compare_baseline(base, clear, parse_tolerances("total:5")).failed
+
+
+def test_new_and_missing_tests_are_listed() -> None:
+    base = {"kept": grades("kept", [80.0]), "gone": grades("gone", [80.0])}
+    now = {"kept": grades("kept", [80.0]), "added": grades("added", [10.0])}
+    result = compare_baseline(base, now, parse_tolerances("total:5"))
+    assert (result.new_tests, result.missing_tests) == (("added",), ("gone",))
+    assert not result.failed
+
+
+def test_a_tolerance_for_a_dimension_no_test_has_cannot_pass() -> None:
+    base = {"a": grades("a", [80.0], sessionDiscipline=[100.0])}
+    result = compare_baseline(base, dict(base), parse_tolerances("sesionDiscipline:5"))
+    assert result.failed
+    assert result.problems == (
+        "tolerance for 'sesionDiscipline': no test compared has this dimension",
+    )
+
+
+def test_a_baseline_file_round_trips(tmp_path: Path) -> None:
+    original = {"t::a": grades("t::a", [87.5, 75.0], sessionDiscipline=[100.0, 50.0])}
+    path = tmp_path / "baseline.json"
+    write_baseline(path, original, source="test")
+    assert read_baseline(path) == original
+    data = json.loads(path.read_text())
+    assert data["format"] == "cleo-grade-baseline"
+    assert data["tests"]["t::a"]["percents"] == [87.5, 75.0]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", r"baseline.json:1: invalid JSON"),
+        ('{"format": "other"}', "not a cleo-grade baseline"),
+        ('{"format": "cleo-grade-baseline", "version": 9, "tests": {}}', "unsupported"),
+        (
+            '{"format": "cleo-grade-baseline", "version": 1, "tests": {"a": {"percents": [101]}}}',
+            r"tests\['a'\]\.percents: expected a non-empty list of percentages",
+        ),
+        (
+            '{"format": "cleo-grade-baseline", "version": 1, "tests": '
+            '{"a": {"percents": [50], "dimensions": {"x": "high"}}}}',
+            r"tests\['a'\]\.dimensions\.x",
+        ),
+    ],
+)
+def test_a_bad_baseline_file_is_named_with_its_field(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "baseline.json"
+    path.write_text(content)
+    with pytest.raises(BaselineError, match=message):
+        read_baseline(path)

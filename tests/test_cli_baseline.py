@@ -1,0 +1,123 @@
+"""``cleo-grade baseline save|show|diff`` over real history and baseline files."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.history import append_grades
+from pytest_cleo_grade.models import DimensionScore, GradeResult
+
+
+def grade(test_id: str, total: int, discipline: int = 20, **extra: object) -> GradeResult:
+    return GradeResult.model_validate(
+        {
+            "sessionId": f"s-{test_id}-{total}",
+            "totalScore": total,
+            "maxScore": 100,
+            "dimensions": {
+                "sessionDiscipline": DimensionScore(score=discipline, max=20),
+            },
+            "timestamp": datetime(2026, 1, 1, tzinfo=UTC),
+            "entryCount": 3,
+            "testId": test_id,
+            **extra,
+        }
+    )
+
+
+def history(path: Path, *results: GradeResult) -> Path:
+    append_grades(results, path)
+    return path
+
+
+def test_save_writes_each_tests_latest_grade_and_a_repeated_tests_latest_series(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = history(
+        tmp_path / "GRADES.jsonl",
+        grade("t::a", 50),
+        grade("t::a", 80),
+        grade("t::b", 10, run=1, runs=2),
+        grade("t::b", 20, run=2, runs=2),
+        grade("t::b", 60, run=1, runs=2),
+        grade("t::b", 70, run=2, runs=2),
+    )
+    out = tmp_path / "baseline.json"
+    assert main(["baseline", "save", str(out), "--history", str(source)]) == 0
+    assert capsys.readouterr().out == f"baseline of 2 tests written to {out}\n"
+    tests = json.loads(out.read_text())["tests"]
+    assert tests["t::a"]["percents"] == [80.0]
+    assert tests["t::b"]["percents"] == [60.0, 70.0]
+    assert main(["baseline", "show", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "t::a: 80.0%",
+        "    sessionDiscipline: 100.0%",
+        "t::b: 65.0% over 2 runs",
+        "    sessionDiscipline: 100.0%",
+    ]
+
+
+def test_diff_exits_1_on_a_regression_and_0_within_the_tolerance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = history(tmp_path / "old.jsonl", grade("t::a", 80), grade("t::gone", 80))
+    new = history(tmp_path / "new.jsonl", grade("t::a", 70, discipline=10), grade("t::new", 5))
+    assert main(["baseline", "diff", str(old), str(new), "--fail-on-regression=total:5"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [
+        "baseline gate FAILED: 1 regression",
+        "REGRESSION t::a total: 80.0% -> 70.0% (-10.0, tolerance 5 points)",
+    ]
+    assert "new test (not in baseline): t::new" in lines
+    assert "missing from this run (in baseline): t::gone" in lines
+    assert main(["baseline", "diff", str(old), str(new), "--fail-on-regression=total:15"]) == 0
+    assert (
+        main(["baseline", "diff", str(old), str(new), "--fail-on-regression=sessionDiscipline:40"])
+        == 1
+    )
+    # Without an expression the changes are shown and nothing is gated.
+    assert main(["baseline", "diff", str(old), str(new)]) == 0
+
+
+def test_diff_reads_a_baseline_file_against_a_history(tmp_path: Path) -> None:
+    old = history(tmp_path / "old.jsonl", grade("t::a", 80))
+    baseline = tmp_path / "b.json"
+    assert main(["baseline", "save", str(baseline), "--history", str(old)]) == 0
+    new = history(tmp_path / "new.jsonl", grade("t::a", 60))
+    assert main(["baseline", "diff", str(baseline), str(new), "--fail-on-regression=total:5"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such file"),
+        ("", "neither a baseline nor a grade history"),
+        (
+            '{"format": "cleo-grade-baseline", "version": 1, "tests": []}',
+            "'tests' must be an object",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    path = tmp_path / "input.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["baseline", "show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_bad_expression_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = history(tmp_path / "old.jsonl", grade("t::a", 80))
+    assert main(["baseline", "diff", str(old), str(old), "--fail-on-regression=total"]) == 2
+    assert "invalid regression tolerance 'total'" in capsys.readouterr().err

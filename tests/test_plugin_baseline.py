@@ -1,0 +1,158 @@
+"""The baseline gate in real pytest runs: save, compare, fail on regression, notes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.plugin_suites import make_suite
+
+#: The agent each test runs is read from a file, so two runs of one suite can differ.
+SUITE = """
+from pathlib import Path
+
+def chosen(name):
+    return {"perfect": perfect, "seventy_five": seventy_five, "forty": forty}[
+        Path(name).read_text().strip()
+    ]
+
+def test_one(graded_session):
+    chosen("one.txt")(graded_session)
+
+def test_two(graded_session):
+    chosen("two.txt")(graded_session)
+"""
+
+
+def _agents(pytester: pytest.Pytester, one: str, two: str) -> None:
+    pytester.makefile(".txt", one=one, two=two)
+
+
+def test_a_saved_baseline_gates_the_next_run_on_regressions(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "seventy_five")
+    first = pytester.runpytest("--cleo-grade-save-baseline=baseline.json")
+    first.assert_outcomes(passed=2)
+    saved = json.loads((pytester.path / "baseline.json").read_text())
+    assert {k: v["percents"] for k, v in saved["tests"].items()} == {
+        "test_agent.py::test_one": [100.0],
+        "test_agent.py::test_two": [75.0],
+    }
+    _agents(pytester, "perfect", "forty")
+    second = pytester.runpytest(
+        "--cleo-grade-baseline=baseline.json", "--cleo-grade-fail-on-regression=total:5"
+    )
+    second.assert_outcomes(passed=2)
+    assert second.ret == 1
+    second.stdout.fnmatch_lines(
+        [
+            "*cleo-grade baseline*",
+            "baseline gate FAILED: 1 regression",
+            "REGRESSION test_agent.py::test_two total: 75.0% -> 40.0% (-35.0, tolerance 5 points)",
+        ]
+    )
+    # The same run within a looser tolerance passes, with the same figures shown.
+    loose = pytester.runpytest(
+        "--cleo-grade-baseline=baseline.json", "--cleo-grade-fail-on-regression=total:50%"
+    )
+    assert loose.ret == 0
+    loose.stdout.fnmatch_lines(["baseline gate passed: no drop beyond the tolerances"])
+
+
+def test_a_missing_baseline_is_a_note_unless_required(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "perfect")
+    noted = pytester.runpytest(
+        "--cleo-grade-baseline=absent.json", "--cleo-grade-fail-on-regression=total:5"
+    )
+    assert noted.ret == 0
+    noted.stdout.fnmatch_lines(["cleo-grade: no baseline at *absent.json: nothing compared"])
+    required = pytester.runpytest(
+        "--cleo-grade-baseline=absent.json", "--cleo-grade-baseline-required"
+    )
+    assert required.ret == 1
+    required.stdout.fnmatch_lines(["*nothing compared (fails the run)"])
+
+
+def test_latest_compares_with_the_previous_run_and_lists_new_and_missing_tests(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "perfect")
+    pytester.runpytest("-k", "test_one").assert_outcomes(passed=1)
+    _agents(pytester, "seventy_five", "perfect")
+    result = pytester.runpytest(
+        "--cleo-grade-baseline=latest", "--cleo-grade-fail-on-regression=total:10"
+    )
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "REGRESSION test_agent.py::test_one total: 100.0% -> 75.0% *",
+            "new test (not in baseline): test_agent.py::test_two",
+        ]
+    )
+
+
+def test_a_regression_gate_without_a_baseline_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, SUITE)
+    result = pytester.runpytest("--cleo-grade-fail-on-regression=total:5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--cleo-grade-fail-on-regression needs --cleo-grade-baseline*"])
+    bad = pytester.runpytest("--cleo-grade-baseline=latest", "--cleo-grade-fail-on-regression=x")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*invalid regression tolerance 'x'*"])
+
+
+#: A repeated test whose agent per run comes from a file: "flip" alternates 100 % and 75 %.
+REPEATED = """
+from pathlib import Path
+
+@pytest.mark.cleo_grade(runs=4)
+def test_agent(graded_session, cleo_grade_run):
+    choice = Path("agent.txt").read_text().strip()
+    if choice == "flip":
+        choice = "perfect" if cleo_grade_run % 2 else "seventy_five"
+    {"perfect": perfect, "seventy_five": seventy_five, "forty": forty}[choice](graded_session)
+"""
+
+
+def test_with_repeats_on_both_sides_only_a_drop_beyond_the_noise_fails_under_xdist(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_suite(pytester, REPEATED)
+    pytester.makefile(".txt", agent="flip")
+    # Serial in-process runs save and compare; the last run proves the same under xdist.
+    pytester.runpytest("--cleo-grade-save-baseline=baseline.json").assert_outcomes(passed=4)
+    saved = json.loads((pytester.path / "baseline.json").read_text())["tests"]
+    assert sorted(saved["test_agent.py::test_agent"]["percents"]) == [75.0, 75.0, 100.0, 100.0]
+    gate = ["--cleo-grade-baseline=baseline.json", "--cleo-grade-fail-on-regression=total:5"]
+    # 87.5 % -> 75 %: beyond 5 points, but the 95 % intervals of four runs each overlap.
+    pytester.makefile(".txt", agent="seventy_five")
+    noisy = pytester.runpytest(*gate)
+    assert noisy.ret == 0
+    noisy.stdout.fnmatch_lines(
+        [
+            "baseline gate passed: no drop beyond the tolerances",
+            "within noise test_agent.py::test_agent total: 87.5% -> 75.0% (-12.5, tolerance 5 "
+            "points); within noise: 95% intervals overlap *",
+        ]
+    )
+    pytester.makefile(".txt", agent="forty")
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    worse = pytester.runpytest_subprocess("-n", "2", *gate, "--junitxml=out.xml")
+    assert worse.ret == 1
+    worse.stdout.fnmatch_lines(
+        ["REGRESSION test_agent.py::test_agent total: 87.5% -> 40.0% (-47.5, tolerance 5 points)"]
+    )
+    text = summary.read_text()
+    assert "**baseline gate FAILED: 1 regression**" in text
+    assert (
+        "| `test_agent.py::test_agent` | total | 87.5% | 40.0% | -47.5 | **REGRESSION** |" in text
+    )
+    root = ET.parse(pytester.path / "out.xml").getroot()
+    suite = {(p.get("name"), p.get("value")) for p in root.iter("property")}
+    assert ("cleo_baseline", "baseline gate FAILED: 1 regression") in suite
+    assert ("cleo_regressions", "1") in suite

@@ -1,0 +1,339 @@
+"""runs=N: each run its own item and graded line, the test decided once over its runs."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.runs import base_test_id, run_of
+from tests.fake_judge import FakeJudgeServer, serve
+from tests.plugin_suites import REPLAY, make_suite
+
+#: An agent that alternates by run index: odd runs 100 %, even runs 75 %.
+FLIPPING = """
+def agent_for(run):
+    return perfect if run % 2 else seventy_five
+"""
+
+
+def _history(pytester: pytest.Pytester) -> list[dict[str, object]]:
+    path = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_each_run_is_an_item_graded_and_stored_with_its_run_index(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        FLIPPING
+        + """
+@pytest.mark.cleo_grade(runs=4, fail_under="A")
+@pytest.mark.parametrize("case", ["x"])
+def test_agent(graded_session, cleo_grade_run, case):
+    agent_for(cleo_grade_run)(graded_session)
+""",
+    )
+    result = pytester.runpytest("-v")
+    result.stdout.fnmatch_lines(
+        [
+            "*test_agent[[]x-run-1[]] PASSED*",
+            "*test_agent[[]x-run-2[]] PASSED*",
+            "*test_agent[[]x-run-3[]] PASSED*",
+            "*test_agent[[]x-run-4[]] FAILED*",
+        ]
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    lines = _history(pytester)
+    assert sorted((line["run"], line["runs"], line["totalScore"]) for line in lines) == [
+        (1, 4, 100),
+        (2, 4, 75),
+        (3, 4, 100),
+        (4, 4, 75),
+    ]
+    assert {line["testId"] for line in lines} == {"test_agent.py::test_agent[x]"}
+    result.stdout.fnmatch_lines(
+        [
+            "*cleo-grade: test_agent.py::test_agent[[]x[]]: flaky, FAILED over 4 runs: "
+            "mean 87.5% is below 90% (A)*",
+            "*cleo-grade repeats*",
+            "test_agent.py::test_agent[[]x[]]: flaky, FAILED (mean 87.5% is below 90% (A))",
+            "    4 runs, mean 87.5% sd 14.4 (95% bootstrap *), pass rate 2/4 (95% Wilson 15-85%), "
+            "pass^4 0.00, pass@4 1.00 (unbiased)",
+        ]
+    )
+
+
+def test_the_pass_rate_and_pass_k_policies_decide_the_test(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        FLIPPING
+        + """
+@pytest.mark.cleo_grade(runs=4, fail_under="A", min_pass_rate=0.5)
+def test_rate(graded_session, cleo_grade_run):
+    agent_for(cleo_grade_run)(graded_session)
+
+@pytest.mark.cleo_grade(runs=4, fail_under="A", pass_k=(2, 0.2))
+def test_pass_k(graded_session, cleo_grade_run):
+    agent_for(cleo_grade_run)(graded_session)
+
+@pytest.mark.cleo_grade(runs=3, fail_under="B")
+def test_stable(graded_session):
+    seventy_five(graded_session)
+""",
+    )
+    result = pytester.runpytest("--junitxml=out.xml")
+    # pass^2 = C(2,2)/C(4,2) = 1/6 < 0.2: the only failure.
+    result.assert_outcomes(passed=10, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "test_agent.py::test_pass_k: flaky, FAILED (pass^2 0.17 < 0.2)",
+            "*",
+            "test_agent.py::test_rate: flaky, PASSED (pass rate 2/4 >= 0.5)",
+            "*",
+            "test_agent.py::test_stable: stable pass, PASSED (mean 75% reaches 75% (B))",
+        ]
+    )
+    root = ET.parse(pytester.path / "out.xml").getroot()
+    decided = {}
+    for case in root.iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        if "cleo_verdict" in props:
+            decided[case.get("name")] = props
+    assert sorted(decided) == ["test_pass_k[run-4]", "test_rate[run-4]", "test_stable[run-3]"]
+    assert decided["test_pass_k[run-4]"]["cleo_pass_hat_2"] == "0.17"
+    assert decided["test_pass_k[run-4]"]["cleo_decision"] == "fail"
+    assert decided["test_rate[run-4]"]["cleo_verdict"] == "flaky"
+    assert decided["test_stable[run-3]"]["cleo_verdict"] == "stable pass"
+
+
+def test_runs_from_the_command_line_spread_over_xdist_workers_and_decide_once(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_suite(
+        pytester,
+        FLIPPING
+        + """
+import os
+
+def test_agent(graded_session, cleo_grade_run):
+    graded_session.record("session", "list", gateway="cleo_query")
+    agent_for(cleo_grade_run)(graded_session)
+    with open(f"worker-{cleo_grade_run}", "w") as handle:
+        handle.write(os.environ.get("PYTEST_XDIST_WORKER", "none"))
+""",
+    )
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--cleo-grade-runs=6", "--cleo-grade-fail-under=A"
+    )
+    result.assert_outcomes(passed=5, failed=1)
+    workers = {Path(pytester.path / f"worker-{i}").read_text() for i in range(1, 7)}
+    assert workers == {"gw0", "gw1"}
+    assert len(_history(pytester)) == 6
+    result.stdout.fnmatch_lines(["*test_agent: flaky, FAILED (mean 87.5% is below 90% (A))*"])
+    text = summary.read_text()
+    assert "### Repeated tests" in text
+    assert "| `test_agent.py::test_agent` | flaky | **FAIL**" in text
+
+
+@pytest.fixture
+def judge() -> Iterator[FakeJudgeServer]:
+    yield from serve()
+
+
+def test_runs_are_judged_independently_and_a_rerun_of_the_suite_asks_the_judge_nothing(
+    pytester: pytest.Pytester, judge: FakeJudgeServer
+) -> None:
+    make_suite(
+        pytester,
+        REPLAY
+        + """
+@pytest.mark.cleo_grade(runs=3)
+def test_independent(graded_session):
+    replay(graded_session)
+
+@pytest.mark.cleo_grade(runs=3, judge_cache_across_runs=True)
+def test_shared(graded_session):
+    replay(graded_session, "show")
+""",
+    )
+    args = [
+        "--cleo-grade-rubric=weighted",
+        f"--cleo-grade-judge-url={judge.base_url}",
+        "--cleo-grade-judge-model=fake-judge",
+    ]
+    pytester.runpytest(*args).assert_outcomes(passed=6)
+    # Three identical runs judged three times; the shared test's runs once.
+    assert judge.count == 4
+    pytester.runpytest(*args).assert_outcomes(passed=6)
+    assert judge.count == 4
+
+
+def test_report_mode_shows_the_decision_without_failing_the_test(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.mark.cleo_grade(runs=2, fail_under="A", mode="report")
+def test_agent(graded_session):
+    seventy_five(graded_session)
+""",
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["test_agent.py::test_agent: stable fail, below (report mode) (mean 75% is below 90% (A))"]
+    )
+
+
+def test_a_run_failing_on_its_own_is_a_failed_run_and_the_test_fails_once(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.mark.cleo_grade(runs=3, min_pass_rate=1.0)
+def test_agent(graded_session, cleo_grade_run):
+    perfect(graded_session)
+    assert cleo_grade_run != 2, "the agent broke on run 2"
+""",
+    )
+    result = pytester.runpytest("-v")
+    # Run 2 fails on its own; the decision (2/3 < 1.0) rides on it only if it came last, so
+    # run 3 carries it here: two failures in all, each with its own reason.
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_agent[[]run-2[]] FAILED*",
+            "*test_agent[[]run-3[]] FAILED*",
+            "test_agent.py::test_agent: flaky, FAILED (pass rate 2/3 < 1)",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("runs=0", "runs=...): invalid runs 0: expected a whole number from 1 to 1000"),
+        ("runs=2.5", "invalid runs 2.5"),
+        ("runs=2, min_pass_rate=1.5", "invalid min_pass_rate 1.5: expected a fraction from 0 to 1"),
+        ("runs=2, pass_k=3", "invalid pass_k 3: expected (k, minimum)"),
+        ("runs=2, pass_k=(0, 0.5)", "invalid pass_k (0, 0.5)"),
+    ],
+)
+def test_bad_repeat_arguments_are_usage_errors_naming_the_test(
+    pytester: pytest.Pytester, marker: str, message: str
+) -> None:
+    make_suite(
+        pytester,
+        f"""
+@pytest.mark.cleo_grade({marker})
+def test_agent(graded_session):
+    perfect(graded_session)
+""",
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*test_agent.py::test_agent*{message}*"])
+
+
+def test_bad_run_counts_from_the_command_line_and_the_ini_file_are_usage_errors(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, "def test_agent(graded_session):\n    perfect(graded_session)\n")
+    cli = pytester.runpytest("--cleo-grade-runs=0")
+    assert cli.ret == pytest.ExitCode.USAGE_ERROR
+    cli.stderr.fnmatch_lines(["*--cleo-grade-runs: invalid runs '0'*"])
+    make_suite(
+        pytester,
+        "def test_agent(graded_session):\n    perfect(graded_session)\n",
+        ini="cleo_grade_runs = many\n",
+    )
+    ini = pytester.runpytest()
+    assert ini.ret == pytest.ExitCode.USAGE_ERROR
+    ini.stderr.fnmatch_lines(["*ini option cleo_grade_runs: invalid runs 'many'*"])
+
+
+def test_the_run_gate_counts_a_repeated_test_once_by_the_mean_of_its_runs(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        FLIPPING
+        + """
+@pytest.mark.cleo_grade(runs=2)
+def test_repeated(graded_session, cleo_grade_run):
+    agent_for(cleo_grade_run)(graded_session)
+
+def test_single(graded_session):
+    forty(graded_session)
+""",
+    )
+    # (87.5 + 40) / 2 = 63.75; counting each run would give (100 + 75 + 40) / 3 = 71.67.
+    result = pytester.runpytest("--cleo-grade-gate=70")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "run grade C: mean 63.75% over 2 graded tests",
+            "gate FAILED: mean 63.75% is below 70% (C)",
+        ]
+    )
+
+
+def test_a_k_selection_of_some_runs_decides_the_test_over_the_selected_runs(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        FLIPPING
+        + """
+@pytest.mark.cleo_grade(runs=4, fail_under="A")
+def test_agent(graded_session, cleo_grade_run):
+    agent_for(cleo_grade_run)(graded_session)
+""",
+    )
+    result = pytester.runpytest("-k", "run-1 or run-3")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        ["test_agent.py::test_agent: stable pass, PASSED (mean 100% reaches 90% (A))"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "run", "test_id"),
+    [
+        ("t.py::test_x[run-3]", 3, "t.py::test_x"),
+        ("t.py::test_x[a-run-12]", 12, "t.py::test_x[a]"),
+        ("t.py::test_x[run-2-b]", 2, "t.py::test_x[b]"),
+        ("t.py::C::test[x-y-run-1]", 1, "t.py::C::test[x-y]"),
+    ],
+)
+def test_the_run_and_the_test_id_are_read_back_from_an_item_id(
+    nodeid: str, run: int, test_id: str
+) -> None:
+    assert run_of(nodeid) == run
+    assert base_test_id(nodeid, run) == test_id
+
+
+def test_an_item_id_without_a_run_has_none() -> None:
+    assert run_of("t.py::test_x[a-b]") is None
+
+
+def test_repeated_comparison_tests_feed_the_comparisons_runs(pytester: pytest.Pytester) -> None:
+    from tests.test_plugin_compare import suite
+
+    make_suite(pytester, suite({}))
+    result = pytester.runpytest("--cleo-grade-runs=2", "--cleo-grade-compare=sonnet:haiku")
+    result.assert_outcomes(passed=20)
+    result.stdout.fnmatch_lines(
+        [
+            "TQ-1   quick     4.00    4.00   0.00  Equivalent  2/2   [[]0.00, 0.00[]]    yes",
+            "Decision: GO *",
+        ]
+    )
