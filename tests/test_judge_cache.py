@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_cleo_grade.errors import CleoGradeWarning, JudgeError
+from pytest_cleo_grade.judges.cache import JudgeCache
+from pytest_cleo_grade.judges.connect import DefaultConnector
+from pytest_cleo_grade.judges.protocol import CallableJudge, cache_key
 from pytest_cleo_grade.models import GradeResult
-from pytest_cleo_grade.rubrics.base import CacheMode, RubricConfig
-from pytest_cleo_grade.rubrics.judge import CallableJudge
-from pytest_cleo_grade.rubrics.judge_cache import JudgeCache, cache_key
-from pytest_cleo_grade.rubrics.weighted import DEFAULT_SPEC, WeightedJudgeRubric
+from pytest_cleo_grade.rubrics.protocol import CacheMode, RubricConfig
+from pytest_cleo_grade.rubrics.weighted.rubric import DEFAULT_SPEC, WeightedJudgeRubric
 from tests.entries import NOW, entry
 from tests.fake_judge import FakeJudgeServer, Reply, serve, verdict_json
 
@@ -35,7 +37,7 @@ def store(tmp_path: Path) -> Path:
     """An audit store that already holds someone else's table."""
     path = tmp_path / ".cleo" / "audit.db"
     path.parent.mkdir()
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("CREATE TABLE audit_log (id TEXT PRIMARY KEY, domain TEXT)")
         db.execute("INSERT INTO audit_log VALUES ('e1', 'tasks')")
     return path
@@ -58,7 +60,11 @@ def grade(
     **overrides: Any,
 ) -> GradeResult:
     config = RubricConfig(
-        rubric_file=rubric, cache_path=store, cache_mode=mode, judge_overrides=overrides
+        rubric_file=rubric,
+        cache_path=store,
+        cache_mode=mode,
+        judge_overrides=overrides,
+        connector=DefaultConnector(),
     )
     return WeightedJudgeRubric().configure(config).grade(ENTRIES, session_id="s1", now=NOW)
 
@@ -70,7 +76,7 @@ def usage(result: GradeResult) -> dict[str, Any]:
 
 
 def cached_rows(store: Path) -> int:
-    with sqlite3.connect(store) as db:
+    with closing(sqlite3.connect(store)) as db:
         (count,) = db.execute("SELECT count(*) FROM judge_cache").fetchone()
     return int(count)
 
@@ -106,7 +112,7 @@ def test_the_cache_table_joins_the_audit_store_leaving_its_tables_alone(
     tmp_path: Path, server: FakeJudgeServer, store: Path
 ) -> None:
     grade(server, store, rubric_file(tmp_path, server))
-    with sqlite3.connect(store) as db:
+    with closing(sqlite3.connect(store)) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert db.execute("SELECT * FROM audit_log").fetchall() == [("e1", "tasks")]
         row = db.execute("SELECT endpoint, model, total_tokens FROM judge_cache").fetchone()
@@ -150,7 +156,9 @@ def test_other_entries_make_another_prompt_and_miss_the_cache(
     tmp_path: Path, server: FakeJudgeServer, store: Path
 ) -> None:
     path = rubric_file(tmp_path, server)
-    rubric = WeightedJudgeRubric().configure(RubricConfig(rubric_file=path, cache_path=store))
+    rubric = WeightedJudgeRubric().configure(
+        RubricConfig(rubric_file=path, cache_path=store, connector=DefaultConnector())
+    )
     rubric.grade(ENTRIES, session_id="s1", now=NOW)
     rubric.grade(ENTRIES[:2], session_id="s1", now=NOW)
     assert server.count == 2

@@ -8,15 +8,13 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_cleo_grade.errors import JudgeError, RubricError
-from pytest_cleo_grade.rubrics.judge import (
+from pytest_cleo_grade.judges.http import OpenAICompatibleJudge, build_judge, chat_completions_url
+from pytest_cleo_grade.judges.protocol import (
     CallableJudge,
     JudgeReply,
     JudgeSettings,
-    OpenAICompatibleJudge,
     TokenUsage,
     ask,
-    build_judge,
-    chat_completions_url,
     extract_json_text,
 )
 from tests.fake_judge import (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_cleo_grade.rubrics.weighted import (
+from pytest_cleo_grade.rubrics.weighted.rubric import (
     DEFAULT_SPEC,
     Budget,
     WeightedJudgeRubric,
@@ -23,7 +23,7 @@ CHUNK_NOTE = re.compile(r"This is chunk (\d+) of (\d+) of the log")
 
 
 def long_session(count: int) -> list[dict[str, Any]]:
-    # Each rendered line is about 150 characters (~38 tokens).
+    # Each rendered line is about 200 characters (~50 tokens).
     return [
         entry("tasks", "find", at=i, params={"query": f"item {i:04d} " + "q" * 80})
         for i in range(count)
@@ -149,9 +149,9 @@ def test_numeric_scores_are_averaged_and_categories_come_from_the_final_chunk() 
             ),
         }
     )
-    # 24 entries of ~38 tokens in chunks of 500 tokens: two chunks.
+    # 16 entries of ~50 tokens in chunks of 500 tokens: two chunks.
     result = rubric_with_budget(judge, max_prompt_tokens=1_500, chunk_tokens=500).grade(
-        long_session(24), session_id="s1", now=NOW
+        long_session(16), session_id="s1", now=NOW
     )
     assert len(judge.prompts) == 2
     extra = result.model_extra

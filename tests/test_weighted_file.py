@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from pytest_cleo_grade.errors import RubricError
-from pytest_cleo_grade.rubrics.base import RubricConfig
-from pytest_cleo_grade.rubrics.weighted import (
+from pytest_cleo_grade.judges.connect import DefaultConnector
+from pytest_cleo_grade.rubrics.protocol import RubricConfig
+from pytest_cleo_grade.rubrics.weighted.rubric import (
     DEFAULT_SPEC,
     WeightedJudgeRubric,
     load_rubric_file,
@@ -134,7 +135,13 @@ def test_a_judge_url_override_without_a_scheme_is_an_error_naming_the_setting() 
 
 
 def test_without_a_judge_or_endpoint_grading_says_how_to_configure_one() -> None:
+    rubric = WeightedJudgeRubric(connector=DefaultConnector())
     with pytest.raises(RubricError, match=r"judge\.base_url is not set"):
+        rubric.grade([entry("tasks", "find")], session_id="s1", now=NOW)
+
+
+def test_the_pure_rubric_without_a_judge_or_connector_says_how_to_give_one() -> None:
+    with pytest.raises(RubricError, match=r"no judge: pass RubricConfig\(judge=\.\.\.\)"):
         WeightedJudgeRubric().grade([entry("tasks", "find")], session_id="s1", now=NOW)
 
 

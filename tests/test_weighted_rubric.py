@@ -10,22 +10,14 @@ from typing import Any
 import jsonschema
 import pytest
 
+from pytest_cleo_grade.display import judge_usage_totals
 from pytest_cleo_grade.errors import JudgeError
+from pytest_cleo_grade.judges.http import OpenAICompatibleJudge
+from pytest_cleo_grade.judges.protocol import JudgeReply, JudgeReplyError, TokenUsage
 from pytest_cleo_grade.models import GradeResult
-from pytest_cleo_grade.rubrics.base import GradeContext
 from pytest_cleo_grade.rubrics.cleo import grade_entries
-from pytest_cleo_grade.rubrics.judge import (
-    JudgeReply,
-    JudgeReplyError,
-    OpenAICompatibleJudge,
-    TokenUsage,
-)
-from pytest_cleo_grade.rubrics.weighted import (
-    DEFAULT_SPEC,
-    WeightedJudgeRubric,
-    judge_usage_totals,
-    parse_reply,
-)
+from pytest_cleo_grade.rubrics.protocol import GradeContext
+from pytest_cleo_grade.rubrics.weighted.rubric import DEFAULT_SPEC, WeightedJudgeRubric, parse_reply
 from tests.entries import NOW, entry
 from tests.fake_judge import FakeJudgeServer, Reply, serve, verdict_json
 
@@ -193,11 +185,12 @@ def test_prompt_carries_task_session_one_line_per_entry_and_every_dimension_scal
     assert "Session: s1 (4 calls in all)" in prompt
     log = [line for line in prompt.splitlines() if line.startswith("#")]
     assert log == [
-        "#1 12:00:00.000 session.list via=cleo_query ok 3ms",
-        '#2 12:00:01.000 tasks.find via=cleo_query ok 3ms params={"query":"login bug"}',
-        '#3 12:00:02.000 tasks.show via=cleo_query FAILED exit=4 3ms params={"taskId":"T1"} '
-        "error=E_NOT_FOUND",
-        "#4 12:00:03.000 session.end via=cleo_query ok 3ms",
+        '#1 {"time":"12:00:00.000","call":"session.list","via":"cleo_query","ok":true,"ms":3.0}',
+        '#2 {"time":"12:00:01.000","call":"tasks.find","via":"cleo_query","ok":true,"ms":3.0,'
+        '"params":{"query":"login bug"}}',
+        '#3 {"time":"12:00:02.000","call":"tasks.show","via":"cleo_query","ok":false,"exit":4,'
+        '"ms":3.0,"params":{"taskId":"T1"},"error":"E_NOT_FOUND"}',
+        '#4 {"time":"12:00:03.000","call":"session.end","via":"cleo_query","ok":true,"ms":3.0}',
     ]
     for dimension in DEFAULT_SPEC.dimensions:
         assert f"{dimension.name}:" in prompt

@@ -1,17 +1,16 @@
-"""The rubric protocol every grading scheme implements, and the settings passed to rubrics."""
+"""Compatibility: the rubric protocol's earlier home; import from ``rubrics.protocol``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
-
-from pytest_cleo_grade.models import AuditEntry, GradeResult
-
-if TYPE_CHECKING:
-    from pytest_cleo_grade.rubrics.judge import Judge
+from pytest_cleo_grade.rubrics.protocol import (
+    DEFAULT_RUBRIC,
+    CacheMode,
+    ConfigurableRubric,
+    GradeContext,
+    Rubric,
+    RubricConfig,
+    stamp_rubric,
+)
 
 __all__ = [
     "DEFAULT_RUBRIC",
@@ -22,107 +21,3 @@ __all__ = [
     "RubricConfig",
     "stamp_rubric",
 ]
-
-#: The rubric used when none is named: CLEO's 5-dimension rubric (seed 000).
-DEFAULT_RUBRIC: Final = "cleo"
-
-CacheMode = Literal["on", "off", "refresh"]
-
-
-@dataclass(frozen=True, slots=True)
-class GradeContext:
-    """What a rubric may know about a session besides its entries.
-
-    ``task`` describes what the agent was asked to do (a judge needs it; the CLEO rubric
-    ignores it); ``task_id`` becomes the result's ``taskId``; ``extra`` is free-form for
-    third-party rubrics.
-    """
-
-    task: str | None = None
-    task_id: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class RubricConfig:
-    """How the caller (the pytest plugin, the CLI) configures a rubric before grading.
-
-    Rubrics that need no configuration ignore it. ``rubric_file`` is a TOML or JSON rubric
-    file; ``judge`` replaces the judge the file describes (any callable taking a prompt);
-    ``judge_overrides`` replace single ``[judge]`` settings of the file (``base_url``,
-    ``model``...); ``cache_path`` is the SQLite file holding the judge cache (the audit store)
-    and ``cache_mode`` says how to use it; ``options`` is free-form for third-party rubrics.
-    """
-
-    rubric_file: Path | None = None
-    judge: Judge | None = None
-    judge_overrides: Mapping[str, Any] = field(default_factory=dict)
-    cache_path: Path | None = None
-    cache_mode: CacheMode = "on"
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class Rubric(Protocol):
-    """A grading scheme: turns one session's audit entries into a GradeResult.
-
-    ``name`` is the registry key (``--cleo-grade-rubric=NAME``), ``version`` is recorded in
-    every result it produces, and ``dimensions`` maps each dimension name, in rubric order, to
-    its maximum points (the maxima add up to the result's ``maxScore``).
-    """
-
-    @property
-    def name(self) -> str:
-        """The rubric's registry name, e.g. ``cleo``."""
-        ...
-
-    @property
-    def version(self) -> str:
-        """The rubric's version, recorded as ``rubricVersion`` in its results."""
-        ...
-
-    @property
-    def dimensions(self) -> Mapping[str, float]:
-        """Dimension name → maximum points, in rubric order."""
-        ...
-
-    def grade(
-        self,
-        entries: Iterable[AuditEntry | Mapping[str, Any]],
-        *,
-        session_id: str,
-        now: datetime | None = None,
-        context: GradeContext | None = None,
-    ) -> GradeResult:
-        """Grade ``session_id``'s entries (AuditEntry objects or CLEO-shaped dicts).
-
-        ``now`` fixes the result's timestamp. Raise RubricError (or a subclass) for anything
-        that prevents grading; never print and never exit.
-        """
-        ...
-
-
-@runtime_checkable
-class ConfigurableRubric(Rubric, Protocol):
-    """A rubric that takes settings (a rubric file, a judge, a cache) before grading."""
-
-    def configure(self, config: RubricConfig) -> Rubric:
-        """Return a rubric configured by ``config``; ``self`` is left unchanged."""
-        ...
-
-
-def stamp_rubric(result: GradeResult, rubric: Rubric) -> GradeResult:
-    """Record which rubric graded ``result`` as the extras ``rubric`` and ``rubricVersion``.
-
-    Results of the default CLEO rubric are returned unchanged so they stay byte-identical to
-    seed 000's GradeResult (no ``rubric`` key means CLEO). Keys a rubric already set win.
-    """
-    if rubric.name == DEFAULT_RUBRIC:
-        return result
-    extra = result.model_extra or {}
-    update: dict[str, Any] = {}
-    if "rubric" not in extra:
-        update["rubric"] = rubric.name
-    if "rubricVersion" not in extra:
-        update["rubricVersion"] = rubric.version
-    return result.model_copy(update=update) if update else result

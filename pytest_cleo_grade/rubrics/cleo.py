@@ -1,4 +1,4 @@
-"""CLEO's 5-dimension, 100-point rubric (seed 000) as a pure function of audit entries.
+"""CLEO's 5-dimension, 100-point rubric (the CLEO spec) as a pure function of audit entries.
 
 Evidence and flag strings are verbatim from the CLEO Grade Specification v1.0.0. Decisions on
 the spec's ambiguities are those of DESIGN.md section 3; each is commented where it is made.
@@ -14,22 +14,23 @@ from datetime import UTC, datetime
 from itertools import chain
 from typing import Any, Final
 
-from pydantic import TypeAdapter, ValidationError
-
-from pytest_cleo_grade.bulk import collector_paused
-from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.models import (
     AuditEntry,
     DimensionScore,
     GradeResult,
-    format_validation_error,
+    coerce_entries,
+    collector_paused,
+    order_entries,
 )
 
+# coerce_entries and order_entries live in models; they stay importable from here, where
+# rubric plugins written against earlier releases import them.
 __all__ = [
     "CLEO_DIMENSIONS",
     "EMPTY_SESSION_FLAG",
     "coerce_entries",
     "grade_entries",
+    "grade_ordered",
     "order_entries",
 ]
 
@@ -64,7 +65,6 @@ E_NOT_FOUND: Final = 4
 RECOVERY_WINDOW: Final = 4
 RECOVERY_OPS: Final = frozenset({"find", "exists"})
 
-_ENTRY_LIST: Final = TypeAdapter(list[AuditEntry])
 
 _Row = tuple[str, str, str | None, int]
 
@@ -78,7 +78,6 @@ _FULL_ROW = operator.attrgetter(
 _FULL_SESSION = operator.itemgetter(0)
 _FULL_TIME = operator.itemgetter(1)
 _FULL_KEY = operator.itemgetter(2, 3, 4, 5)
-_TIMESTAMP = operator.attrgetter("timestamp")
 
 SESSION_LIST: Final = ("session", "list")
 SESSION_END: Final = ("session", "end")
@@ -107,46 +106,6 @@ class _Facts:
     not_found_positions: list[int] = field(default_factory=list)
     help_calls: int = 0
     query_calls: int = 0
-
-
-def coerce_entries(entries: Iterable[AuditEntry | Mapping[str, Any]]) -> list[AuditEntry]:
-    """Validate CLEO-shaped dicts into AuditEntry objects; AuditEntry objects pass through.
-
-    Raises EntryError naming the index and field of the first invalid entry.
-    """
-    items = list(entries)
-    # One C-level pass over the types instead of an isinstance call per entry.
-    if all(issubclass(kind, AuditEntry) for kind in set(map(type, items))):
-        return items  # type: ignore[return-value]
-    result: list[AuditEntry] = []
-    for index, item in enumerate(items):
-        if isinstance(item, AuditEntry):
-            result.append(item)
-            continue
-        try:
-            result.append(AuditEntry.model_validate(item))
-        except ValidationError as exc:
-            raise EntryError(format_validation_error(exc, f"entries[{index}]")) from exc
-    return result
-
-
-def validate_entry_dicts(raw: Sequence[Mapping[str, Any]]) -> list[AuditEntry]:
-    """Validate many raw dicts at once (faster than one at a time); errors name the index."""
-    try:
-        return _ENTRY_LIST.validate_python(raw)
-    except ValidationError as exc:
-        raise EntryError(format_validation_error(exc, "entries")) from exc
-
-
-def order_entries(entries: Sequence[AuditEntry]) -> list[AuditEntry]:
-    """Session order: by timestamp, ties in recording order (a stable sort).
-
-    Entries usually arrive ordered already; checking that first keeps the common case linear.
-    """
-    times = list(map(_TIMESTAMP, entries))
-    if any(map(operator.gt, times, times[1:])):
-        return sorted(entries, key=_TIMESTAMP)
-    return list(entries)
 
 
 def _has_value(value: object) -> bool:
@@ -329,7 +288,7 @@ def _error_protocol(
         else:
             score -= 5
             failed = entries[position]
-            # Seed 000 gives no text; this is CLEO's, naming the call that failed.
+            # The CLEO spec gives no text; this is CLEO's, naming the call that failed.
             flags.append(
                 f"E_NOT_FOUND ({failed.domain}.{failed.operation}) not followed by recovery lookup"
             )

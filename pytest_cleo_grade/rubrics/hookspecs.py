@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Final
 import pluggy
 
 if TYPE_CHECKING:
-    from pytest_cleo_grade.rubrics.base import Rubric
+    from pytest_cleo_grade.rubrics.protocol import Rubric
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
@@ -26,7 +26,7 @@ def cleo_grade_register_rubrics(register: Callable[[Rubric], None]) -> None:
     A rubric is any object with ``name``, ``version``, ``dimensions`` (dimension name →
     maximum points, in order) and ``grade(entries, *, session_id, now=None, context=None)``
     returning a :class:`~pytest_cleo_grade.models.GradeResult` (see
-    :class:`pytest_cleo_grade.rubrics.base.Rubric`). Names must be unique across all plugins;
+    :class:`pytest_cleo_grade.rubrics.protocol.Rubric`). Names must be unique across all plugins;
     ``cleo`` (the default) and ``weighted`` are built in.
 
     Implement this hook in a module published under the ``cleo_grade`` entry-point group::
@@ -40,7 +40,7 @@ def cleo_grade_register_rubrics(register: Callable[[Rubric], None]) -> None:
         from datetime import UTC, datetime
 
         from pytest_cleo_grade.models import DimensionScore, GradeResult
-        from pytest_cleo_grade.rubrics.cleo import coerce_entries
+        from pytest_cleo_grade.models import coerce_entries
         from pytest_cleo_grade.rubrics.hookspecs import hookimpl
 
 

@@ -10,17 +10,10 @@ from typing import Any, Final
 
 import pluggy
 
+from pytest_cleo_grade.comparison.rubric import ComparisonRubric
 from pytest_cleo_grade.errors import CleoGradeError, RubricError
 from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics import hookspecs
-from pytest_cleo_grade.rubrics.base import (
-    DEFAULT_RUBRIC,
-    ConfigurableRubric,
-    GradeContext,
-    Rubric,
-    RubricConfig,
-    stamp_rubric,
-)
 from pytest_cleo_grade.rubrics.cleo import (
     CLEO_DIMENSIONS,
     DIMENSION_MAX,
@@ -28,7 +21,15 @@ from pytest_cleo_grade.rubrics.cleo import (
     grade_entries,
 )
 from pytest_cleo_grade.rubrics.hookspecs import PROJECT_NAME, hookimpl
-from pytest_cleo_grade.rubrics.weighted import WeightedJudgeRubric
+from pytest_cleo_grade.rubrics.protocol import (
+    DEFAULT_RUBRIC,
+    ConfigurableRubric,
+    GradeContext,
+    Rubric,
+    RubricConfig,
+    stamp_rubric,
+)
+from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
 
 __all__ = [
     "BUILTIN_PLUGIN_NAME",
@@ -51,7 +52,7 @@ _HOOK_NAMES: Final = frozenset(
 
 
 class CleoRubric:
-    """CLEO's 5-dimension rubric (seed 000) behind the Rubric protocol; output unchanged."""
+    """CLEO's 5-dimension rubric (the CLEO spec) behind the Rubric protocol; output unchanged."""
 
     name: Final = DEFAULT_RUBRIC
     version: Final = RUBRIC_VERSION
@@ -78,6 +79,7 @@ class _BuiltinRubrics:
     def cleo_grade_register_rubrics(self, register: Any) -> None:
         register(CleoRubric())
         register(WeightedJudgeRubric())
+        register(ComparisonRubric())
 
 
 class _RubricPluginManager(pluggy.PluginManager):

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sqlite3
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from pytest_cleo_grade.errors import CleoGradeWarning
-from pytest_cleo_grade.rubrics.base import CacheMode
-from pytest_cleo_grade.rubrics.judge import JudgeReply, TokenUsage
+from pytest_cleo_grade.judges.protocol import JudgeReply, TokenUsage
+from pytest_cleo_grade.settings import JudgeCacheMode as CacheMode
 
-__all__ = ["CACHE_TABLE", "JudgeCache", "cache_key"]
+__all__ = ["CACHE_TABLE", "JudgeCache"]
 
 CACHE_TABLE: Final = "judge_cache"
-# Bump when the key's recipe changes, so old rows can never be mistaken for new ones.
-_KEY_VERSION: Final = 1
 # Writers of the audit store (pytest-xdist workers, the code under test) may hold the lock.
 _BUSY_TIMEOUT_S: Final = 30.0
 
@@ -37,34 +33,6 @@ CREATE TABLE IF NOT EXISTS {CACHE_TABLE} (
     total_tokens INTEGER NOT NULL DEFAULT 0
 )
 """
-
-
-def cache_key(
-    *,
-    identity: Mapping[str, Any],
-    prompt: str,
-    rubric_source: bytes,
-    rubric_version: str,
-) -> str:
-    """sha256 over everything that can change a reply.
-
-    ``identity`` is the judge's endpoint, model and sampling parameters; ``rubric_source``
-    the rubric file's bytes (so editing the file invalidates its cached replies even when the
-    prompt would not change).
-    """
-    material = json.dumps(
-        {
-            "v": _KEY_VERSION,
-            "judge": identity,
-            "prompt": prompt,
-            "rubric": hashlib.sha256(rubric_source).hexdigest(),
-            "rubricVersion": rubric_version,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        default=str,
-    )
-    return hashlib.sha256(material.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

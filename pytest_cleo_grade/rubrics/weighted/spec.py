@@ -1,4 +1,4 @@
-"""Rubric files of the weighted judge rubric: the pydantic models, seed 004's default, loading.
+"""Rubric files of the weighted judge rubric: the pydantic models, the default, loading.
 
 A rubric file (TOML or JSON) names the dimensions (categorical with ranked categories, or
 numeric with a range), their weights, the judge endpoint and the token budget. Validation is
@@ -26,10 +26,12 @@ from pydantic import (
 )
 
 from pytest_cleo_grade.errors import RubricError
-from pytest_cleo_grade.rubrics.judge import JudgeSettings
+from pytest_cleo_grade.files import read_regular_bytes
+from pytest_cleo_grade.judges.protocol import JudgeSettings
 
 __all__ = [
     "DEFAULT_SPEC",
+    "MAX_NESTING",
     "WEIGHTED_RUBRIC",
     "WEIGHT_TOLERANCE",
     "Budget",
@@ -158,9 +160,9 @@ def _bands(*lines: str) -> list[str]:
     return list(lines)
 
 
-#: Seed 004's six dimensions, types, categories and weights; descriptions in our own words.
+#: The scoring design's six dimensions, types, categories and weights; descriptions our own.
 DEFAULT_SPEC: Final = RubricSpec(
-    description="Seed 004: an LLM judge scores goal, tools, process, context, errors, output.",
+    description="An LLM judge scores goal, tools, process, context, errors, output.",
     dimensions=[
         CategoricalDimension(
             type="categorical",
@@ -291,8 +293,40 @@ def _describe_loc(loc: Sequence[int | str], data: object) -> str:
     return "".join(parts) or "rubric"
 
 
+#: Deepest nesting of arrays and tables a rubric file may use. Real rubric files nest 4 levels;
+#: the bound keeps hostile files far from the interpreter's recursion limit.
+MAX_NESTING: Final = 32
+
+
+def _nesting_depth(data: object) -> int:
+    """How deeply lists and mappings nest in ``data``, measured without recursion."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(data, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Sequence[object] = list(node.values())
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_NESTING:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _too_deep(where: str) -> RubricError:
+    return RubricError(
+        f"{where}: arrays or tables nested more than {MAX_NESTING} levels deep: not a rubric file"
+    )
+
+
 def validate_spec(data: object, where: str) -> RubricSpec:
     """Validate a rubric mapping; RubricError names ``where`` and the first invalid field."""
+    if _nesting_depth(data) > MAX_NESTING:
+        raise _too_deep(where)
     try:
         return RubricSpec.model_validate(data)
     except ValidationError as exc:
@@ -309,7 +343,7 @@ def load_rubric_file(path: str | Path) -> LoadedSpec:
     """Read and validate a TOML (``.toml``) or JSON (``.json``) rubric file."""
     path = Path(path)
     try:
-        source = path.read_bytes()
+        source = read_regular_bytes(path)  # a device or a FIFO is refused, never read
     except OSError as exc:
         raise RubricError(f"{path}: cannot read rubric file: {exc.strerror or exc}") from exc
     suffix = path.suffix.lower()
@@ -327,4 +361,7 @@ def load_rubric_file(path: str | Path) -> LoadedSpec:
         raise RubricError(f"{path}: invalid TOML: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise RubricError(f"{path}: invalid JSON: {exc.msg} (line {exc.lineno})") from exc
+    except RecursionError as exc:
+        # Both parsers recurse once per level of nesting: a hostile file must not crash them.
+        raise _too_deep(str(path)) from exc
     return LoadedSpec(validate_spec(data, str(path)), source, path)
