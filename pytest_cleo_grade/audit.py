@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import os
@@ -37,8 +38,10 @@ __all__ = [
     "active_session",
     "audited",
     "exit_code_for",
+    "hold_in_process",
     "make_entry",
     "record",
+    "record_entry",
 ]
 
 ENV_GRADE: Final = "CLEO_SESSION_GRADE"
@@ -146,6 +149,18 @@ _stores: dict[tuple[int, Path], tuple[AuditStore, tuple[int, int]]] = {}
 _stores_lock = threading.Lock()
 
 
+def _close_stores() -> None:
+    """Close this process's cached stores at exit: an open connection left to the garbage
+    collector is a ResourceWarning on Python 3.13 (an error where warnings are errors)."""
+    pid = os.getpid()
+    with _stores_lock:
+        for key in [key for key in _stores if key[0] == pid]:
+            _stores.pop(key)[0].close()
+
+
+atexit.register(_close_stores)
+
+
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
         info = os.stat(path)
@@ -171,6 +186,21 @@ def _store_for(path: Path) -> AuditStore:
     return store
 
 
+#: Sessions that hold their entries in this process (session id -> (pid, sink)). A
+#: GradeSession in the pytest process grades what it holds and writes it in one transaction
+#: when the test is graded, so record() in that process hands entries to it instead of the
+#: store. The pid keeps a forked child (which gets a copy of this dict) writing to the store.
+_sinks: dict[str, tuple[int, Callable[[AuditEntry], None]]] = {}
+
+
+def hold_in_process(session_id: str, sink: Callable[[AuditEntry], None] | None) -> None:
+    """Route :func:`record` calls of this process for ``session_id`` to ``sink`` (None: stop)."""
+    if sink is None:
+        _sinks.pop(session_id, None)
+    else:
+        _sinks[session_id] = (os.getpid(), sink)
+
+
 def record(
     domain: str,
     operation: str,
@@ -184,7 +214,11 @@ def record(
     task_id: str | None = None,
     error: str | None = None,
 ) -> AuditEntry | None:
-    """Record one call into the graded session the environment names; durable on return.
+    """Record one call into the graded session the environment names.
+
+    In the process that holds the session (the pytest process of a graded test) the entry
+    goes to the session, which stores it when the test is graded; elsewhere (a subprocess,
+    another worker) it goes to the store and is durable when this returns.
 
     A no-op returning None when no session is active (``CLEO_AUDIT_DB`` and a session id are
     not set) and, outside grade mode, for calls that are not mutations, as CLEO's audit
@@ -211,15 +245,40 @@ def record(
         task_id=task_id,
         error=error,
     )
+    return _deliver(entry, session_id, path)
+
+
+def record_entry(entry: AuditEntry) -> AuditEntry | None:
+    """Record a ready-made entry (its own timestamp, e.g. a span's start) like :func:`record`.
+
+    The entry is tagged with the active session's id; the same rules apply (None without a
+    session, and for non-mutations outside grade mode; a storage failure is a warning).
+    """
+    active = active_session()
+    if active is None:
+        return None
+    session_id, path, grade_mode = active
+    if not grade_mode and entry.metadata.gateway not in MUTATE_GATEWAYS:
+        return None
+    if entry.session_id != session_id:
+        entry = entry.model_copy(update={"session_id": session_id})
+    return _deliver(entry, session_id, path)
+
+
+def _deliver(entry: AuditEntry, session_id: str, path: Path) -> AuditEntry | None:
+    held = _sinks.get(session_id)
+    if held is not None and held[0] == os.getpid():
+        held[1](entry)
+        return entry
     try:
         _store_for(path).append(entry)
     except StoreError as exc:
         # The code under test goes on whatever the test run's warning filters say.
         with warnings_shown_not_raised():
             warnings.warn(
-                f"cleo-grade: audit entry {domain}.{operation} not recorded: {exc}",
+                f"cleo-grade: audit entry {entry.domain}.{entry.operation} not recorded: {exc}",
                 CleoGradeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         return None
     return entry

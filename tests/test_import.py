@@ -10,15 +10,11 @@ from typing import Any
 
 import pytest
 
-from pytest_cleo_grade.cleoimport import (
-    find_cleo_db,
-    import_cleo_db,
-    import_entries_file,
-    read_entries_file,
-)
 from pytest_cleo_grade.errors import EntryError, StoreError
 from pytest_cleo_grade.rubrics.cleo import grade_entries
+from pytest_cleo_grade.sources import find_cleo_db, load_entries_file
 from pytest_cleo_grade.store import AuditStore
+from pytest_cleo_grade.store.imports import import_cleo_db, import_entries_file
 
 # CLEO's audit_log as its drizzle migrations create it (before idempotency_key was added).
 CLEO_AUDIT_LOG = """
@@ -227,44 +223,41 @@ def test_a_bad_line_aborts_the_import_naming_its_line_and_imports_nothing(
         assert store.count() == 0
 
 
-def test_the_fast_jsonl_path_gives_the_same_entries_as_line_by_line(tmp_path: Path) -> None:
-    from pytest_cleo_grade.entryfile import load_entries_file
+def test_jsonl_and_a_json_array_of_the_same_entries_load_alike(tmp_path: Path) -> None:
+    lines = [entry_line(i, params={"n": i, "s": "ü"}) for i in range(30)]
+    jsonl = tmp_path / "e.jsonl"
+    jsonl.write_text("\n".join(lines))
+    array = tmp_path / "e.json"
+    array.write_text("[" + ",\n".join(lines) + "]")
+    loaded = load_entries_file(jsonl)
+    assert len(loaded) == 30 and loaded[29].params == {"n": 29, "s": "ü"}
+    assert load_entries_file(array) == loaded
 
-    path = tmp_path / "e.jsonl"
-    path.write_text("\n".join(entry_line(i, params={"n": i, "s": "ü"}) for i in range(30)))
-    assert read_entries_file(path) == load_entries_file(path)
 
-
-@pytest.mark.parametrize("reader", ["read_entries_file", "load_entries_file"])
 @pytest.mark.parametrize("text", ["jsonl", "array"])
-def test_a_byte_order_mark_at_the_start_of_a_file_is_ignored(
-    tmp_path: Path, reader: str, text: str
-) -> None:
-    from pytest_cleo_grade import entryfile
-
+def test_a_byte_order_mark_at_the_start_of_a_file_is_ignored(tmp_path: Path, text: str) -> None:
     lines = [entry_line(i) for i in range(2)]
     body = "\n".join(lines) if text == "jsonl" else "[" + ",".join(lines) + "]"
     path = tmp_path / "e.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + body.encode())
-    load = read_entries_file if reader == "read_entries_file" else entryfile.load_entries_file
-    assert len(load(path)) == 2
+    assert len(load_entries_file(path)) == 2
 
 
 def test_a_json_array_file_imports_too(tmp_path: Path) -> None:
     path = tmp_path / "e.json"
     path.write_text("[" + ",".join(entry_line(i) for i in range(3)) + "]")
-    assert len(read_entries_file(path)) == 3
+    assert len(load_entries_file(path)) == 3
 
 
 def test_an_empty_entries_file_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "e.jsonl"
     path.write_text("\n\n")
     with pytest.raises(EntryError, match="empty"):
-        read_entries_file(path)
+        load_entries_file(path)
 
 
 def test_pathologically_nested_json_is_an_entry_error_naming_the_line(tmp_path: Path) -> None:
     path = tmp_path / "e.jsonl"
     path.write_text(entry_line(1) + "\n" + '{"a":' + "[" * 100_000 + "]" * 100_000 + "}\n")
     with pytest.raises(EntryError, match=r"e\.jsonl:2: invalid JSON: nested too deeply"):
-        read_entries_file(path)
+        load_entries_file(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,7 @@ def test_grade_results_from_the_table_validate_as_grade_results(store: AuditStor
 def test_store_written_by_a_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "audit.db"
     AuditStore(path).close()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(
             "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
             "VALUES ('pytest_cleo_grade', '0002_from_the_future', 'x')"

@@ -1,11 +1,12 @@
-"""The embedded SQLite audit store: CLEO's ``audit_log`` layout plus a ``grades`` table."""
+"""AuditStore: one SQLite audit store file, opened, migrated, appended to and read."""
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
+import stat
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -13,181 +14,41 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic_core import to_json
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from pytest_cleo_grade.bulk import collector_paused
 from pytest_cleo_grade.errors import CleoGradeWarning, EntryError, StoreError
+from pytest_cleo_grade.files import NotRegularFileError, check_nesting, kind_of, refuse_symlink
 from pytest_cleo_grade.models import (
     AuditEntry,
     GradeResult,
-    format_timestamp,
+    collector_paused,
     format_validation_error,
+    order_entries,
 )
-from pytest_cleo_grade.rubrics.cleo import order_entries
+from pytest_cleo_grade.settings import DEFAULT_DB
+from pytest_cleo_grade.store.schema import (
+    AUDIT_COLUMNS,
+    INSERT_ENTRY,
+    KNOWN_MIGRATIONS,
+    MIGRATIONS,
+    entry_row,
+    grade_row,
+)
 
-__all__ = [
-    "AUDIT_COLUMNS",
-    "BUSY_TIMEOUT_S",
-    "DEFAULT_DB",
-    "AuditStore",
-    "entry_row",
-]
+__all__ = ["BUSY_TIMEOUT_S", "DEFAULT_DB", "AuditStore"]
 
 _T = TypeVar("_T")
 
-DEFAULT_DB: Final = Path(".cleo") / "audit.db"
 
 #: How long a writer waits for another one before SQLite reports "database is locked". Long
 #: on purpose: concurrent recorders queue on the WAL write lock for milliseconds each.
 BUSY_TIMEOUT_S: Final = 60.0
 
-#: CLEO's audit_log columns, in CLEO's order, then the two it lacks.
-CLEO_COLUMNS: Final = (
-    "id",
-    "timestamp",
-    "action",
-    "task_id",
-    "actor",
-    "details_json",
-    "before_json",
-    "after_json",
-    "domain",
-    "operation",
-    "session_id",
-    "request_id",
-    "duration_ms",
-    "success",
-    "source",
-    "gateway",
-    "error_message",
-    "project_hash",
-    "idempotency_key",
-)
-AUDIT_COLUMNS: Final = (*CLEO_COLUMNS, "exit_code", "metadata_json")
-
-_INSERT: Final = (
-    f"INSERT OR IGNORE INTO audit_log ({', '.join(AUDIT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(AUDIT_COLUMNS))})"
-)
-
-MIGRATIONS: Final = Migrations("pytest_cleo_grade")
-
-
-@MIGRATIONS(name="0001_audit_log_and_grades")
-def _create_tables(db: Database) -> None:
-    # Column types and defaults follow CLEO's drizzle schema so either side reads the other.
-    db.execute(
-        """
-        CREATE TABLE audit_log (
-            id TEXT PRIMARY KEY NOT NULL,
-            timestamp TEXT NOT NULL DEFAULT (datetime('now')),
-            action TEXT NOT NULL,
-            task_id TEXT NOT NULL,
-            actor TEXT NOT NULL DEFAULT 'system',
-            details_json TEXT DEFAULT '{}',
-            before_json TEXT,
-            after_json TEXT,
-            domain TEXT,
-            operation TEXT,
-            session_id TEXT,
-            request_id TEXT,
-            duration_ms INTEGER,
-            success INTEGER,
-            source TEXT,
-            gateway TEXT,
-            error_message TEXT,
-            project_hash TEXT,
-            idempotency_key TEXT,
-            exit_code INTEGER,
-            metadata_json TEXT
-        )
-        """
-    )
-    db.execute("CREATE INDEX idx_audit_log_session_time ON audit_log (session_id, timestamp)")
-    db.execute(
-        """
-        CREATE TABLE grades (
-            id INTEGER PRIMARY KEY,
-            session_id TEXT NOT NULL,
-            timestamp TEXT NOT NULL,
-            total_score REAL NOT NULL,
-            max_score REAL NOT NULL,
-            letter TEXT NOT NULL,
-            entry_count INTEGER NOT NULL,
-            flag_count INTEGER NOT NULL,
-            result_json TEXT NOT NULL
-        )
-        """
-    )
-    db.execute("CREATE INDEX idx_grades_session ON grades (session_id, timestamp)")
-
-
 _ENTRIES: Final = TypeAdapter(list[AuditEntry])
-_KNOWN_MIGRATIONS: Final = frozenset(m.name for m in MIGRATIONS._migrations)
-
-
-def _json(value: object) -> str:
-    # pydantic-core's serializer is several times faster than json.dumps on the record()
-    # path; fallback=str keeps a call with an odd parameter (a Path, a set) recordable.
-    return to_json(value, fallback=str).decode()
-
-
-def _new_id() -> str:
-    # 128 random bits like CLEO's crypto.randomUUID(), without uuid4()'s Python overhead.
-    return os.urandom(16).hex()
-
-
-def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]:
-    """The ``audit_log`` row of an entry, in AUDIT_COLUMNS order (CLEO's conventions)."""
-    meta = entry.metadata
-    extra = dict(meta.model_extra or {})
-    if meta.user_id is not None:
-        extra["userId"] = meta.user_id
-    result = entry.result
-    try:
-        params = _json(entry.params)
-        metadata = _json(extra) if extra else None
-    except ValueError as exc:  # a circular structure, a lone surrogate
-        raise EntryError(f"{entry.domain}.{entry.operation}: cannot store: {exc}") from exc
-    return (
-        entry_id or _new_id(),
-        format_timestamp(entry.timestamp),
-        f"{entry.domain}.{entry.operation}",
-        meta.task_id or "system",
-        "agent",
-        params,
-        None,
-        None,
-        entry.domain,
-        entry.operation,
-        entry.session_id,
-        None,
-        result.duration,
-        1 if result.success else 0,
-        meta.source,
-        meta.gateway,
-        entry.error,
-        None,
-        None,
-        result.exit_code,
-        metadata,
-    )
-
-
-def _grade_row(result: GradeResult) -> tuple[Any, ...]:
-    data = result.to_json_dict()
-    return (
-        result.session_id,
-        data["timestamp"],
-        result.total_score,
-        result.max_score,
-        result.letter,
-        result.entry_count,
-        len(result.flags),
-        json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-    )
+_ENTRY_JSON: Final = TypeAdapter(AuditEntry)
+#: Tables this package creates outside its migrations, and sqlite-utils' migrations table.
+_OWN_TABLES: Final = frozenset({"judge_cache", Migrations.migrations_table})
 
 
 class AuditStore:
@@ -211,13 +72,7 @@ class AuditStore:
         self.timeout = timeout
         self._lock = threading.Lock()
         try:
-            self._conn = self._connect()
-            self.db = Database(self._conn, execute_plugins=False, recursive_triggers=False)
-            if read_only:
-                self._columns = self._check_readable()
-            else:
-                self._prepare()
-                self._columns = AUDIT_COLUMNS
+            _retry_while_locked(self._open, timeout)
         except sqlite3.DatabaseError as exc:
             self._close_quietly()
             raise StoreError(f"{self.path}: {_describe(exc)}") from exc
@@ -225,10 +80,19 @@ class AuditStore:
             self._close_quietly()
             raise
 
+    def _open(self) -> None:
+        self._close_quietly()  # an earlier attempt that met a lock
+        self._conn = self._connect()
+        self.db = Database(self._conn, execute_plugins=False, recursive_triggers=False)
+        if self.read_only:
+            self._columns = self._check_readable()
+        else:
+            self._prepare()
+            self._columns = AUDIT_COLUMNS
+
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
-            if not self.path.is_file():
-                raise StoreError(f"{self.path}: no such database file")
+            self._check_regular(missing="no such database file")
             uri = f"{self.path.resolve().as_uri()}?mode=ro"
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         else:
@@ -238,18 +102,52 @@ class AuditStore:
                 raise StoreError(
                     f"{self.path}: cannot create directory: {exc.strerror or exc}"
                 ) from exc
+            self._refuse_links()
+            self._check_regular(missing=None)
+            # nofollow: SQLite itself refuses a link planted between the check and the open.
             # Autocommit: every statement outside an explicit transaction commits at once.
             conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                f"{self.path.absolute().as_uri()}?nofollow=1",
+                uri=True,
+                timeout=self.timeout,
+                isolation_level=None,
+                check_same_thread=False,
             )
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         return conn
 
+    def _refuse_links(self) -> None:
+        """The store and its side files are never written through a link (DESIGN section 5)."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            side = self.path.with_name(self.path.name + suffix)
+            try:
+                refuse_symlink(side)
+            except OSError as exc:
+                raise StoreError(f"{side}: {exc.strerror}") from None
+
+    def _check_regular(self, *, missing: str | None) -> None:
+        """Only a regular file is a database: a device or a FIFO is refused before opening."""
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            if missing is not None:
+                raise StoreError(f"{self.path}: {missing}") from None
+            return
+        except OSError as exc:
+            raise StoreError(f"{self.path}: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(mode):
+            raise StoreError(
+                f"{self.path}: {NotRegularFileError(self.path, kind_of(mode)).strerror}"
+            )
+
     def _prepare(self) -> None:
         conn = self._conn
         # Reading the header first turns "not a database" into an error before we write.
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        # Someone else's database (a CLEO project's) is refused before anything changes it:
+        # no journal-mode switch, no migrations table.
+        self._refuse_foreign()
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode = WAL")
         # In WAL mode NORMAL syncs at checkpoints only: a commit survives a killed process
@@ -269,8 +167,28 @@ class AuditStore:
                 conn.execute("ROLLBACK")
                 raise
 
+    def _refuse_foreign(self) -> None:
+        tables = {
+            row[0]
+            for row in self._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        # Our own tables may precede the migrations (the judge cache creates its table
+        # itself); any other table in an unmigrated file belongs to someone else.
+        foreign = tables - _OWN_TABLES
+        if not foreign or {m.name for m in MIGRATIONS.applied(self.db)}:
+            return
+        tables = foreign
+        shown = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
+        cleo = " (a CLEO project database?)" if "audit_log" in tables else ""
+        raise StoreError(
+            f"{self.path}: not a cleo-grade audit store{cleo}: it holds tables {shown}; "
+            "left unchanged (read a CLEO database with --cleo-db or import it)"
+        )
+
     def _check_version(self) -> None:
-        unknown = {m.name for m in MIGRATIONS.applied(self.db)} - _KNOWN_MIGRATIONS
+        unknown = {m.name for m in MIGRATIONS.applied(self.db)} - KNOWN_MIGRATIONS
         if unknown:
             raise StoreError(
                 f"{self.path}: written by a newer pytest-cleo-grade (unknown schema migration "
@@ -292,7 +210,7 @@ class AuditStore:
     def append(self, entry: AuditEntry) -> str:
         """Append one entry and commit; returns the row id."""
         row = entry_row(entry)
-        self._write(lambda conn: conn.execute(_INSERT, row))
+        self._write(lambda conn: conn.execute(INSERT_ENTRY, row))
         return str(row[0])
 
     def append_many(self, entries: Iterable[AuditEntry]) -> int:
@@ -312,12 +230,42 @@ class AuditStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 before = conn.total_changes
-                conn.executemany(_INSERT, materialised)
+                conn.executemany(INSERT_ENTRY, materialised)
                 inserted = conn.total_changes - before
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+            return inserted
+
+        return self._write(insert)
+
+    def append_batches(self, batches: Iterable[Iterable[Sequence[Any]]]) -> int:
+        """Insert batches of prepared rows in ONE transaction, consuming them as they come.
+
+        Memory holds one batch at a time; an error from the batches' source (an invalid
+        line of an entry file) or from SQLite rolls everything back, so a streamed import
+        is still all or nothing. Returns the number of rows inserted.
+        """
+
+        def insert(conn: sqlite3.Connection) -> int:
+            previous = conn.execute("PRAGMA cache_size").fetchone()[0]
+            # A large transaction spills pages to the WAL once the default 2 MB cache is
+            # full; 64 MB keeps a million-row import in memory until it commits.
+            conn.execute("PRAGMA cache_size = -65536")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                before = conn.total_changes
+                for rows in batches:
+                    conn.executemany(INSERT_ENTRY, rows)
+                inserted = conn.total_changes - before
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:  # SQLite rolls back by itself on a full disk
+                    conn.execute("ROLLBACK")
+                raise
+            finally:
+                conn.execute(f"PRAGMA cache_size = {int(previous)}")
             return inserted
 
         return self._write(insert)
@@ -328,7 +276,7 @@ class AuditStore:
 
     def add_grades(self, results: Iterable[GradeResult]) -> None:
         """Store grades in the ``grades`` table in one transaction: all of them or none."""
-        rows = [_grade_row(result) for result in results]
+        rows = [grade_row(result) for result in results]
 
         def insert(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
@@ -350,7 +298,7 @@ class AuditStore:
             raise StoreError(f"{self.path}: opened read-only")
         with self._lock:
             try:
-                return action(self._conn)
+                return _retry_while_locked(lambda: action(self._conn), self.timeout)
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: cannot write: {_describe(exc)}") from exc
             except OverflowError as exc:  # an integer beyond SQLite's 64 bits (an exit code)
@@ -373,6 +321,16 @@ class AuditStore:
         ids, entries = self._load(session_id)
         return list(zip(ids, entries, strict=True))
 
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: it changes when another connection (another
+        process) commits, never for this connection's own writes. A reader that saw the same
+        value before knows nobody else wrote meanwhile, without reading anything."""
+        with self._lock:
+            try:
+                return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
+
     def _load(self, session_id: str) -> tuple[list[str], list[AuditEntry]]:
         # SQLite builds each entry's JSON (CLEO's conventions mapped in SQL, see
         # _ENTRY_JSON) and pydantic validates the whole session from that text in one call:
@@ -390,7 +348,7 @@ class AuditStore:
                 raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
             raise StoreError(
                 f"{self.path}: audit_log row {self._malformed_row(session_id)}: "
-                "details_json or metadata_json is not valid JSON"
+                "details_json or metadata_json is not valid JSON (or nests too deeply to read)"
             ) from exc
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
@@ -478,15 +436,26 @@ class AuditStore:
         results: list[GradeResult] = []
         for row_id, text in rows:
             try:
-                results.append(GradeResult.model_validate_json(text))
+                if not isinstance(text, str):
+                    raise ValueError(f"result_json is {type(text).__name__}, not text")
+                check_nesting(text)
+                result = GradeResult.model_validate_json(text)
+                # What every reader shows must be computable: a 400-digit score overflows.
+                result.display_percent  # noqa: B018
             except ValidationError as exc:
-                warnings.warn(
-                    f"{self.path}: grades row {row_id}: skipped corrupt grade: "
-                    f"{format_validation_error(exc)}",
-                    CleoGradeWarning,
-                    stacklevel=2,
-                )
+                self._skip_grade(row_id, format_validation_error(exc))
+            except (ValueError, OverflowError, RecursionError, TypeError) as exc:
+                self._skip_grade(row_id, f"not a usable grade: {exc}")
+            else:
+                results.append(result)
         return results
+
+    def _skip_grade(self, row_id: object, why: str) -> None:
+        warnings.warn(
+            f"{self.path}: grades row {row_id}: skipped corrupt grade: {why}",
+            CleoGradeWarning,
+            stacklevel=3,
+        )
 
     def _read(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
         with self._lock:
@@ -532,20 +501,54 @@ def _first_invalid_row(rows: Sequence[sqlite3.Row], exc: ValidationError) -> str
     error = exc.errors()[0]
     loc = error["loc"]
     if not loc or not isinstance(loc[0], int):
-        # The session's JSON did not parse at all: SQLite writes an infinite REAL (a
-        # duration_ms of 1e999) as Inf, which is no JSON. Find the row one at a time.
-        bad = next((row[0] for row in rows if not _is_json(row[1])), "?")
-        return f"audit_log row {bad}: holds a number JSON cannot carry ({error['msg']})"
+        # The session's JSON did not parse at all: a row nests too deeply for the parser,
+        # or SQLite wrote an infinite REAL (a duration_ms of 1e999) as Inf, which is no JSON.
+        # Find the row one at a time.
+        for row_id, text in rows:
+            problem = _row_json_problem(text)
+            if problem is not None:
+                return f"audit_log row {row_id}: {problem}"
+        return f"audit_log: {error['msg']}"
     place = ".".join(str(part) for part in loc[1:]) or "entry"
     return f"audit_log row {rows[loc[0]][0]}: {place}: {error['msg']}"
 
 
-def _is_json(text: str) -> bool:
+def _row_json_problem(text: str) -> str | None:
+    """Why one row's entry JSON does not parse (None when it does)."""
     try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
+        _ENTRY_JSON.validate_json(text)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        if error["type"] != "json_invalid":
+            return None
+        if "recursion" in error["msg"]:
+            return "details_json or metadata_json is nested too deeply"
+        return f"holds a number JSON cannot carry ({error['msg']})"
+    return None
+
+
+def _locked(exc: sqlite3.Error) -> bool:
+    text = str(exc)
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
+def _retry_while_locked(action: Callable[[], _T], timeout: float) -> _T:
+    """Run ``action`` again while SQLite says the database is locked, until ``timeout``.
+
+    The busy timeout covers most waits, but SQLite reports SQLITE_BUSY at once in a few
+    places (switching a new file to WAL, WAL recovery while another process creates the
+    store): without this, processes creating a store together would drop entries.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.002
+    while True:
+        try:
+            return action()
+        except sqlite3.Error as exc:
+            if not _locked(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def _describe(exc: sqlite3.Error) -> str:

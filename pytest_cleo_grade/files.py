@@ -1,0 +1,276 @@
+"""Safe file access for untrusted input: regular files only, no link followed on write, strict JSON.
+
+Every reader of an entry file, a history, a rubric file or a CLEO database opens it here, so a
+device or a FIFO given as input is refused at once (never read forever, never waited on), and
+every writer creates its files here, so a symbolic link planted where the tool writes is refused
+instead of written through. JSON lines end at ``\\n`` (or ``\\r\\n``) only: U+2028, U+2029,
+U+0085, VT and FF inside a line are data, as JSON says.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import math
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any, Final
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "MAX_NESTING",
+    "NotRegularFileError",
+    "SymlinkRefusedError",
+    "check_nesting",
+    "exclusive_temp_file",
+    "finite_float",
+    "iter_lines",
+    "kind_of",
+    "nesting_depth",
+    "open_append_no_follow",
+    "open_regular",
+    "parse_json_strict",
+    "read_regular_bytes",
+    "refuse_symlink",
+]
+
+#: The longest JSON line read (an audit entry or a grade is a few KiB); longer is an input
+#: error, so a file without line breaks cannot make a reader hold it whole.
+MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+
+#: How deeply a value may nest (objects and arrays) in params, metadata or a grade line. The
+#: store reads a session back through a JSON parser with a depth budget, and a value nested
+#: deeper than this could be written but never graded; deeper is refused where it enters.
+MAX_NESTING: Final = 100
+
+_READ_CHUNK: Final = 1024 * 1024
+
+#: A \uD800-\uDFFF escape: JSON can spell a lone surrogate, which no UTF-8 store or output
+#: can hold. Text without one cannot produce one (UTF-8 decoding rejects encoded surrogates).
+SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+
+#: Tokens that change the nesting depth; strings are matched whole so brackets in them count
+#: for nothing.
+_DEPTH_TOKENS: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+class NotRegularFileError(OSError):
+    """The input is a device, a FIFO, a socket or a directory: not a file to read."""
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", os.fspath(path))
+
+
+class SymlinkRefusedError(OSError):
+    """A symbolic link where the tool writes: refused, never written through."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__(
+            errno.ELOOP,
+            "is a symbolic link; refusing to write through it (remove it or name the real file)",
+            os.fspath(path),
+        )
+
+
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, for an error message."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def open_regular(path: str | os.PathLike[str]) -> IO[bytes]:
+    """Open a regular file for reading in binary; NotRegularFileError for anything else.
+
+    O_NONBLOCK makes opening a FIFO return at once (it would wait for a writer); the type is
+    checked on the open descriptor, so what is read is what was checked.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(path, kind_of(mode))
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_bytes(path: str | os.PathLike[str], limit: int = MAX_LINE_BYTES) -> bytes:
+    """The whole content of a small regular file (a rubric, a score sheet), at most ``limit``."""
+    with open_regular(path) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit // (1024 * 1024)} MiB", os.fspath(path))
+    return data
+
+
+def iter_lines(
+    handle: IO[bytes],
+    where: str,
+    *,
+    on_long: Callable[[int], None] | None = None,
+    prefix: bytes = b"",
+) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a binary stream, split at ``\\n`` only, ``\\r\\n`` trimmed.
+
+    Read a chunk at a time (bytes.split is much cheaper than readline() per line). A line
+    longer than MAX_LINE_BYTES is a ValueError naming it, or, with ``on_long``, is reported
+    to it with its number and skipped (read through, never held whole). ``prefix``: bytes
+    already read from the start of the stream.
+    """
+    number = 0
+    carry = b""
+    skipping = False  # inside an over-long line that on_long was told about
+    first = prefix
+    while True:
+        chunk, first = (first, b"") if first else (handle.read(_READ_CHUNK), b"")
+        if not chunk:
+            break
+        lines = (carry + chunk).split(b"\n") if carry else chunk.split(b"\n")
+        carry = lines.pop()
+        for line in lines:
+            if skipping:
+                skipping = False
+                continue
+            number += 1
+            if len(line) > MAX_LINE_BYTES:
+                _long_line(number, where, on_long)
+                continue
+            yield number, line[:-1] if line.endswith(b"\r") else line
+        if len(carry) > MAX_LINE_BYTES and not skipping:
+            number += 1
+            _long_line(number, where, on_long)
+            skipping = True
+        if skipping:
+            carry = b""
+    if carry and not skipping:
+        number += 1
+        yield number, carry[:-1] if carry.endswith(b"\r") else carry
+
+
+def _long_line(number: int, where: str, on_long: Callable[[int], None] | None) -> None:
+    if on_long is None:
+        raise ValueError(
+            f"{where}:{number}: line longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB"
+        )
+    on_long(number)
+
+
+def nesting_depth(text: str) -> int:
+    """How deeply the JSON text's objects and arrays nest (0 for a scalar)."""
+    depth = deepest = 0
+    for match in _DEPTH_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def check_nesting(text: str, limit: int = MAX_NESTING) -> None:
+    """ValueError when the JSON text nests deeper than ``limit``; cheap when it cannot."""
+    # Counting brackets is a C-speed scan; only text with enough of them is walked.
+    if text.count("[") + text.count("{") > limit and nesting_depth(text) > limit:
+        raise ValueError(f"nested too deeply (more than {limit} levels)")
+
+
+def _reject_constant(name: str) -> Any:
+    # json accepts NaN and Infinity by default; an audit log carrying them is corrupt.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def finite_float(text: str) -> float:
+    """A JSON number as a float; ValueError when it overflows (``1e999``)."""
+    # 1e999 is valid JSON that no float holds: Python reads it as infinity, which no JSON
+    # writer (nor the store) can carry back out.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:20]}{'...' if len(text) > 20 else ''} is out of range")
+    return value
+
+
+def parse_json_strict(text: str, *, max_nesting: int | None = MAX_NESTING + 2) -> Any:
+    """json.loads that rejects NaN, Infinity, lone surrogates and absurd nesting (ValueError).
+
+    ``max_nesting`` counts the document's own levels (an entry object holding params is 2).
+    """
+    if max_nesting is not None:
+        check_nesting(text, max_nesting)
+    try:
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=finite_float)
+    except RecursionError:
+        # Pathologically nested input must be an input error, not a traceback.
+        raise ValueError("nested too deeply") from None
+    try:
+        # Text from argv may carry undecodable bytes as surrogates (isascii() is O(1)).
+        if not text.isascii():
+            text.encode("utf-8")
+        if SURROGATE_ESCAPE.search(text):
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a lone surrogate (\\uD800-\\uDFFF) is not Unicode") from None
+    return value
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def refuse_symlink(path: str | os.PathLike[str]) -> None:
+    """SymlinkRefusedError when ``path`` is a symbolic link (dangling or not)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise SymlinkRefusedError(path)
+
+
+def open_append_no_follow(path: str | os.PathLike[str], mode: int = 0o644) -> int:
+    """A descriptor appending to ``path`` (created if missing), never through a link.
+
+    O_NOFOLLOW refuses a link as the last component; O_NONBLOCK keeps a FIFO from blocking
+    the open, and anything but a regular file is refused.
+    """
+    # Read access too: an appender checks whether the last line was torn.
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SymlinkRefusedError(path) from None
+        raise
+    try:
+        file_mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(file_mode):
+            raise NotRegularFileError(path, kind_of(file_mode))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def exclusive_temp_file(target: Path) -> tuple[int, Path]:
+    """A new file beside ``target`` (same directory, so a rename replaces it atomically).
+
+    Created with O_EXCL under a random name: a file or link planted in advance is never
+    opened. Returns the descriptor and the path; the caller renames or removes it.
+    """
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    return fd, Path(name)

@@ -1,0 +1,15 @@
+"""The embedded SQLite audit store: CLEO's ``audit_log`` layout plus a ``grades`` table."""
+
+from __future__ import annotations
+
+from pytest_cleo_grade.store.core import BUSY_TIMEOUT_S, DEFAULT_DB, AuditStore
+from pytest_cleo_grade.store.schema import AUDIT_COLUMNS, CLEO_COLUMNS, entry_row
+
+__all__ = [
+    "AUDIT_COLUMNS",
+    "BUSY_TIMEOUT_S",
+    "CLEO_COLUMNS",
+    "DEFAULT_DB",
+    "AuditStore",
+    "entry_row",
+]

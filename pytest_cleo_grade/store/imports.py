@@ -1,0 +1,150 @@
+"""Importing audit entries into the store: entry files and CLEO project databases."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_cleo_grade.errors import EntryError
+from pytest_cleo_grade.models import AuditEntry
+from pytest_cleo_grade.sources import (
+    iter_entry_batches,
+    load_entries_file,
+    read_cleo_db,
+    select_session,
+)
+from pytest_cleo_grade.store.core import AuditStore
+from pytest_cleo_grade.store.schema import entry_row
+
+__all__ = [
+    "ImportSummary",
+    "import_cleo_db",
+    "import_cleo_rows",
+    "import_entries_file",
+    "stream_entries_file",
+]
+
+
+@dataclass
+class ImportSummary:
+    """What a streamed import added: a count and the first few sessions (memory stays flat)."""
+
+    count: int = 0
+    sessions: list[str] = field(default_factory=list)
+    more_sessions: bool = False
+
+    def saw(self, session_id: str) -> None:
+        if session_id in self.sessions:
+            return
+        if len(self.sessions) < 5:
+            self.sessions.append(session_id)
+        else:
+            self.more_sessions = True
+
+
+def stream_entries_file(
+    target: str | os.PathLike[str],
+    path: str | os.PathLike[str],
+    *,
+    session_id: str | None = None,
+) -> ImportSummary:
+    """Import an entry file into the store at ``target`` as a stream, all or nothing.
+
+    Memory is bounded by a batch, not by the file. The first line is read and validated
+    before the store is opened, so a file that is bad from its first line creates nothing;
+    a bad line further on rolls the one transaction back, and a store this call created
+    is removed again (nothing half-written is left).
+    """
+    store_path = Path(target)
+    where = str(path)
+    batches = iter_entry_batches(path)
+    summary = ImportSummary()
+
+    def rows(batch: list[AuditEntry]) -> list[tuple[object, ...]]:
+        chosen = batch if session_id is None else select_session(batch, session_id, where)
+        summary.count += len(chosen)
+        for entry in chosen:
+            summary.saw(entry.session_id or "(no session)")
+        return [entry_row(entry) for entry in chosen]
+
+    def selected(first: list[AuditEntry]) -> Iterator[list[tuple[object, ...]]]:
+        for batch in _chain(first, batches):
+            if session_id is not None and not any(
+                e.session_id in (None, session_id) for e in batch
+            ):
+                continue
+            yield rows(batch)
+        if not summary.count:
+            raise EntryError(f"{where}: no entries for session {session_id}")
+
+    first = next(batches)  # line 1's error surfaces here, before the store exists
+    created = _missing_parts(store_path)
+    try:
+        with AuditStore(store_path) as store:
+            store.append_batches(selected(first))
+    except BaseException:
+        _remove_created(store_path, created)
+        raise
+    return summary
+
+
+def _chain(first: list[AuditEntry], rest: Iterator[list[AuditEntry]]) -> Iterator[list[AuditEntry]]:
+    yield first
+    yield from rest
+
+
+def _missing_parts(path: Path) -> list[Path]:
+    """The store file and the directories above it that do not exist yet (deepest first)."""
+    missing: list[Path] = []
+    current = path
+    while not os.path.lexists(current):
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    return missing
+
+
+def _remove_created(path: Path, created: list[Path]) -> None:
+    """Undo the creation of a store a failed import made (its side files, its directories)."""
+    if path not in created:
+        return
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            path.with_name(path.name + suffix).unlink()
+    for directory in created[1:]:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def import_entries_file(
+    store: AuditStore, path: str | os.PathLike[str], *, session_id: str | None = None
+) -> list[AuditEntry]:
+    """Import a JSON/JSONL file into the store, all or nothing; returns the entries added.
+
+    With ``session_id``, only that session's entries (and entries carrying none) are
+    imported, under that id.
+    """
+    entries = select_session(load_entries_file(path), session_id, str(path))
+    store.append_many(entries)
+    return entries
+
+
+def import_cleo_rows(store: AuditStore, items: list[tuple[str, AuditEntry]]) -> int:
+    """Add rows read by :func:`read_cleo_db` under their CLEO ids; returns how many were new."""
+    return store.append_rows(entry_row(entry, row_id) for row_id, entry in items)
+
+
+def import_cleo_db(
+    store: AuditStore, cleo_db: str | os.PathLike[str], *, session_id: str | None = None
+) -> tuple[int, int]:
+    """Copy a CLEO database's audit rows (one session's, or all) into the store.
+
+    The CLEO database is opened read-only and never modified. Rows keep their CLEO ids, so
+    importing the same database again adds nothing. Returns (rows read, rows added).
+    """
+    items = read_cleo_db(cleo_db, session_id=session_id)
+    return len(items), import_cleo_rows(store, items)

@@ -1,0 +1,145 @@
+"""``cleo-grade import`` streams: memory bounded by a batch, an error on line 1 costs one line,
+and the import stays all or nothing (issue 10, item 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.store import AuditStore
+
+#: Runs the CLI in a grandchild and prints its peak RSS in KiB, so the figure is that one
+#: import's, not the largest of every child the test process ever started.
+MEASURE = """
+import resource, subprocess, sys
+cli = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
+done = subprocess.run([sys.executable, "-c", cli, *sys.argv[1:]], capture_output=True, text=True)
+sys.stderr.write(done.stderr)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def measured_import(cwd: Path, *argv: str) -> tuple[int, float, str]:
+    """Exit status, peak RSS in MiB and stderr of ``cleo-grade import ARGV``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, "import", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    status, peak_kib = done.stdout.split()
+    return int(status), int(peak_kib) / 1024, done.stderr
+
+
+def entry_line(i: int, session: str = "s1") -> str:
+    ops = [("session", "list"), ("tasks", "find"), ("tasks", "show"), ("session", "end")]
+    domain, operation = ops[i % len(ops)]
+    return json.dumps(
+        {
+            "timestamp": f"2026-03-01T12:{(i // 1000) % 60:02d}:{i % 60:02d}.{i % 1000:03d}Z",
+            "sessionId": session,
+            "domain": domain,
+            "operation": operation,
+            "params": {"query": f"q{i}"},
+            "result": {"success": True},
+        },
+        separators=(",", ":"),
+    )
+
+
+def test_an_error_on_line_one_is_reported_without_reading_the_rest(tmp_path: Path) -> None:
+    # 40 MB of "{}" lines: reading them all (as a list of lines) peaked at gigabytes.
+    path = tmp_path / "bad.jsonl"
+    with path.open("w") as handle:
+        handle.write("{broken\n")
+        handle.write("{}\n" * 13_000_000)
+    status, peak, err = measured_import(tmp_path, "bad.jsonl")
+    assert status == 2
+    assert err.startswith("cleo-grade: error: bad.jsonl:1: invalid JSON")
+    assert len(err.splitlines()) == 1
+    assert peak < 120, f"peak RSS {peak:.0f} MiB"
+    assert not (tmp_path / ".cleo").exists()
+
+
+def test_a_large_valid_import_keeps_memory_bounded_by_a_batch(tmp_path: Path) -> None:
+    count = 120_000
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(entry_line(i, f"s{i // 40_000}") for i in range(count)) + "\n")
+    status, peak, err = measured_import(tmp_path, "big.jsonl")
+    assert (status, err) == (0, "")
+    # Holding the file's entries took several hundred MiB at this size (5.6 GB at 1M).
+    assert peak < 160, f"peak RSS {peak:.0f} MiB"
+    with AuditStore(tmp_path / ".cleo" / "audit.db", read_only=True) as store:
+        assert store.count() == count
+        assert store.session_ids() == ["s0", "s1", "s2"]
+
+
+@pytest.fixture
+def in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLEO_AUDIT_DB", raising=False)
+    return tmp_path
+
+
+def test_a_bad_line_after_many_batches_creates_no_store(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    lines = [entry_line(i) for i in range(20_000)]
+    lines[15_000] = lines[15_000].replace('"success":true', '"success":"maybe"')
+    (in_tmp / "e.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["import", "e.jsonl"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("cleo-grade: error: e.jsonl:15001: result.success")
+    assert not (in_tmp / ".cleo").exists()
+
+
+def test_a_bad_line_after_many_batches_leaves_an_existing_store_unchanged(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    (in_tmp / "good.jsonl").write_text("\n".join(entry_line(i, "old") for i in range(5)) + "\n")
+    assert main(["import", "good.jsonl"]) == 0
+    lines = [entry_line(i, "new") for i in range(20_000)]
+    lines.append("{not json")
+    (in_tmp / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["import", "bad.jsonl"]) == 2
+    assert capsys.readouterr().err.startswith("cleo-grade: error: bad.jsonl:20001: invalid JSON")
+    with AuditStore(in_tmp / ".cleo" / "audit.db", read_only=True) as store:
+        assert store.count() == 5
+        assert store.session_ids() == ["old"]
+
+
+def test_a_session_filter_streams_and_a_missing_session_imports_nothing(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    lines = [entry_line(i, "a" if i % 2 else "b") for i in range(10_000)]
+    (in_tmp / "e.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["import", "e.jsonl", "--session-id", "a"]) == 0
+    assert "Imported 5000 entries" in capsys.readouterr().out
+    assert main(["import", "e.jsonl", "--session-id", "zzz", "--db", "other.db"]) == 2
+    assert "no entries for session zzz" in capsys.readouterr().err
+    assert not (in_tmp / "other.db").exists()
+    with AuditStore(in_tmp / ".cleo" / "audit.db", read_only=True) as store:
+        assert store.session_ids() == ["a"]
+
+
+def test_a_json_array_is_streamed_too(capsys: pytest.CaptureFixture[str], in_tmp: Path) -> None:
+    items = [entry_line(i) for i in range(3000)]
+    # Items spread over lines and chunk boundaries, strings holding brackets and commas.
+    items[7] = items[7].replace('"q7"', '"[,]\\u2028{"')
+    (in_tmp / "e.json").write_text("[\n" + ",\n  ".join(items) + "\n]\n")
+    assert main(["import", "e.json"]) == 0
+    assert "Imported 3000 entries" in capsys.readouterr().out
+    with AuditStore(in_tmp / ".cleo" / "audit.db", read_only=True) as store:
+        stored = [entry.params["query"] for _, entry in store.session_items("s1")]
+    assert sorted(stored) == sorted(f"q{i}" if i != 7 else "[,]\u2028{" for i in range(3000))
