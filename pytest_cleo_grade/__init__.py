@@ -10,6 +10,8 @@ every in-process pytester run, that the already imported plugin package cannot b
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
 from pytest_cleo_grade.errors import (
@@ -32,7 +34,17 @@ if TYPE_CHECKING:
         letter_for,
     )
     from pytest_cleo_grade.rubrics.cleo import grade_entries
+    from pytest_cleo_grade.session import GradeSession
 
+# The audit store's writers lock files with fcntl; say so once, here, rather than let a bare
+# "No module named 'fcntl'" surface later from deep inside the store.
+if importlib.util.find_spec("fcntl") is None:
+    raise ImportError(
+        "pytest-cleo-grade runs on POSIX systems only (Linux, macOS, BSD): its audit store "
+        f"locks files with fcntl, which this platform ({sys.platform}) does not have"
+    )
+
+# The one place the version is written: pyproject.toml reads it from here at build time.
 __version__ = "0.1.0"
 
 # pytest imports this package in every run wherever it is installed (the plugin is an entry
@@ -47,6 +59,7 @@ _LAZY: dict[str, str] = {
     "GradeResult": "pytest_cleo_grade.models",
     "letter_for": "pytest_cleo_grade.models",
     "grade_entries": "pytest_cleo_grade.rubrics.cleo",
+    "GradeSession": "pytest_cleo_grade.session",
 }
 
 
@@ -68,6 +81,7 @@ __all__ = [
     "DimensionScore",
     "EntryError",
     "GradeResult",
+    "GradeSession",
     "HistoryError",
     "RubricError",
     "StoreError",

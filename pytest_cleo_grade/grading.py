@@ -1,34 +1,60 @@
-"""How the plugin grades one test: the CLEO rubric, a named rubric, or seed 002's comparison.
+"""Grading one test, pytest-free: the plan (rubric, settings, threshold) and the grade.
 
-No pytest here: the plugin turns options and markers into a :class:`GradingPlan`, and this
-module turns a plan and a finished :class:`~pytest_cleo_grade.graded.GradedSession` into a
-GradeResult. Every failure is a CleoGradeError (RubricError, JudgeError...).
+The plugin turns its options and the test's markers into a :class:`GradingPlan` with
+:func:`plan_for`, hands the fixture's session a :class:`TestGrader` (so
+``graded_session.grade()`` uses the test's own rubric), and calls :func:`grade_test` when the
+test body ends. Every failure is a CleoGradeError (RubricError, JudgeError, EntryError...).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from pytest_cleo_grade.errors import RubricError
-from pytest_cleo_grade.graded import GradedSession
+from pytest_cleo_grade.errors import CleoGradeError, RubricError
 from pytest_cleo_grade.models import GradeResult
-from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC, GradeContext, RubricConfig, stamp_rubric
-from pytest_cleo_grade.session import GradeSession
+from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
+from pytest_cleo_grade.session import GradeSession, cleo_grader
+from pytest_cleo_grade.settings import DEFAULT_RUBRIC, MarkerOptions, Mode, PluginOptions
+from pytest_cleo_grade.verdict import GradedTest
 
 if TYPE_CHECKING:
     import pluggy
 
-    from pytest_cleo_grade.rubrics.judge import Judge, JudgeReply
+    from pytest_cleo_grade.judges.protocol import Judge, JudgeReply
 
-__all__ = ["GradingPlan", "comparison_judge", "grade_session"]
+__all__ = [
+    "GradingFailed",
+    "GradingPlan",
+    "TestGrader",
+    "comparison_judge",
+    "grade_test",
+    "plan_for",
+    "threshold_for",
+]
 
 #: How a comparison test gets its Q-01..Q-06 scores when the test gives none.
 NO_JUDGE_HINT: Final = (
     "pass scores to graded_session.set_output(text, scores={'Q-01': 4, ...}) or configure "
     "a judge (--cleo-grade-judge-url and --cleo-grade-judge-model, or the [judge] table of "
     "--cleo-grade-rubric-file)"
+)
+
+
+#: Why a test that recorded nothing fails, and how calls reach its session.
+NOTHING_CAPTURED: Final = (
+    "nothing was captured: the session has 0 audit entries, so there is nothing to grade. "
+    "Calls reach the session through graded_session.record() or graded_session.dispatcher, "
+    "pytest_cleo_grade.audit.record(), a framework adapter (pytest_cleo_grade.capture: "
+    "OpenTelemetry with --cleo-grade-capture=otel, MCP, pydantic-ai; see docs/capture.md), "
+    "or graded_session.ingest(FILE). A child process or an MCP stdio server records only "
+    "with the session's variables: pass env=graded_session.subprocess_env() to the MCP "
+    "stdio client (it forwards only a few variables by default) or "
+    "env={**os.environ, **graded_session.subprocess_env()} to subprocess. To grade an empty "
+    "session 0/100 as the CLEO Grade Specification does, mark the test "
+    "@pytest.mark.cleo_grade(allow_empty=True) or pass --cleo-grade-allow-empty."
 )
 
 
@@ -42,6 +68,8 @@ class GradingPlan:
     variant: str | None = None
     query: str | None = None
     thoroughness: str | None = None
+    #: Keeps judge replies apart in the cache (a repeated test's run index), or None.
+    cache_scope: str | None = None
 
     @property
     def label(self) -> str:
@@ -63,20 +91,26 @@ def comparison_judge(config: RubricConfig) -> Judge:
     """
     if config.judge is not None:
         return config.judge
-    from pytest_cleo_grade.rubrics.judge import build_judge
-    from pytest_cleo_grade.rubrics.weighted import WeightedJudgeRubric
+    from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
 
     # configure() merges the rubric file and the overrides exactly as the weighted rubric
     # does; without a cache path it opens no judge cache.
     settings = WeightedJudgeRubric().configure(dataclasses.replace(config, cache_path=None))
+    from pytest_cleo_grade.judges.connect import DefaultConnector
+
     try:
-        return build_judge(settings.spec.judge)
+        return (config.connector or DefaultConnector()).judge(settings.spec.judge)
     except RubricError as exc:
         raise RubricError(f"no Q-01..Q-06 scores and no judge: {exc}; {NO_JUDGE_HINT}") from exc
 
 
-def _grade_comparison(session: GradedSession, plan: GradingPlan) -> GradeResult:
-    from pytest_cleo_grade.comparison.rubric import ComparisonRubric
+def _grade_comparison(
+    session: GradeSession,
+    plan: GradingPlan,
+    now: datetime | None,
+    manager: pluggy.PluginManager | None,
+) -> GradeResult:
+    from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 
     if session.output is None:
         raise RubricError(
@@ -95,70 +129,150 @@ def _grade_comparison(session: GradedSession, plan: GradingPlan) -> GradeResult:
         extra["scores"] = session.scores
     else:
         judge = _MeteredJudge(comparison_judge(plan.config))
-    rubric = ComparisonRubric(judge=judge)
-    context = GradeContext(task=plan.task, extra=extra)
-    result = rubric.grade(session.entries, session_id=session.id, context=context)
+    # The registered comparison rubric, like any other; the judge arrives through its config.
+    result = grade_with_rubric(
+        "comparison",
+        session.entries,
+        session_id=session.id,
+        now=now,
+        context=GradeContext(task=plan.task, extra=extra),
+        config=dataclasses.replace(plan.config, judge=judge),
+        manager=manager,
+    )
     if judge is not None:
         # The endpoint's tokens belong in the run's judge usage, as the weighted rubric's do.
         result = result.model_copy(update={"judgeUsage": judge.usage()})
-    return stamp_rubric(result, rubric)
+    return result
 
 
 class _MeteredJudge:
     """A judge that counts its requests and the token usage its replies report."""
 
     def __init__(self, judge: Judge) -> None:
-        from pytest_cleo_grade.rubrics.judge import TokenUsage
+        from pytest_cleo_grade.judges.protocol import UsageMeter
 
         self._judge = judge
-        self._tokens = TokenUsage()
-        self._requests = 0
+        self._meter = UsageMeter()
 
     def __call__(self, prompt: str, /) -> JudgeReply:
-        from pytest_cleo_grade.rubrics.judge import ask
-
-        reply = ask(self._judge, prompt)
-        self._requests += 1
-        if reply.usage is not None:
-            self._tokens = self._tokens + reply.usage
-        return reply
+        return self._meter.ask(self._judge, prompt)
 
     def usage(self) -> dict[str, Any]:
         """The ``judgeUsage`` extra (the weighted rubric's keys; never cached)."""
-        return {
-            "promptTokens": self._tokens.prompt_tokens,
-            "completionTokens": self._tokens.completion_tokens,
-            "totalTokens": self._tokens.total_tokens,
-            "requests": self._requests,
-            "cachedReplies": 0,
-            "cached": False,
-        }
+        return self._meter.as_extra()
 
 
-def grade_session(
-    session: GradedSession, plan: GradingPlan, *, manager: pluggy.PluginManager | None = None
-) -> GradeResult:
-    """Grade the session's entries as ``plan`` says and remember the result on the session.
+class TestGrader:
+    """The Grader of one test's session: its plan, with the run's rubric plugin manager."""
 
-    ``manager`` is the run's rubric plugin manager (conftest rubrics included).
-    """
-    if plan.plain_cleo:
-        # GradeSession's own grade(): the fixture's grade() would come back here.
-        result = GradeSession.grade(session)
-        session.result = result
-        return result
-    if plan.variant is not None:
-        result = _grade_comparison(session, plan)
-    else:
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    def __init__(self, plan: GradingPlan, manager: pluggy.PluginManager | None = None) -> None:
+        self.plan = plan
+        self.manager = manager
+
+    def __call__(self, session: GradeSession, /, *, now: datetime | None = None) -> GradeResult:
+        plan = self.plan
+        if plan.plain_cleo:
+            return cleo_grader(session, now=now)
+        if plan.variant is not None:
+            return _grade_comparison(session, plan, now, self.manager)
         from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 
-        result = grade_with_rubric(
+        return grade_with_rubric(
             plan.rubric,
             session.entries,
             session_id=session.id,
+            now=now,
             config=plan.config,
-            context=GradeContext(task=plan.task),
-            manager=manager,
+            context=GradeContext(
+                task=plan.task,
+                extra={"cacheScope": plan.cache_scope} if plan.cache_scope else {},
+            ),
+            manager=self.manager,
         )
+
+
+class GradingFailed(CleoGradeError):
+    """A test's session could not be graded; the message says which test and why."""
+
+
+def grade_test(
+    session: GradeSession,
+    *,
+    nodeid: str,
+    threshold: float | None,
+    threshold_source: str | None,
+    mode: Mode,
+    allow_empty: bool = False,
+) -> GradedTest:
+    """Grade a finished test's session with its grader and judge it against its threshold.
+
+    The result carries the test id (extra ``testId``) and becomes ``session.result``.
+    GradingFailed names the test, the rubric and the reason (a judge's raw reply included);
+    a session that captured nothing is one unless ``allow_empty`` (then it grades as its
+    rubric says: 0/100 with CLEO's flag).
+    """
+    grader = session.grader
+    label = grader.plan.label if isinstance(grader, TestGrader) else DEFAULT_RUBRIC
+    try:
+        result = grader(session)
+    except CleoGradeError as exc:
+        message = f"cleo-grade: {nodeid}: cannot grade with rubric {label}: {exc}"
+        raw = getattr(exc, "raw", None)
+        if isinstance(raw, str):
+            message += f"\njudge's last reply (first 500 characters):\n{raw[:500]}"
+        raise GradingFailed(message) from exc
+    comparison = isinstance(grader, TestGrader) and grader.plan.variant is not None
+    # A comparison grades the agent's output (set_output), which an empty log does not void.
+    if result.entry_count == 0 and not allow_empty and not comparison:
+        raise GradingFailed(f"cleo-grade: {nodeid}: {NOTHING_CAPTURED}")
+    result = result.model_copy(update={"testId": nodeid})
     session.result = result
-    return result
+    return GradedTest(nodeid, result, threshold, threshold_source, mode)
+
+
+def threshold_for(
+    options: PluginOptions, marker: MarkerOptions
+) -> tuple[float | None, str | None, Mode]:
+    """The test's threshold, where it was set, and its mode: marker > command line > ini."""
+    mode = marker.mode or options.mode
+    if marker.fail_under is not None:
+        return marker.fail_under, "@pytest.mark.cleo_grade(fail_under=...)", mode
+    return options.fail_under, options.fail_under_source, mode
+
+
+def plan_for(
+    options: PluginOptions, marker: MarkerOptions, *, name: str, doc: str | None
+) -> GradingPlan:
+    """The test's grading plan: marker > command line > ini > default, for each setting.
+
+    ``name`` is the test function's name (a comparison's default query); ``doc`` its
+    docstring (the default task a judge is told about).
+    """
+    rubric = marker.rubric or options.rubric
+    if marker.variant is None and rubric == DEFAULT_RUBRIC:
+        return GradingPlan()
+    from pytest_cleo_grade.judges.connect import DefaultConnector
+
+    overrides = {
+        key: value
+        for key, value in (("base_url", options.judge_url), ("model", options.judge_model))
+        if value is not None
+    }
+    config = RubricConfig(
+        rubric_file=options.rubric_file,
+        cache_path=options.db_path,
+        cache_mode=options.judge_cache,
+        judge_overrides=overrides,
+        connector=DefaultConnector(),
+    )
+    task = doc.strip() if isinstance(doc, str) and doc.strip() else None
+    return GradingPlan(
+        rubric=rubric,
+        config=config,
+        task=marker.task or task,
+        variant=marker.variant,
+        query=marker.query or name,
+        thoroughness=marker.thoroughness,
+    )

@@ -1,11 +1,13 @@
-"""Pydantic models of CLEO's audit entries and grade results, and the letter scale."""
+"""Pydantic models of CLEO's audit entries and grade results, the letter scale, entry ordering."""
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Final, Literal
 
 from pydantic import (
@@ -15,11 +17,15 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    TypeAdapter,
     ValidationError,
     field_serializer,
     field_validator,
     model_validator,
 )
+
+from pytest_cleo_grade.errors import EntryError
+from pytest_cleo_grade.scale import LETTER_CUTOFFS, Letter, letter_for, percent_of, round_half_up
 
 __all__ = [
     "LETTER_CUTOFFS",
@@ -28,51 +34,18 @@ __all__ = [
     "AuditResult",
     "DimensionScore",
     "GradeResult",
+    "coerce_entries",
+    "collector_paused",
     "format_timestamp",
     "format_validation_error",
     "letter_for",
+    "non_finite_path",
+    "order_entries",
     "percent_of",
     "round_half_up",
     "to_utc",
+    "validate_entry_dicts",
 ]
-
-Letter = Literal["A", "B", "C", "D", "F"]
-
-#: Seed 000's letter scale: the first cut-off the exact percentage reaches wins.
-LETTER_CUTOFFS: Final[tuple[tuple[Letter, float], ...]] = (
-    ("A", 90.0),
-    ("B", 75.0),
-    ("C", 60.0),
-    ("D", 45.0),
-    ("F", 0.0),
-)
-
-
-def letter_for(percent: float) -> Letter:
-    """Return the letter for an exact percentage (89.99 is a B, 90 an A)."""
-    if math.isnan(percent):
-        raise ValueError("percent must be a number, not NaN")
-    for letter, cutoff in LETTER_CUTOFFS:
-        if percent >= cutoff:
-            return letter
-    return "F"
-
-
-def round_half_up(value: float) -> int:
-    """Round .5 away from zero for positive values, as JavaScript's Math.round does.
-
-    Python's round() rounds half to even (round(82.5) == 82); CLEO's numbers come from
-    JavaScript, so displayed percentages must round 82.5 up to 83.
-    """
-    # to_integral_value, unlike quantize, has no 28-digit limit: 1e300 rounds too.
-    return int(Decimal(repr(value)).to_integral_value(rounding=ROUND_HALF_UP))
-
-
-def percent_of(score: float, max_score: float) -> float:
-    """The exact percentage of ``score`` out of ``max_score`` (0 when max is 0)."""
-    if max_score == 0:
-        return 0.0
-    return score * 100.0 / max_score
 
 
 def format_timestamp(value: datetime) -> str:
@@ -101,7 +74,10 @@ def format_validation_error(exc: ValidationError, where: str = "") -> str:
     more = exc.error_count() - 1
     suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
     prefix = f"{where}: " if where else ""
-    return f"{prefix}{field}: {first['msg']}{suffix}"
+    # A validator's own ValueError already says what is wrong; pydantic's "Value error, "
+    # prefix only repeats that it is one.
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return f"{prefix}{field}: {message}{suffix}"
 
 
 class _Input(BaseModel):
@@ -134,6 +110,35 @@ class AuditMetadata(_Input):
     )
     task_id: str | None = Field(None, alias="taskId", description="Task the call concerned.")
     user_id: str | None = Field(None, alias="userId", description="User on whose behalf it ran.")
+
+
+#: Types that can never hold a NaN (exact types: a float or str subclass takes the full walk).
+_FLAT_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def non_finite_path(value: object) -> str | None:
+    """Where ``value`` holds a NaN or infinity (``.c``, ``[2].x``), or None if nowhere.
+
+    One pass over nested dicts, lists and tuples; scalars other than floats cost one check.
+    """
+    if type(value) is dict and all(type(v) in _FLAT_SCALARS for v in value.values()):
+        return None  # the common flat params: strings, ints, booleans, nulls
+    stack: list[tuple[str, object]] = [("", value)]
+    seen: set[int] = set()  # a container met twice (a cycle) is walked once
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return path
+        elif isinstance(item, dict | list | tuple):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict):
+                stack.extend((f"{path}.{key}", child) for key, child in item.items())
+            else:
+                stack.extend((f"{path}[{index}]", child) for index, child in enumerate(item))
+    return None
 
 
 class AuditEntry(_Input):
@@ -170,6 +175,18 @@ class AuditEntry(_Input):
     def _null_params_are_empty(cls, value: object) -> object:
         # CLEO writes `params: null` for calls made without parameters.
         return {} if value is None else value
+
+    @field_validator("params")
+    @classmethod
+    def _finite_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        where = non_finite_path(value)
+        if where is not None:
+            # JSON has no NaN or Infinity: such a value could be stored but never read back,
+            # and a session that cannot be read can never be graded.
+            raise ValueError(
+                f"{where.removeprefix('.')} is not a finite number (NaN and infinities are invalid)"
+            )
+        return value
 
     @field_serializer("timestamp")
     def _serialize_timestamp(self, value: datetime) -> str:
@@ -226,7 +243,11 @@ class GradeResult(BaseModel):
     @model_validator(mode="after")
     def _finite_percent(self) -> GradeResult:
         # 1e308 out of 1e-300 is no grade: its percentage overflows and no letter fits it.
-        if not math.isfinite(self.percent):
+        try:
+            finite = math.isfinite(self.percent)
+        except OverflowError:  # a 400-digit integer does not even become a float
+            finite = False
+        if not finite:
             raise ValueError("totalScore out of maxScore is not a finite percentage")
         return self
 
@@ -264,3 +285,67 @@ class GradeResult(BaseModel):
     def from_mapping(cls, data: Mapping[str, Any]) -> GradeResult:
         """Validate a mapping (a GRADES.jsonl line) into a GradeResult."""
         return cls.model_validate(dict(data))
+
+
+# -- many entries at once ---------------------------------------------------------------
+
+_ENTRY_LIST: Final = TypeAdapter(list[AuditEntry])
+_TIMESTAMP: Final = operator.attrgetter("timestamp")
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a block that builds many objects at once.
+
+    Validating, reading or grading a large session allocates millions of small objects, none
+    of which form cycles; the allocations trigger full collections that traverse every live
+    object again and again. Measured on a 50k-entry session, reading it from the store took
+    1.7x as long with the collector running. The previous state is restored on exit.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def coerce_entries(entries: Iterable[AuditEntry | Mapping[str, Any]]) -> list[AuditEntry]:
+    """Validate CLEO-shaped dicts into AuditEntry objects; AuditEntry objects pass through.
+
+    Raises EntryError naming the index and field of the first invalid entry.
+    """
+    items = list(entries)
+    # One C-level pass over the types instead of an isinstance call per entry.
+    if all(issubclass(kind, AuditEntry) for kind in set(map(type, items))):
+        return items  # type: ignore[return-value]
+    result: list[AuditEntry] = []
+    for index, item in enumerate(items):
+        if isinstance(item, AuditEntry):
+            result.append(item)
+            continue
+        try:
+            result.append(AuditEntry.model_validate(item))
+        except ValidationError as exc:
+            raise EntryError(format_validation_error(exc, f"entries[{index}]")) from exc
+    return result
+
+
+def validate_entry_dicts(raw: Sequence[Mapping[str, Any]]) -> list[AuditEntry]:
+    """Validate many raw dicts at once (faster than one at a time); errors name the index."""
+    try:
+        return _ENTRY_LIST.validate_python(raw)
+    except ValidationError as exc:
+        raise EntryError(format_validation_error(exc, "entries")) from exc
+
+
+def order_entries(entries: Sequence[AuditEntry]) -> list[AuditEntry]:
+    """Session order: by timestamp, ties in recording order (a stable sort).
+
+    Entries usually arrive ordered already; checking that first keeps the common case linear.
+    """
+    times = list(map(_TIMESTAMP, entries))
+    if any(map(operator.gt, times, times[1:])):
+        return sorted(entries, key=_TIMESTAMP)
+    return list(entries)

@@ -1,53 +1,50 @@
-"""The plugin's command-line options, ini keys and marker: registration and validation."""
+"""The plugin's command-line options, ini keys and marker: registration and reading.
+
+The settings types and value checks they produce live in :mod:`pytest_cleo_grade.settings`.
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import pytest
 
-# Thresholds are parsed with pytest_cleo_grade.thresholds, imported where used: it pulls in
+from pytest_cleo_grade.settings import (
+    CACHE_MODES,
+    DEFAULT_DB,
+    DEFAULT_HISTORY,
+    DEFAULT_RUBRIC,
+    MARKER_KWARGS,
+    JudgeCacheMode,
+    MarkerOptions,
+    Mode,
+    PluginOptions,
+    marker_key,
+    parse_capture,
+    parse_flag,
+    parse_mode,
+)
+
+# Thresholds are parsed with pytest_cleo_grade.verdict, imported where used: it pulls in
 # pydantic, which a run that sets no option and grades nothing should not pay for.
 
-__all__ = [
-    "CACHE_MODES",
-    "MARKER_DOC",
-    "MODES",
-    "THOROUGHNESS",
-    "MarkerOptions",
-    "Mode",
-    "PluginOptions",
-    "add_options",
-    "load_options",
-    "marker_options",
-]
-
-Mode = Literal["fail", "report"]
-JudgeCacheMode = Literal["on", "off", "refresh"]
-MODES: Final[tuple[Mode, ...]] = ("fail", "report")
-MODE_FORMS: Final = "fail (a grade below the threshold fails the test) or report (annotate only)"
-#: Seed 002's thoroughness modes (comparison.metrics.MODES, spelled out: no pydantic here).
-THOROUGHNESS: Final = ("quick", "medium", "thorough")
-CACHE_MODES: Final[tuple[JudgeCacheMode, ...]] = ("on", "off", "refresh")
-DEFAULT_RUBRIC: Final = "cleo"
-DEFAULT_DB: Final = Path(".cleo") / "audit.db"
-#: history.DEFAULT_HISTORY, spelled out so that loading the options imports no pydantic.
-DEFAULT_HISTORY: Final = Path(".cleo") / "metrics" / "GRADES.jsonl"
+__all__ = ["MARKER_DOC", "add_options", "load_options", "marker_options"]
 
 MARKER_DOC: Final = (
     "cleo_grade(fail_under=GRADE, mode='fail'|'report', rubric=NAME, task=TEXT, variant=NAME, "
-    "query=NAME, thoroughness='quick'|'medium'|'thorough'): how a test using the "
+    "query=NAME, thoroughness='quick'|'medium'|'thorough', allow_empty=True, runs=N, "
+    "min_pass_rate=RATE, pass_k=(K, RATE), judge_cache_across_runs=True): how a test using the "
     "graded_session fixture is graded (GRADE: letter A-F or percentage such as 85 or '85%'; "
-    "mode= also accepts a thoroughness)"
+    "mode= also accepts a thoroughness; runs=N runs it N times, decided over its runs by the mean, "
+    "the pass rate or pass^k)"
 )
 
 
 def _threshold_arg(value: str) -> float:
-    from pytest_cleo_grade.thresholds import parse_grade_threshold
+    from pytest_cleo_grade.verdict import parse_grade_threshold
 
     try:
         return parse_grade_threshold(value)
@@ -56,10 +53,10 @@ def _threshold_arg(value: str) -> float:
 
 
 def _mode_arg(value: str) -> Mode:
-    for mode in MODES:
-        if value == mode:
-            return mode
-    raise argparse.ArgumentTypeError(f"invalid mode {value!r}: expected {MODE_FORMS}")
+    try:
+        return parse_mode(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cache_arg(value: str) -> JudgeCacheMode:
@@ -93,8 +90,12 @@ def _url_arg(value: str) -> str:
     parts = urlsplit(url)
     if parts.scheme in ("http", "https") and parts.netloc:
         return url
+    from pytest_cleo_grade.judges.redact import redact_url
+
+    # The URL may carry a key (?api-key=, user:pass@): never echo it into a CI log.
     raise argparse.ArgumentTypeError(
-        f"invalid judge URL {value!r}: expected an http:// or https:// URL such as http://127.0.0.1:8000"
+        f"invalid judge URL {redact_url(value)!r}: expected an http:// or https:// URL such as "
+        "http://127.0.0.1:8000"
     )
 
 
@@ -105,6 +106,13 @@ def _text_arg(option: str) -> Callable[[str], str]:
         raise argparse.ArgumentTypeError(f"{option} must not be empty")
 
     return parse
+
+
+def _capture_arg(value: str) -> tuple[str, ...]:
+    try:
+        return parse_capture(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -153,7 +161,46 @@ def add_options(parser: pytest.Parser) -> None:
         help=f"grade history JSONL (default: {DEFAULT_HISTORY} under the rootdir; "
         "ini: cleo_grade_history)",
     )
+    group.addoption(
+        "--cleo-grade-allow-empty",
+        dest="cleo_grade_allow_empty",
+        action="store_const",
+        const=True,
+        default=None,
+        help="grade a test that captured no entries 0/100 as the CLEO Grade Specification "
+        "does, instead of failing it for capturing nothing (ini: cleo_grade_allow_empty; "
+        "the cleo_grade marker's allow_empty beats both)",
+    )
+    group.addoption(
+        "--cleo-grade-capture",
+        dest="cleo_grade_capture",
+        metavar="KINDS",
+        type=_capture_arg,
+        default=None,
+        help="capture adapters installed for every graded test: otel (record the tool spans "
+        "of the OpenTelemetry SDK's tracer provider) or none (ini: cleo_grade_capture)",
+    )
+    group.addoption(
+        "--cleo-grade-tool-map",
+        dest="cleo_grade_tool_map",
+        metavar="'TOOL = DOMAIN.OPERATION [GATEWAY]'",
+        action="append",
+        default=None,
+        help="route a tool's calls to a CLEO operation for every capture adapter; repeatable, "
+        "'* = GATEWAY' sets the default gateway; replaces the ini's lines (ini: "
+        "cleo_grade_tool_map, one per line)",
+    )
+    parser.addini("cleo_grade_capture", "capture adapters for every graded test: otel or none")
+    parser.addini(
+        "cleo_grade_tool_map",
+        "tool mapping, one 'TOOL = DOMAIN.OPERATION [GATEWAY]' per line ('* = GATEWAY': the "
+        "default gateway)",
+        type="linelist",
+    )
     _add_rubric_options(group)
+    parser.addini(
+        "cleo_grade_allow_empty", "grade an empty session 0/100 instead of failing the test"
+    )
     parser.addini(
         "cleo_grade_fail_under", "default grade threshold of graded tests (letter or percent)"
     )
@@ -221,28 +268,9 @@ def _add_rubric_options(group: pytest.OptionGroup) -> None:
         type=_compare_arg,
         default=None,
         help="compare the variants of this run's comparison tests (marker variant=): print "
-        "seed 002's verdict table and decision; exit status 1 on NO-GO "
+        "the model-comparison verdict table and decision; exit status 1 on NO-GO "
         "(ini: cleo_grade_compare)",
     )
-
-
-@dataclass(frozen=True, slots=True)
-class PluginOptions:
-    """The run-wide settings after CLI > ini > default precedence, all validated."""
-
-    fail_under: float | None
-    fail_under_source: str | None
-    mode: Mode
-    gate: float | None
-    db_path: Path
-    history_path: Path
-    rubric: str = DEFAULT_RUBRIC
-    rubric_source: str = "default"
-    rubric_file: Path | None = None
-    judge_cache: JudgeCacheMode = "on"
-    judge_url: str | None = None
-    judge_model: str | None = None
-    compare: tuple[str, str] | None = None
 
 
 def _ini(config: pytest.Config, name: str) -> str | None:
@@ -258,7 +286,7 @@ def _ini_threshold(config: pytest.Config, name: str) -> float | None:
     text = _ini(config, name)
     if text is None:
         return None
-    from pytest_cleo_grade.thresholds import parse_grade_threshold
+    from pytest_cleo_grade.verdict import parse_grade_threshold
 
     try:
         return parse_grade_threshold(text)
@@ -317,6 +345,13 @@ def load_options(config: pytest.Config) -> PluginOptions:
     gate: float | None = config.getoption("cleo_grade_gate")
     if gate is None:
         gate = _ini_threshold(config, "cleo_grade_gate")
+    allow_empty: bool | None = config.getoption("cleo_grade_allow_empty")
+    if allow_empty is None:
+        text = _ini(config, "cleo_grade_allow_empty")
+        try:
+            allow_empty = parse_flag(text) if text is not None else False
+        except ValueError as exc:
+            raise _usage("ini option cleo_grade_allow_empty", str(exc)) from None
     return PluginOptions(
         fail_under=fail_under,
         fail_under_source=source,
@@ -324,6 +359,13 @@ def load_options(config: pytest.Config) -> PluginOptions:
         gate=gate,
         db_path=_path(config, "cleo_grade_db", "cleo_grade_db", DEFAULT_DB),
         history_path=_path(config, "cleo_grade_history", "cleo_grade_history", DEFAULT_HISTORY),
+        allow_empty=allow_empty,
+        capture=_setting(config, "cleo_grade_capture", _capture_arg)[0] or (),
+        tool_map=tuple(
+            str(line)
+            for line in config.getoption("cleo_grade_tool_map")
+            or config.getini("cleo_grade_tool_map")
+        ),
         **_rubric_options(config),
     )
 
@@ -347,73 +389,6 @@ def _rubric_options(config: pytest.Config) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class MarkerOptions:
-    """What a test's cleo_grade markers set (None: not set by a marker)."""
-
-    fail_under: float | None = None
-    mode: Mode | None = None
-    rubric: str | None = None
-    task: str | None = None
-    variant: str | None = None
-    query: str | None = None
-    thoroughness: str | None = None
-
-
-def _marker_threshold(value: object) -> float:
-    from pytest_cleo_grade.thresholds import THRESHOLD_FORMS, parse_grade_threshold
-
-    if isinstance(value, str | int | float):
-        return parse_grade_threshold(value)
-    raise ValueError(f"invalid grade {value!r}: expected {THRESHOLD_FORMS}")
-
-
-def _marker_mode(value: object) -> Mode:
-    if isinstance(value, str):
-        try:
-            return _mode_arg(value)
-        except argparse.ArgumentTypeError as exc:
-            raise ValueError(f"{exc}, or a thoroughness ({', '.join(THOROUGHNESS)})") from None
-    raise ValueError(f"invalid mode {value!r}: expected {MODE_FORMS}")
-
-
-def _marker_text(name: str) -> Callable[[object], str]:
-    def validate(value: object) -> str:
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-        raise ValueError(f"invalid {name} {value!r}: expected a non-empty string")
-
-    return validate
-
-
-def _marker_thoroughness(value: object) -> str:
-    if isinstance(value, str) and value in THOROUGHNESS:
-        return value
-    raise ValueError(f"invalid thoroughness {value!r}: expected {', '.join(THOROUGHNESS)}")
-
-
-#: The marker's keyword arguments and their validators; a new argument is one more entry.
-MARKER_KWARGS: Final[Mapping[str, Callable[[object], Any]]] = {
-    "fail_under": _marker_threshold,
-    "mode": _marker_mode,
-    "rubric": _marker_text("rubric"),
-    "task": _marker_text("task"),
-    "variant": _marker_text("variant"),
-    "query": _marker_text("query"),
-    "thoroughness": _marker_thoroughness,
-}
-
-
-def _marker_key(key: str, value: object) -> str:
-    """``mode=`` means two things: fail|report (the grading mode, since the first release)
-    and, as issue 6 spells the comparison marker, quick|medium|thorough. The value sets are
-    disjoint, so a thoroughness given as ``mode=`` is read as ``thoroughness=``.
-    """
-    if key == "mode" and isinstance(value, str) and value in THOROUGHNESS:
-        return "thoroughness"
-    return key
-
-
 def marker_options(item: pytest.Item) -> MarkerOptions:
     """Validate and merge a test's cleo_grade markers, the closest marker winning per key.
 
@@ -430,7 +405,7 @@ def marker_options(item: pytest.Item) -> MarkerOptions:
             )
         seen: dict[str, str] = {}
         for given, value in mark.kwargs.items():
-            key = _marker_key(given, value)
+            key = marker_key(given, value)
             if key in seen:
                 raise _usage(where, f"{seen[key]}= and {given}= both set the thoroughness; use one")
             seen[key] = given

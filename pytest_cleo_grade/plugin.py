@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import warnings
-from collections.abc import Generator, Iterable, Iterator
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,37 +15,41 @@ from pytest_cleo_grade.errors import (
     CleoGradeWarning,
     warnings_shown_not_raised,
 )
-from pytest_cleo_grade.options import (
-    MARKER_DOC,
-    MarkerOptions,
-    PluginOptions,
-    add_options,
-    load_options,
-    marker_options,
+from pytest_cleo_grade.options import MARKER_DOC, add_options, load_options, marker_options
+from pytest_cleo_grade.repeat_options import (
+    RepeatOptions,
+    add_repeat_options,
+    load_repeat_options,
 )
+from pytest_cleo_grade.repeats import (
+    REPEAT_ATTRIBUTE,
+    RUN_FIXTURE,
+    RepeatSummary,
+    parametrize_runs,
+)
+from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE, Reporter
+from pytest_cleo_grade.runs import RepeatInfo, base_test_id, encode_repeat
+from pytest_cleo_grade.settings import MarkerOptions, PluginOptions
 
 if TYPE_CHECKING:
     import pluggy
 
-    from pytest_cleo_grade.graded import GradedSession, SharedStore
-    from pytest_cleo_grade.grading import GradingPlan
-    from pytest_cleo_grade.models import GradeResult
-    from pytest_cleo_grade.report import GradedTest, RunGrade
+    from pytest_cleo_grade.capture.mapping import ToolMapping  # noqa: F401 - MAPPING_KEY
+    from pytest_cleo_grade.grading import TestGrader
+    from pytest_cleo_grade.session import GradeSession
+    from pytest_cleo_grade.store.shared import SharedStore
+    from pytest_cleo_grade.verdict import GradedTest
 
 # pytest loads this module in every run of every project where the package is installed, so
 # it imports only pytest and the option layer; pydantic, SQLite and the rubric load when a
 # test first requests ``graded_session`` (or a gate is set). Unused, the plugin costs nothing.
 
-__all__ = ["GRADE_ATTRIBUTE", "GradeReporter", "graded_session"]
-
-#: The TestReport attribute carrying a graded test's JSON to the controller. pytest copies a
-#: report's extra attributes through its (xdist) serialisation, as it does for ``wasxfail``.
-GRADE_ATTRIBUTE: Final = "cleo_grade"
+__all__ = ["GRADE_ATTRIBUTE", "cleo_grade_run", "graded_session"]
 
 OPTIONS_KEY = pytest.StashKey[PluginOptions]()
-REPORTER_KEY = pytest.StashKey["GradeReporter"]()
+REPORTER_KEY = pytest.StashKey[Reporter]()
 MARKER_KEY = pytest.StashKey[MarkerOptions]()
-SESSION_KEY = pytest.StashKey["GradedSession"]()
+SESSION_KEY = pytest.StashKey["GradeSession"]()
 GRADED_KEY = pytest.StashKey["GradedTest"]()
 STORE_KEY = pytest.StashKey["SharedStore"]()
 MARKER_ERROR_KEY = pytest.StashKey[str]()
@@ -52,12 +57,15 @@ PROPERTIES_KEY = pytest.StashKey[list[tuple[str, object]]]()
 FAILED_FOR_GRADE_KEY = pytest.StashKey[bool]()
 RUBRICS_KEY = pytest.StashKey["pluggy.PluginManager"]()
 GRADE_ERROR_KEY = pytest.StashKey[str]()
+REPEAT_OPTIONS_KEY = pytest.StashKey[RepeatOptions]()
+#: The tool mapping configured before this run set the ini's (restored at unconfigure).
+MAPPING_KEY = pytest.StashKey["ToolMapping | None"]()
 
 
 def _shared_store(config: pytest.Config) -> SharedStore:
     store = config.stash.get(STORE_KEY, None)
     if store is None:
-        from pytest_cleo_grade.graded import SharedStore
+        from pytest_cleo_grade.store.shared import SharedStore
 
         store = config.stash[STORE_KEY] = SharedStore(config.stash[OPTIONS_KEY].db_path)
     return store
@@ -89,39 +97,103 @@ def _unknown_rubric(config: pytest.Config, name: str) -> str | None:
     return None
 
 
+def _rubric_file_problem(path: Path) -> str | None:
+    """Why the rubric file cannot be used (one line naming the file and field), or None."""
+    from pytest_cleo_grade.rubrics.weighted.spec import load_rubric_file
+
+    try:
+        load_rubric_file(path)
+    except CleoGradeError as exc:
+        return str(exc)
+    return None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    add_repeat_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_DOC)
     options = load_options(config)
     config.stash[OPTIONS_KEY] = options
+    repeat_options = config.stash[REPEAT_OPTIONS_KEY] = load_repeat_options(config)
+    if repeat_options.fail_on_regression is not None and repeat_options.baseline is None:
+        raise pytest.UsageError(
+            "cleo-grade: --cleo-grade-fail-on-regression needs --cleo-grade-baseline=PATH|latest"
+        )
+    _configure_capture(config, options)
     # Writers live on the controller only: a worker's grades reach the controller on its
     # test reports, and the controller persists, summarises and gates.
     if not hasattr(config, "workerinput"):
-        reporter = GradeReporter(config, options)
+        reporter = Reporter(config, options, lambda: _shared_store(config).get())
         config.stash[REPORTER_KEY] = reporter
         config.pluginmanager.register(reporter, "cleo_grade_reporter")
-        if options.compare is not None:
-            from pytest_cleo_grade.plugin_compare import ComparisonReporter
+        # Repeats and the baseline gate: controller-side too, idle unless used.
+        config.pluginmanager.register(RepeatSummary(), "cleo_grade_repeats")
+        if repeat_options.baseline is not None or repeat_options.save_baseline is not None:
+            from pytest_cleo_grade.baseline_gate import BaselineGate
 
-            config.pluginmanager.register(
-                ComparisonReporter(config, reporter, options.compare), "cleo_grade_comparison"
-            )
+            gate = BaselineGate(repeat_options, options.history_path)
+            config.pluginmanager.register(gate, "cleo_grade_baseline")
+
+
+def _configure_capture(config: pytest.Config, options: PluginOptions) -> None:
+    """Set the ini's tool mapping for every adapter; check a capture's extra is installed.
+
+    Imported only when configured: a run that sets neither pays nothing for them.
+    """
+    if options.tool_map:
+        from pytest_cleo_grade.capture import mapping
+
+        try:
+            chosen = mapping.ToolMapping.parse(options.tool_map, where="cleo_grade_tool_map")
+        except mapping.MappingError as exc:
+            raise pytest.UsageError(f"cleo-grade: {exc}") from None
+        config.stash[MAPPING_KEY] = mapping.configure(chosen)
+    if "otel" in options.capture:
+        try:
+            import pytest_cleo_grade.capture.otel  # noqa: F401 - fails early without the extra
+        except ImportError as exc:
+            raise pytest.UsageError(f"cleo-grade: --cleo-grade-capture=otel: {exc}") from None
+
+
+def _install_capture(options: PluginOptions) -> Callable[[], None] | None:
+    """Install the run's capture adapters for one graded test; returns their uninstall."""
+    if "otel" not in options.capture:
+        return None
+    from pytest_cleo_grade.capture.otel import install_otel_capture
+
+    try:
+        return install_otel_capture()
+    except CleoGradeError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if MAPPING_KEY in config.stash:
+        from pytest_cleo_grade.capture import mapping
+
+        mapping.configure(config.stash[MAPPING_KEY])
+        del config.stash[MAPPING_KEY]
     reporter = config.stash.get(REPORTER_KEY, None)
     if reporter is not None:
         del config.stash[REPORTER_KEY]
         config.pluginmanager.unregister(reporter)
-    comparison = config.pluginmanager.get_plugin("cleo_grade_comparison")
-    if comparison is not None:
-        config.pluginmanager.unregister(comparison)
+        for name in ("cleo_grade_repeats", "cleo_grade_baseline"):
+            plugin = config.pluginmanager.get_plugin(name)
+            if plugin is not None:
+                config.pluginmanager.unregister(plugin)
     store = config.stash.get(STORE_KEY, None)
     if store is not None:
         store.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # runs=N: one item per run, so runs spread over xdist workers like any tests. trylast:
+    # after the test's own parametrize marks, so the run comes last (test_x[a-run-3]).
+    parametrize_runs(metafunc, metafunc.config.stash[REPEAT_OPTIONS_KEY].runs)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -134,6 +206,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         run_problem = _unknown_rubric(config, options.rubric)
         if run_problem is not None:
             run_problem = f"cleo-grade: {options.rubric_source}: {run_problem}"
+            if not on_worker:
+                raise pytest.UsageError(run_problem)
+    if run_problem is None and options.rubric_file is not None:
+        # A broken rubric file is one usage error, not the same failure in every graded test.
+        run_problem = _rubric_file_problem(options.rubric_file)
+        if run_problem is not None:
+            run_problem = f"cleo-grade: rubric file {run_problem}"
             if not on_worker:
                 raise pytest.UsageError(run_problem)
     for item in items:
@@ -187,18 +266,64 @@ def _warn(message: str) -> None:
     warnings.warn(CleoGradeWarning(message), stacklevel=2)
 
 
+def _grader(item: pytest.Item) -> TestGrader:
+    """The test's grader: its plan (marker > command line > ini > default) and rubrics."""
+    from pytest_cleo_grade.grading import TestGrader, plan_for
+
+    marker = item.stash.get(MARKER_KEY, MarkerOptions())
+    doc = getattr(getattr(item, "obj", None), "__doc__", None)
+    plan = plan_for(
+        item.config.stash[OPTIONS_KEY],
+        marker,
+        name=getattr(item, "originalname", item.name),
+        doc=doc if isinstance(doc, str) else None,
+    )
+    repeat = _repeat_info(item)
+    if repeat is not None and not marker.judge_cache_across_runs:
+        # Runs of one test are independent samples: no run is served another run's reply.
+        plan = dataclasses.replace(plan, cache_scope=f"run-{repeat.run}")
+    manager = None if plan.plain_cleo else _rubric_manager(item.config)
+    return TestGrader(plan, manager)
+
+
 @pytest.fixture
-def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
+def cleo_grade_run(request: pytest.FixtureRequest) -> int | None:
+    """The run index (1..N) of a test repeated with runs=N, or None for a single run."""
+    run: int | None = getattr(request, "param", None)
+    return run
+
+
+def _repeat_info(item: pytest.Item) -> RepeatInfo | None:
+    """The run this item is (test id, index, count, the policy deciding it), or None."""
+    callspec = getattr(item, "callspec", None)
+    run = None if callspec is None else callspec.params.get(RUN_FIXTURE)
+    if not isinstance(run, int):
+        return None
+    from pytest_cleo_grade.grading import threshold_for
+    from pytest_cleo_grade.runs import runs_for
+    from pytest_cleo_grade.stats import RepeatPolicy
+
+    marker = item.stash.get(MARKER_KEY, MarkerOptions())
+    runs = runs_for(marker.runs, item.config.stash[REPEAT_OPTIONS_KEY].runs)
+    threshold, _, mode = threshold_for(item.config.stash[OPTIONS_KEY], marker)
+    policy = RepeatPolicy(min_pass_rate=marker.min_pass_rate, pass_k=marker.pass_k)
+    return RepeatInfo(base_test_id(item.nodeid, run), run, runs, threshold, policy, mode)
+
+
+@pytest.fixture
+def graded_session(
+    request: pytest.FixtureRequest, cleo_grade_run: int | None
+) -> Iterator[GradeSession]:
     """A grade-mode session for this test; the test body's entries are graded when it ends."""
-    from pytest_cleo_grade.graded import GradedSession
-    from pytest_cleo_grade.session import SessionSettings
+    from pytest_cleo_grade.session import GradeSession, SessionSettings
 
     options = request.config.stash[OPTIONS_KEY]
     settings = SessionSettings(db_path=options.db_path, history_path=options.history_path)
-    session = GradedSession(settings)
+    grader = _grader(request.node)
+    session = GradeSession(settings, grader=grader)
     try:
         # Borrow the process's open store: opening one per test cost about 1 ms.
-        session = GradedSession(settings, store=_shared_store(request.config).get())
+        session = GradeSession(settings, store=_shared_store(request.config).get(), grader=grader)
         session.start()
     except CleoGradeError as exc:
         # An unwritable store must not decide the test: grade from a private store instead.
@@ -207,102 +332,74 @@ def graded_session(request: pytest.FixtureRequest) -> Iterator[GradedSession]:
         with warnings_shown_not_raised():
             _warn(f"cleo-grade: {exc}; recording this test into {fallback} instead")
         session.close()
-        session = GradedSession(
+        session = GradeSession(
             SessionSettings(db_path=fallback, history_path=options.history_path),
             session_id=session.id,
+            grader=grader,
         )
         session.start()
-    item = request.node
-    session.grader = lambda: _grade_now(item, session)
     request.node.stash[SESSION_KEY] = session
+    uninstall = _install_capture(options)
     try:
         yield session
     finally:
-        session.close()
+        if uninstall is not None:
+            uninstall()
+        # One transaction for everything the test recorded in this process, after it was
+        # graded (a fixture's teardown included); a failure is a warning, the grade stands.
+        _flush(session)
+        session.close(flush=False)
         del request.node.stash[SESSION_KEY]
 
 
-def _threshold(item: pytest.Item, options: PluginOptions) -> tuple[float | None, str | None, str]:
-    marker = item.stash.get(MARKER_KEY, MarkerOptions())
-    mode = marker.mode or options.mode
-    if marker.fail_under is not None:
-        return marker.fail_under, "@pytest.mark.cleo_grade(fail_under=...)", mode
-    return options.fail_under, options.fail_under_source, mode
+def _flush(session: GradeSession) -> None:
+    """Write the entries the session holds; trouble is a warning, never the test's outcome."""
+    try:
+        session.flush()
+    except CleoGradeError as exc:
+        with warnings_shown_not_raised():
+            _warn(f"cleo-grade: entries of session {session.id} not stored: {exc}")
 
 
-def _plan(item: pytest.Item, options: PluginOptions) -> GradingPlan:
-    """Marker > command line > ini > default, for each setting of this test's grading."""
-    from pytest_cleo_grade.grading import GradingPlan
-
-    marker = item.stash.get(MARKER_KEY, MarkerOptions())
-    rubric = marker.rubric or options.rubric
-    if marker.variant is None and rubric == "cleo":
-        return GradingPlan()
-    from pytest_cleo_grade.rubrics.base import RubricConfig
-
-    overrides = {
-        key: value
-        for key, value in (("base_url", options.judge_url), ("model", options.judge_model))
-        if value is not None
-    }
-    config = RubricConfig(
-        rubric_file=options.rubric_file,
-        cache_path=options.db_path,
-        cache_mode=options.judge_cache,
-        judge_overrides=overrides,
-    )
-    doc = getattr(getattr(item, "obj", None), "__doc__", None)
-    return GradingPlan(
-        rubric=rubric,
-        config=config,
-        task=marker.task or (doc.strip() if isinstance(doc, str) and doc.strip() else None),
-        variant=marker.variant,
-        query=marker.query or getattr(item, "originalname", item.name),
-        thoroughness=marker.thoroughness,
-    )
-
-
-def _grading_failure(item: pytest.Item, plan: GradingPlan, exc: CleoGradeError) -> str:
-    message = f"cleo-grade: {item.nodeid}: cannot grade with rubric {plan.label}: {exc}"
-    raw = getattr(exc, "raw", None)
-    if isinstance(raw, str):
-        message += f"\njudge's last reply (first 500 characters):\n{raw[:500]}"
-    return message
-
-
-def _grade_now(item: pytest.Item, session: GradedSession) -> GradeResult:
-    """``graded_session.grade()`` inside a test: the test's own rubric, errors raised."""
-    from pytest_cleo_grade.grading import grade_session
-
-    plan = _plan(item, item.config.stash[OPTIONS_KEY])
-    manager = None if plan.plain_cleo else _rubric_manager(item.config)
-    return grade_session(session, plan, manager=manager)
-
-
-def _grade_item(item: pytest.Item, session: GradedSession) -> GradedTest | str | None:
-    """The test's grade; a string says why a rubric could not grade it (the test fails)."""
-    from pytest_cleo_grade.grading import grade_session
-    from pytest_cleo_grade.report import GradedTest
+def _grade_item(item: pytest.Item, session: GradeSession) -> GradedTest | str:
+    """The test's grade, or why it could not be graded (then the test fails, in any mode)."""
+    from pytest_cleo_grade.grading import GradingFailed, grade_test, threshold_for
 
     options = item.config.stash[OPTIONS_KEY]
-    plan = _plan(item, options)
-    with warnings_shown_not_raised():
-        try:
-            manager = None if plan.plain_cleo else _rubric_manager(item.config)
-            result = grade_session(session, plan, manager=manager)
-        except CleoGradeError as exc:
-            if not plan.plain_cleo:
-                # A judge or rubric that cannot grade decides nothing about the agent, but a
-                # silently ungraded test would pass a gate it never faced: the test fails.
-                return _grading_failure(item, plan, exc)
-            _warn(f"cleo-grade: {item.nodeid}: cannot grade: {exc}")
-            return None
-    result = result.model_copy(update={"testId": item.nodeid})
-    session.result = result
-    threshold, source, mode = _threshold(item, options)
-    graded = GradedTest(item.nodeid, result, threshold, source, mode)
+    marker = item.stash.get(MARKER_KEY, MarkerOptions())
+    threshold, source, mode = threshold_for(options, marker)
+    allow_empty = options.allow_empty if marker.allow_empty is None else marker.allow_empty
+    try:
+        with warnings_shown_not_raised():
+            graded = grade_test(
+                session,
+                nodeid=item.nodeid,
+                threshold=threshold,
+                threshold_source=source,
+                mode=mode,
+                allow_empty=allow_empty,
+            )
+    except GradingFailed as exc:
+        # A test that cannot be graded (unreadable entries, a judge failure, nothing
+        # captured) decides nothing about the agent, and a silently ungraded test would pass
+        # a gate it never faced: it fails, whatever the mode.
+        return str(exc)
+    repeat = _repeat_info(item)
+    if repeat is not None:
+        # One run of a repeated test: stored under the test's id with its run index.
+        extra = {"testId": repeat.test_id, "run": repeat.run, "runs": repeat.runs}
+        graded = dataclasses.replace(graded, result=graded.result.model_copy(update=extra))
     item.stash[GRADED_KEY] = graded
     return graded
+
+
+def _skipped_by_unittest(item: pytest.Item) -> bool:
+    """A unittest TestCase that skipped itself (skipTest(), @skip...): pytest keeps the skip
+    in the item and reports it after the call, which itself returned normally."""
+    import unittest
+
+    stored = getattr(item, "_excinfo", None) or ()
+    return any(isinstance(info.value, pytest.skip.Exception | unittest.SkipTest) for info in stored)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -318,21 +415,24 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         del item.stash[GRADE_ERROR_KEY]
     try:
         outcome = yield
-    except pytest.xfail.Exception:
-        raise  # pytest.xfail() derives from pytest.fail's exception but is not a failure
+    except (pytest.skip.Exception, pytest.xfail.Exception):
+        raise  # a skipped test is never graded; pytest.xfail() is an expected failure
     except (Exception, pytest.fail.Exception):
         # A test that failed on its own keeps its failure; its grade is still recorded.
-        # Skips, xfail() calls and interrupts (other BaseExceptions) are not graded.
+        # Interrupts (other BaseExceptions) are not graded.
         problem = _grade_item(item, session)
         if isinstance(problem, str):
             item.stash[GRADE_ERROR_KEY] = problem
         raise
+    if _skipped_by_unittest(item):
+        return outcome
     graded = _grade_item(item, session)
     if isinstance(graded, str):
         item.stash[FAILED_FOR_GRADE_KEY] = True
         pytest.fail(graded, pytrace=False)
-    if graded is not None and graded.mode == "fail" and not graded.passed:
-        from pytest_cleo_grade.report import failure_message
+    if graded.mode == "fail" and not graded.passed and _repeat_info(item) is None:
+        # (A run of a repeated test is a sample: its test is decided once over all runs.)
+        from pytest_cleo_grade.display import failure_message
 
         # Raised here, in the call phase, the grade surfaces as FAILED (not a teardown
         # ERROR) with a proper crash line, serially and under xdist alike.
@@ -346,12 +446,25 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if call.when == "call" and (repeat := _repeat_info(item)) is not None:
+        setattr(report, REPEAT_ATTRIBUTE, encode_repeat(repeat))
     graded = item.stash.get(GRADED_KEY, None)
     problem = item.stash.get(GRADE_ERROR_KEY, None)
     if call.when == "call" and problem is not None and report.failed:
         report.sections.append(("CLEO grade", problem))
     if call.when == "call" and graded is not None:
-        from pytest_cleo_grade.report import encode_graded_test, junit_properties
+        excluded = getattr(report, "wasxfail", None) is not None
+        if report.skipped and not excluded:
+            # Skipped after all (a unittest skip reported late): never graded or counted.
+            del item.stash[GRADED_KEY]
+            return report
+        if excluded:
+            # Shown with its grade, but an expected failure is left out of the run's mean.
+            graded = dataclasses.replace(
+                graded, excluded="xfailed" if report.skipped else "xpassed"
+            )
+        from pytest_cleo_grade.display import junit_properties
+        from pytest_cleo_grade.verdict import encode_graded_test
 
         properties = junit_properties(graded.result)
         # item.user_properties feeds the teardown report, which junitxml reads; the call
@@ -363,138 +476,8 @@ def pytest_runtest_makereport(
         report.user_properties.extend(properties)
         setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
         if report.failed and not item.stash.get(FAILED_FOR_GRADE_KEY, False):
-            from pytest_cleo_grade.report import grade_section
+            from pytest_cleo_grade.display import grade_section
 
             # The test failed for its own reason; show its grade beside that failure.
             report.sections.append(("CLEO grade", grade_section(graded)))
     return report
-
-
-def _markup(line: str) -> dict[str, bool]:
-    if "gate FAILED" in line:
-        return {"red": True, "bold": True}
-    if "gate passed" in line:
-        return {"green": True}
-    return {}
-
-
-class GradeReporter:
-    """Controller-side state: collects graded tests, persists them, summarises and gates."""
-
-    def __init__(self, config: pytest.Config, options: PluginOptions) -> None:
-        self.config = config
-        self.options = options
-        # Keyed by node id: a test run again in the same session (a rerun plugin) keeps only
-        # its final grade, so every graded test is stored exactly once.
-        self.graded: dict[str, GradedTest] = {}
-        self.problems: list[str] = []
-        self._persisted = False
-        self._run: RunGrade | None = None
-        self._order: dict[str, int] = {}
-
-    # -- collecting and persisting -----------------------------------------------------
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        encoded = getattr(report, GRADE_ATTRIBUTE, None)
-        if report.when != "call" or not isinstance(encoded, str):
-            return
-        from pytest_cleo_grade.report import decode_graded_test
-
-        graded = decode_graded_test(encoded)
-        self.graded.pop(graded.nodeid, None)
-        self.graded[graded.nodeid] = graded
-
-    def _persist(self) -> None:
-        """Store every final grade once: the grades table, then one append to GRADES.jsonl.
-
-        Done at the end of the run (one lock and one fsync for the history rather than one
-        per test). A storage failure becomes a warning; outcomes are never touched.
-        """
-        if self._persisted or not self.graded:
-            return
-        self._persisted = True
-        results = [test.result for test in self.in_collection_order()]
-        try:
-            _shared_store(self.config).get().add_grades(results)
-        except (CleoGradeError, OSError) as exc:
-            self.problems.append(f"cleo-grade: grades table not written: {exc}")
-        from pytest_cleo_grade.history import append_grades
-
-        try:
-            append_grades(results, self.options.history_path)
-        except CleoGradeError as exc:
-            self.problems.append(f"cleo-grade: grade history not written: {exc}")
-
-    # -- the run's grade -----------------------------------------------------------------
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self._note_order(item.nodeid for item in session.items)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
-        # The xdist controller collects nothing itself; every worker reports the same ids.
-        self._note_order(ids)
-
-    def _note_order(self, nodeids: Iterable[str]) -> None:
-        for nodeid in nodeids:
-            self._order.setdefault(nodeid, len(self._order))
-
-    def in_collection_order(self) -> tuple[GradedTest, ...]:
-        # Reports arrive in completion order under xdist; the table follows collection order
-        # so that a parallel run prints what a serial run prints.
-        last = len(self._order)
-        tests = self.graded.values()
-        return tuple(sorted(tests, key=lambda test: self._order.get(test.nodeid, last)))
-
-    def _current_run(self) -> RunGrade | None:
-        """The run's grade, or None when there is nothing to show (no grades, no gate)."""
-        if self._run is not None:
-            return self._run
-        if not self.graded and self.options.gate is None:
-            return None
-        from pytest_cleo_grade.report import RunGrade
-
-        return RunGrade(self.in_collection_order(), self.options.gate)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        result = yield
-        # Decided once, after every report arrived (under xdist the controller's loop ends
-        # when all workers are done); the summary prints this same verdict.
-        self._run = self._current_run()
-        if self._run is not None and self._run.gate_failed:
-            session.testsfailed += 1
-        return result
-
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self._persist()
-        path = os.environ.get("GITHUB_STEP_SUMMARY")
-        run = self._current_run()
-        if not path or run is None:
-            return
-        from pytest_cleo_grade.report import markdown_summary
-
-        try:
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(markdown_summary(run))
-        except OSError as exc:
-            self.problems.append(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
-
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        run = self._current_run()
-        if run is not None:
-            from pytest_cleo_grade.report import summary_line, summary_lines
-
-            if self.config.get_verbosity() < 0:
-                line = summary_line(run)
-                terminalreporter.write_line(line, **_markup(line))
-            else:
-                terminalreporter.write_sep("-", "cleo-grade")
-                for line in summary_lines(run):
-                    terminalreporter.write_line(line, **_markup(line))
-        for problem in self.problems:
-            try:
-                warnings.warn(CleoGradeWarning(problem), stacklevel=1)
-            except CleoGradeWarning:
-                # filterwarnings=error must not turn a storage hiccup into a crash.
-                terminalreporter.write_line(f"CleoGradeWarning: {problem}", yellow=True)

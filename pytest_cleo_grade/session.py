@@ -1,4 +1,9 @@
-"""A graded session's lifecycle: environment, store, grading and persistence (no pytest)."""
+"""A graded session's lifecycle: environment, recording, grading and the one persist() (no pytest).
+
+:class:`GradeSession` is what the ``graded_session`` fixture yields. How it grades is a
+:class:`Grader` strategy given at construction (the plugin passes the test's own rubric, see
+:mod:`pytest_cleo_grade.grading`); without one it grades with CLEO's rubric.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,11 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -20,14 +25,18 @@ from pytest_cleo_grade.audit import (
     ENV_GRADE_ID,
     ENV_SESSION_ID,
     AuditedDispatcher,
+    hold_in_process,
     make_entry,
 )
-from pytest_cleo_grade.entryfile import load_entries_file
 from pytest_cleo_grade.errors import CleoGradeError
-from pytest_cleo_grade.history import append_grade
-from pytest_cleo_grade.models import AuditEntry, GradeResult
-from pytest_cleo_grade.rubrics.cleo import coerce_entries, grade_ordered
+from pytest_cleo_grade.history import append_grades
+from pytest_cleo_grade.models import AuditEntry, GradeResult, coerce_entries, order_entries
+from pytest_cleo_grade.rubrics.cleo import grade_ordered
+from pytest_cleo_grade.sources import load_entries_file
 from pytest_cleo_grade.store import AuditStore
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.capture.otlp import OtlpReceiver
 
 __all__ = [
     "ENV_AUDIT_DB",
@@ -35,8 +44,11 @@ __all__ = [
     "ENV_GRADE_ID",
     "ENV_SESSION_ID",
     "GradeSession",
+    "Grader",
+    "PersistError",
     "SessionSettings",
     "new_session_id",
+    "persist",
 ]
 
 _ENV_NAMES = (ENV_GRADE, ENV_GRADE_ID, ENV_SESSION_ID, ENV_AUDIT_DB)
@@ -82,6 +94,65 @@ class SessionSettings(BaseModel):
         return None if value is None else value.absolute()
 
 
+class Grader(Protocol):
+    """How a session is graded: a rubric, its settings and the test's context."""
+
+    def __call__(self, session: GradeSession, /, *, now: datetime | None = None) -> GradeResult:
+        """Grade ``session`` now; raises CleoGradeError when it cannot be graded."""
+        ...
+
+
+def cleo_grader(session: GradeSession, /, *, now: datetime | None = None) -> GradeResult:
+    """The default Grader: CLEO's rubric over the session's entries."""
+    return grade_ordered(session.entries, session_id=session.id, now=now)
+
+
+class PersistError(CleoGradeError):
+    """Some grades were not saved (``keep_going``): which halves failed, and why."""
+
+    def __init__(self, problems: Mapping[str, str]) -> None:
+        super().__init__("; ".join(f"{half} not written: {why}" for half, why in problems.items()))
+        self.problems = dict(problems)
+
+
+def persist(
+    results: Sequence[GradeResult],
+    *,
+    history: Path | None,
+    store: AuditStore | None,
+    keep_going: bool = False,
+    sync: bool = True,
+) -> None:
+    """Save grades: one append to the history (GRADES.jsonl), then the store's grades table.
+
+    The one write order of every path that saves a grade (the plugin, the CLI); each half is
+    all or nothing on its own (one locked append; one transaction). By default a history that
+    cannot be written stops before the table is touched, so an error means "saved nowhere"
+    (the CLI's exit status 2). ``keep_going`` (a test run) writes the table anyway and names
+    every half not written in one PersistError, which the run shows as a warning.
+    ``sync=False`` skips the history's fsync (see ``history.append_grades``).
+    """
+    if not results:
+        return
+    problems: dict[str, str] = {}
+    if history is not None:
+        try:
+            append_grades(results, history, sync=sync)
+        except CleoGradeError as exc:
+            if not keep_going:
+                raise
+            problems["grade history"] = str(exc)
+    if store is not None:
+        try:
+            store.add_grades(results)
+        except CleoGradeError as exc:
+            if not keep_going:
+                raise
+            problems["grades table"] = str(exc)
+    if problems:
+        raise PersistError(problems)
+
+
 class GradeSession:
     """A grade-mode session: start it, let code record into it, grade it, persist, close.
 
@@ -96,8 +167,10 @@ class GradeSession:
         *,
         session_id: str | None = None,
         store: AuditStore | None = None,
+        grader: Grader | None = None,
     ) -> None:
         """``store``: an open store of ``settings.db_path`` to borrow (it is not closed).
+        ``grader``: how :meth:`grade` grades (default: CLEO's rubric).
 
         Opening a store costs a connection, pragmas and a schema check; a test run that
         starts a session per test shares one instead.
@@ -110,6 +183,20 @@ class GradeSession:
         self._store: AuditStore | None = None
         self._saved_env: dict[str, str | None] | None = None
         self._dispatcher: AuditedDispatcher | None = None
+        #: Entries recorded in this process and not yet written to the store (see flush()).
+        self._held: list[AuditEntry] = []
+        self._version: int | None = None
+        #: Whether this session wrote to the store itself (flush()): then it must be read.
+        self._flushed = False
+        self.grader: Grader = grader or cleo_grader
+        #: The latest grade: None until the test grades explicitly or its body ends.
+        self.result: GradeResult | None = None
+        #: What :meth:`set_output` handed over for a model comparison (None: nothing yet).
+        self.output: str | None = None
+        self.scores: Mapping[str, Any] | None = None
+        self.run_facts: Mapping[str, Any] | None = None
+        #: The loopback OTLP receiver, started by the first use of ``otlp_endpoint``.
+        self._receiver: OtlpReceiver | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -117,13 +204,47 @@ class GradeSession:
         """Open the store and enter grade mode; returns self. Raises StoreError."""
         if self._store is None:
             self._store = self._borrowed or AuditStore(self.settings.db_path)
+            # Other processes can record into this session only once its environment is set:
+            # while the store's data version stays this, none has (see ``entries``).
+            self._version = self._store.data_version()
         if self._saved_env is None:
             self._saved_env = {name: os.environ.get(name) for name in _ENV_NAMES}
             os.environ.update(self.env)
+            hold_in_process(self.id, self._held.append)
         return self
 
-    def close(self) -> None:
-        """Restore the environment as it was before start() and close the store."""
+    def flush(self) -> int:
+        """Write the entries held in this process to the store in one transaction.
+
+        All or none: on StoreError the entries stay held (and graded); returns how many
+        were written.
+        """
+        if not self._held:
+            return 0
+        written = self.store.append_many(self._held)
+        self._held.clear()
+        self._flushed = True
+        return written
+
+    def close(self, *, flush: bool = True) -> None:
+        """Write what is held (flush(), unless ``flush=False``), restore the environment,
+        close the store.
+
+        The environment and the store are restored even when the write fails; the
+        StoreError is raised afterwards.
+        """
+        if self._receiver is not None:
+            # Spans arriving after the flush would be held and never written.
+            self._receiver.stop()
+            self._receiver = None
+        try:
+            if flush and self._store is not None:
+                self.flush()
+        finally:
+            self._restore()
+
+    def _restore(self) -> None:
+        hold_in_process(self.id, None)
         if self._saved_env is not None:
             for name, value in self._saved_env.items():
                 if value is None:
@@ -157,6 +278,36 @@ class GradeSession:
         }
 
     @property
+    def otlp_endpoint(self) -> str:
+        """A loopback OTLP/HTTP endpoint (``http://127.0.0.1:PORT``) whose tool spans become
+        this session's entries; started on first use, stopped by :meth:`close`.
+
+        Give it to an agent in another process as ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or use
+        :meth:`subprocess_env`); spans must be exported before the test body ends.
+        """
+        if self._receiver is None:
+            from pytest_cleo_grade.capture.otlp import OtlpReceiver
+
+            self._receiver = OtlpReceiver(self.id, self.ingest).start()
+        return self._receiver.endpoint
+
+    def subprocess_env(self, *, otlp: bool = False) -> dict[str, str]:
+        """The variables a child process needs to record into this session: CLEO's four,
+        the tool mapping in force, and with ``otlp=True`` (or once :attr:`otlp_endpoint` was
+        used) the OTLP exporter's, pointing at this session's receiver.
+
+        Only these: pass ``env=graded_session.subprocess_env()`` to the MCP SDK's stdio
+        client (it merges them over its safe defaults); for ``subprocess`` merge them over
+        ``os.environ``.
+        """
+        from pytest_cleo_grade.capture.mapping import subprocess_env
+
+        if otlp:
+            self.otlp_endpoint  # noqa: B018 - starts the receiver
+        extra = self._receiver.env() if self._receiver is not None else None
+        return subprocess_env(self, extra=extra)
+
+    @property
     def store(self) -> AuditStore:
         if self._store is None:
             raise CleoGradeError(f"session {self.id} is not started")
@@ -180,8 +331,9 @@ class GradeSession:
     ) -> AuditEntry:
         """Record one call into this session (always: a graded session records everything).
 
-        Durable when it returns; raises EntryError for invalid arguments and StoreError when
-        the store cannot be written.
+        The entry is held by the session (and graded with it) and written to the store by
+        :meth:`flush` when the test is graded, so a store in trouble never reaches the code
+        under test. Raises EntryError for invalid arguments.
         """
         entry = make_entry(
             self.id,
@@ -196,7 +348,9 @@ class GradeSession:
             task_id=task_id,
             error=error,
         )
-        self.store.append(entry)
+        if self._store is None:
+            raise CleoGradeError(f"session {self.id} is not started")
+        self._held.append(entry)
         return entry
 
     @property
@@ -211,32 +365,75 @@ class GradeSession:
     ) -> int:
         """Add entries from a JSON/JSONL file or an iterable, all tagged with this session.
 
-        All or nothing: an invalid entry raises EntryError and nothing is stored. Returns the
-        number of entries added.
+        All or nothing: an invalid entry raises EntryError and nothing is added. Returns the
+        number of entries added (held like recorded ones until :meth:`flush`).
         """
         if isinstance(source, str | os.PathLike):
             entries = load_entries_file(source)
         else:
             entries = coerce_entries(source)
         mine = [e.model_copy(update={"session_id": self.id}) for e in entries]
-        return self.store.append_many(mine)
+        self._held.extend(mine)
+        return len(mine)
 
     # -- grading -------------------------------------------------------------------------
 
     @property
     def entries(self) -> list[AuditEntry]:
-        """Every entry of this session in the store, in session order (subprocesses too)."""
-        return self.store.session_entries(self.id)
+        """Every entry of this session in session order: those held in this process and
+        those other processes (subprocesses, the code under test elsewhere) stored."""
+        store = self.store
+        if not self._flushed and store.data_version() == self._version:
+            # Nobody else committed to the store since the session started (the common
+            # serial case): what this process holds is the whole session. Capture adapters
+            # record a call with its own start time when it ends, so concurrent calls can
+            # be held out of order: session order costs one linear check when they are not.
+            return order_entries(self._held)
+        stored = store.session_entries(self.id)
+        if not self._held:
+            return stored
+        if not stored:
+            return order_entries(self._held)
+        return order_entries([*stored, *self._held])
 
     def grade(self, *, now: datetime | None = None) -> GradeResult:
-        """Grade the session's entries now; writes nothing."""
-        return grade_ordered(self.entries, session_id=self.id, now=now)
+        """Grade the session's entries now with the session's grader; writes nothing."""
+        self.result = self.grader(self, now=now)
+        return self.result
 
     def persist(self, result: GradeResult) -> None:
-        """Append a grade to GRADES.jsonl (when configured) and to the store's grades table.
+        """Save a grade with :func:`persist`: the history (when configured), then the store.
 
-        Raises HistoryError or StoreError; callers in a test run turn these into warnings.
+        Raises CleoGradeError; callers in a test run turn it into a warning.
         """
-        if self.settings.history_path is not None:
-            append_grade(result, self.settings.history_path)
-        self.store.add_grade(result)
+        persist([result], history=self.settings.history_path, store=self.store)
+
+    def set_output(
+        self,
+        text: str,
+        scores: Mapping[str, Any] | None = None,
+        *,
+        latency_seconds: float | None = None,
+        tokens: int | None = None,
+        note: str | None = None,
+    ) -> None:
+        """Hand over the agent's output text for a comparison test (marker ``variant=``).
+
+        ``scores`` are the six substantive scores (``{"Q-01": 4, ..., "Q-06": 3}``); without
+        them the configured judge scores the output when the test ends. ``latency_seconds``,
+        ``tokens`` and ``note`` become the operational metrics OP-01, OP-04 and OP-05. A
+        later call replaces an earlier one.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"set_output() takes the output text, not {type(text).__name__}")
+        self.output = text
+        self.scores = dict(scores) if scores is not None else None
+        self.run_facts = {
+            key: value
+            for key, value in (
+                ("latency_seconds", latency_seconds),
+                ("tokens", tokens),
+                ("note", note),
+            )
+            if value is not None
+        }

@@ -28,6 +28,31 @@ AGENTS = textwrap.dedent(
     """
 )
 
+#: A deterministic agent for inner suites: the same calls at the same offsets (whole seconds
+#: from now), whenever it runs; ``extra`` adds one call so two tests can differ.
+REPLAY = textwrap.dedent(
+    """
+    import time
+
+    def replay(session, extra=None):
+        base = time.time()
+        calls = [("session", "list"), ("admin", "help"), ("tasks", "find"), ("session", "end")]
+        if extra:
+            calls.append(("tasks", extra))
+        session.ingest(
+            {
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(base + i)) + "Z",
+                "domain": domain,
+                "operation": operation,
+                "params": {},
+                "result": {"success": True, "exitCode": 0, "duration": 5},
+                "metadata": {"source": "mcp", "gateway": "cleo_query"},
+            }
+            for i, (domain, operation) in enumerate(calls)
+        )
+    """
+)
+
 FORTY_FLAGS = [
     "session.list never called (check existing sessions before starting)",
     "session.end never called (always end sessions when done)",

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.comparison import comparison_grade
-from pytest_cleo_grade.comparison.metrics import METRIC_IDS, Mode
+from pytest_cleo_grade.comparison.scores import METRIC_IDS, Mode
 from pytest_cleo_grade.history import append_grade
 from tests.entries import NOW, entry
 from tests.test_comparison_structural import GOOD_OUTPUT

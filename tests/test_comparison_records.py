@@ -16,7 +16,6 @@ from pytest_cleo_grade.comparison import (
     compare_grades,
     compare_records,
     comparison_grade,
-    comparison_properties,
     judge_prompt,
     load_score_sheet,
     parse_judge_answer,
@@ -25,11 +24,12 @@ from pytest_cleo_grade.comparison import (
     render_text,
     scores_from_judge,
 )
-from pytest_cleo_grade.comparison.metrics import Mode
+from pytest_cleo_grade.comparison.scores import Mode
+from pytest_cleo_grade.display import comparison_properties
 from pytest_cleo_grade.errors import JudgeError
 from pytest_cleo_grade.history import append_grade, read_grades
+from pytest_cleo_grade.judges.protocol import JudgeReplyError
 from pytest_cleo_grade.models import GradeResult
-from pytest_cleo_grade.rubrics.judge import JudgeReplyError
 from tests.entries import NOW, entry
 from tests.test_comparison_structural import GOOD_OUTPUT
 

@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 
 from pytest_cleo_grade.comparison import ComparisonError, ComparisonRubric
-from pytest_cleo_grade.rubrics.base import (
+from pytest_cleo_grade.judges.protocol import JudgeReply
+from pytest_cleo_grade.rubrics.protocol import (
     ConfigurableRubric,
     GradeContext,
     Rubric,
     RubricConfig,
     stamp_rubric,
 )
-from pytest_cleo_grade.rubrics.judge import JudgeReply
 from tests.entries import NOW, entry
 from tests.test_comparison_structural import GOOD_OUTPUT
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_cleo_grade.comparison import StructuralConfig, check_structure, measure_operational
-from pytest_cleo_grade.comparison.metrics import Mode
+from pytest_cleo_grade.comparison.scores import Mode
 from pytest_cleo_grade.comparison.structural import StructuralCheck, find_sections, findings
 from pytest_cleo_grade.models import AuditEntry
 from tests.entries import entry

@@ -14,7 +14,7 @@ from pytest_cleo_grade.comparison import (
     decision_exit_status,
     verdict_for,
 )
-from pytest_cleo_grade.comparison.metrics import Mode
+from pytest_cleo_grade.comparison.scores import Mode
 from pytest_cleo_grade.comparison.verdicts import Verdict, verdict_from_difference
 
 

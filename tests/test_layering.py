@@ -17,30 +17,61 @@ PKG = "pytest_cleo_grade"
 ROOT = Path(__file__).resolve().parent.parent / PKG
 
 #: Layer of each module (by the longest matching prefix); a module may import only its own
-#: layer and lower ones.
+#: layer and lower ones. 0-3 are the pure core (no files, SQLite, sockets or HTTP); 4 is the
+#: I/O edge; 5-6 grade a test without pytest; 7 is pytest's glue and the CLI.
 LAYERS: dict[str, int] = {
     f"{PKG}.errors": 0,
-    f"{PKG}.bulk": 0,
+    f"{PKG}.settings": 0,
+    f"{PKG}.stats": 0,
+    f"{PKG}.scale": 0,
+    # Stdlib-only primitives for opening untrusted files safely, shared by the rubric loaders
+    # and the I/O edge.
+    f"{PKG}.files": 0,
     f"{PKG}.models": 1,
-    f"{PKG}.thresholds": 2,
+    f"{PKG}.verdict": 2,
+    f"{PKG}.display": 2,
     f"{PKG}.schemas": 2,
-    f"{PKG}.entryfile": 2,
-    f"{PKG}.history": 2,
+    f"{PKG}.runs": 2,
+    f"{PKG}.baseline": 2,
+    f"{PKG}.display_repeats": 2,
+    f"{PKG}.display_baseline": 2,
     f"{PKG}.rubrics": 3,
     f"{PKG}.comparison": 3,
+    f"{PKG}.judges": 3,
+    f"{PKG}.judges.protocol": 3,
+    f"{PKG}.judges.http": 4,
+    f"{PKG}.judges.cache": 4,
+    f"{PKG}.judges.connect": 4,
+    f"{PKG}.history": 4,
     f"{PKG}.store": 4,
+    f"{PKG}.sources": 4,
     f"{PKG}.audit": 4,
-    f"{PKG}.cleoimport": 4,
+    f"{PKG}.capture": 4,
     f"{PKG}.session": 5,
-    f"{PKG}.report": 5,
+    # Compatibility modules: earlier import paths, each at the layer of what it re-exports.
+    f"{PKG}.rubrics.judge": 4,
+    f"{PKG}.entryfile": 4,
     f"{PKG}.graded": 5,
-    f"{PKG}.grading": 5,
-    f"{PKG}.plugin": 6,
-    f"{PKG}.options": 6,
-    f"{PKG}.plugin_compare": 6,
-    f"{PKG}.cli": 6,
+    f"{PKG}.grading": 6,
+    f"{PKG}.plugin": 7,
+    f"{PKG}.options": 7,
+    f"{PKG}.reporter": 7,
+    f"{PKG}.repeats": 7,
+    f"{PKG}.repeat_options": 7,
+    f"{PKG}.baseline_gate": 7,
+    f"{PKG}.cli": 7,
 }
-PYTEST_GLUE = {f"{PKG}.plugin", f"{PKG}.options", f"{PKG}.plugin_compare"}
+#: The layer from which a module may touch files, SQLite, sockets or HTTP.
+IO_LAYER = 4
+IO_MODULES = {"sqlite3", "sqlite_utils", "urllib", "http", "socket"}
+PYTEST_GLUE = {
+    f"{PKG}.plugin",
+    f"{PKG}.options",
+    f"{PKG}.reporter",
+    f"{PKG}.repeats",
+    f"{PKG}.repeat_options",
+    f"{PKG}.baseline_gate",
+}
 
 
 def module_name(path: Path) -> str:
@@ -60,12 +91,14 @@ def imports_of(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            # `from pkg.cli import compare` imports the submodule pkg.cli.compare.
+            # `from pkg.cli import compare` imports the submodule pkg.cli.compare; only a name
+            # that is not a submodule comes from the package's own __init__.
             for alias in node.names:
                 candidate = f"{node.module}.{alias.name}"
                 if (ROOT.parent / candidate.replace(".", "/")).with_suffix(".py").exists():
                     names.add(candidate)
+                else:
+                    names.add(node.module)
     return names
 
 
@@ -81,14 +114,69 @@ def test_a_module_imports_only_its_own_and_lower_layers(module: str) -> None:
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_only_the_pytest_glue_imports_pytest_and_pure_layers_no_sqlite_utils(
-    module: str,
-) -> None:
+def test_only_the_pytest_glue_imports_pytest(module: str) -> None:
     roots = {name.split(".")[0] for name in imports_of(MODULES[module])}
-    if not any(module == g or module.startswith(g + ".") for g in PYTEST_GLUE):
+    if module not in PYTEST_GLUE:
         assert not roots & {"pytest", "_pytest"}, f"{module} imports pytest"
-    if layer(module) <= 3:
-        assert "sqlite_utils" not in roots, f"{module} imports sqlite_utils"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if layer(m) < IO_LAYER))
+def test_nothing_below_the_io_layer_touches_sqlite_sockets_or_http(module: str) -> None:
+    roots = {name.split(".")[0] for name in imports_of(MODULES[module])}
+    assert not roots & IO_MODULES, f"{module} imports {sorted(roots & IO_MODULES)}"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Every module's imports of package modules, lazy (function-level) ones included."""
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        targets = {name for name in imports_of(path) if name in MODULES and name != module}
+        graph[module] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_exists_anywhere_in_the_package() -> None:
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
 
 
 def test_the_cli_does_not_import_the_pytest_glue() -> None:

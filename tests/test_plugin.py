@@ -353,6 +353,7 @@ def test_the_fixture_restores_the_environment_it_found(
         def test_inside(graded_session):
             assert os.environ["CLEO_SESSION_ID"] == graded_session.id
             assert os.environ["CLEO_SESSION_GRADE"] == "true"
+            graded_session.record("session", "list")
 
         def test_after():
             assert os.environ["CLEO_SESSION_ID"] == "outer-session"
@@ -516,9 +517,10 @@ def test_the_readme_options_table_lists_every_option_and_ini_key(pytester: pytes
     help_text = pytester.runpytest("--help").stdout.str()
     options = sorted(set(re.findall(r"--cleo-grade-[a-z-]+", help_text)))
     ini_keys = sorted(set(re.findall(r"^  (cleo_grade_[a-z_]+) ", help_text, re.MULTILINE)))
-    assert len(options) == len(ini_keys) == len(table) == 11
-    # Every row shows OPTION=VALUE; sorting by the option alone keeps --x before --x-file.
-    rows = sorted(table, key=lambda row: row.split("=")[0])
+    assert len(options) == len(ini_keys) == len(table) == 19
+    # Every row shows OPTION=VALUE (a flag: OPTION); sorting by the option alone keeps --x
+    # before --x-file.
+    rows = sorted(table, key=lambda row: re.split(r"[=`]", row[3:])[0])
     for option, row in zip(options, rows, strict=True):
-        assert row.startswith(f"| `{option}=")
+        assert row.startswith((f"| `{option}=", f"| `{option}`"))
         assert f"`{option[2:].replace('-', '_')}`" in row

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pytest_cleo_grade import history, options
+from pytest_cleo_grade import history, settings
 from pytest_cleo_grade.store import AuditStore
 from tests.plugin_suites import FORTY_FLAGS, make_suite
 
@@ -321,8 +321,30 @@ def test_loading_the_plugin_imports_neither_pydantic_nor_sqlite(tmp_path: Path) 
     assert completed.stdout.strip() == "[]"
 
 
-def test_the_plugin_default_history_path_is_the_history_modules() -> None:
-    assert options.DEFAULT_HISTORY == history.DEFAULT_HISTORY
+def test_a_run_that_grades_nothing_loads_neither_pydantic_nor_sqlite(tmp_path: Path) -> None:
+    # Configuring the plugin (its reporter, the shared store) must stay lazy for a whole run.
+    (tmp_path / "conftest.py").write_text(
+        "import sys\n"
+        "def pytest_unconfigure(config):\n"
+        "    heavy = ('pydantic', 'sqlite_utils', 'sqlite3')\n"
+        "    loaded = sorted(m for m in heavy if m in sys.modules)\n"
+        "    open('loaded.txt', 'w').write(repr(loaded))\n"
+    )
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+    )
+    assert (tmp_path / "loaded.txt").read_text() == "[]"
+    assert not (tmp_path / ".cleo").exists()
+
+
+def test_the_plugin_and_the_cli_share_one_default_history_path() -> None:
+    from pytest_cleo_grade.cli import common
+
+    assert history.DEFAULT_HISTORY is common.DEFAULT_HISTORY is settings.DEFAULT_HISTORY
 
 
 RERUN_CONFTEST = """

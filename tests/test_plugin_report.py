@@ -6,15 +6,19 @@ from datetime import UTC, datetime
 
 import pytest
 
+from pytest_cleo_grade.display import (
+    failure_message,
+    markdown_cell,
+    markdown_code_cell,
+    markdown_summary,
+)
 from pytest_cleo_grade.models import DimensionScore, GradeResult
-from pytest_cleo_grade.report import (
+from pytest_cleo_grade.verdict import (
     GradedTest,
     RunGrade,
     decode_graded_test,
     describe_percent,
     encode_graded_test,
-    failure_message,
-    markdown_summary,
     passes,
     percent_below,
 )
@@ -88,9 +92,39 @@ def test_a_graded_test_survives_its_trip_to_the_controller_unchanged() -> None:
     assert back.result.to_json_dict()["testId"] == "t.py::test_x"
 
 
-def test_markdown_cells_escape_pipes_and_backticks_in_test_ids() -> None:
-    text = markdown_summary(RunGrade((graded(90.0, nodeid="t.py::test_x[a|`b`]"),), None))
-    assert "| `t.py::test_x[a\\|'b']` | 90/100 | 90% | A | 1 | - |" in text
+def test_markdown_cells_keep_pipes_backticks_and_backslashes_of_test_ids_exact() -> None:
+    nodeid = "t.py::test_x[a|`b`-\\u00e9]"
+    text = markdown_summary(RunGrade((graded(90.0, nodeid=nodeid),), None))
+    # A code span shows backslashes as written; the fence outruns the id's own backticks.
+    assert "| ``t.py::test_x[a\\|`b`-\\u00e9]`` | 90/100 | 90% | A | 1 | - |" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "cell"),
+    [
+        ("plain", "plain"),
+        ("a|b", "a\\|b"),
+        ("`tick`", "\\`tick\\`"),
+        ("two\nlines", "two lines"),
+        ("<script>", "\\<script\\>"),
+        ("back\\slash", "back\\\\slash"),
+    ],
+)
+def test_a_plain_markdown_cell_escapes_what_would_leave_or_restyle_it(text: str, cell: str) -> None:
+    assert markdown_cell(text) == cell
+
+
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        ("x", "`x`"),
+        ("`x`", "`` `x` ``"),
+        ("a``b|c", "```a``b\\|c```"),
+        ("l1\nl2", "`l1 l2`"),
+    ],
+)
+def test_a_markdown_code_cell_fences_backticks_and_escapes_only_pipes(text: str, span: str) -> None:
+    assert markdown_code_cell(text) == span
 
 
 @pytest.mark.parametrize(

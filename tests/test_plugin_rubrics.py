@@ -7,12 +7,13 @@ import sqlite3
 import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from tests.fake_judge import FakeJudgeServer, Reply, Status, serve, verdict_json
-from tests.plugin_suites import make_suite
+from tests.plugin_suites import REPLAY, make_suite
 
 #: One test the fake judge scores 67.17/100 (its default reply), with a docstring as its task.
 ONE_TEST = '''
@@ -199,7 +200,7 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             "",
             "",
             "ERROR: cleo-grade: --cleo-grade-rubric: unknown rubric 'wieghted'; "
-            "available rubrics: cleo, weighted",
+            "available rubrics: cleo, comparison, weighted",
             id="cli-rubric",
         ),
         pytest.param(
@@ -207,7 +208,7 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             "cleo_grade_rubric = nope",
             "",
             "ERROR: cleo-grade: ini cleo_grade_rubric: unknown rubric 'nope'; "
-            "available rubrics: cleo, weighted",
+            "available rubrics: cleo, comparison, weighted",
             id="ini-rubric",
         ),
         pytest.param(
@@ -215,7 +216,7 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             "",
             "rubric='nope'",
             "ERROR: cleo-grade: test_agent.py::test_agent: @pytest.mark.cleo_grade(rubric=...): "
-            "unknown rubric 'nope'; available rubrics: cleo, weighted",
+            "unknown rubric 'nope'; available rubrics: cleo, comparison, weighted",
             id="marker-rubric",
         ),
         pytest.param(
@@ -291,7 +292,7 @@ def test_bad_rubric_settings_are_usage_errors_naming_the_option_and_the_choices(
 
 
 def cached_replies(db: Path) -> int:
-    with sqlite3.connect(db) as connection:
+    with closing(sqlite3.connect(db)) as connection:
         (count,) = connection.execute("SELECT count(*) FROM judge_cache").fetchone()
     return int(count)
 
@@ -299,16 +300,19 @@ def cached_replies(db: Path) -> int:
 def test_judge_replies_are_cached_in_the_audit_store_unless_the_cache_is_off(
     pytester: pytest.Pytester, judge: FakeJudgeServer
 ) -> None:
-    # Each run is a new session (a new prompt), so a reply is reused only when the same
-    # session is judged again (cleo-grade grade); the run writes it where that finds it.
-    make_suite(pytester, ONE_TEST)
+    # Each run is a new session, but the cache key ignores the session id and keys on times
+    # relative to the session's start: re-running the unchanged suite asks the judge nothing.
+    make_suite(pytester, REPLAY + "\ndef test_agent(graded_session):\n    replay(graded_session)\n")
     base = ["--cleo-grade-rubric=weighted", *judge_args(judge), "--cleo-grade-db=store.db"]
     pytester.runpytest(*base).assert_outcomes(passed=1)
     assert cached_replies(pytester.path / "store.db") == 1
     pytester.runpytest(*base, "--cleo-grade-judge-cache=off").assert_outcomes(passed=1)
     assert cached_replies(pytester.path / "store.db") == 1
+    assert judge.count == 2
     pytester.runpytest(*base, "--cleo-grade-judge-cache=refresh").assert_outcomes(passed=1)
-    assert cached_replies(pytester.path / "store.db") == 2
+    assert cached_replies(pytester.path / "store.db") == 1  # the same key, replaced
+    assert judge.count == 3
+    pytester.runpytest(*base).assert_outcomes(passed=1)
     assert judge.count == 3
 
 
@@ -316,7 +320,7 @@ def test_a_broken_judge_cache_changes_no_outcome_when_warnings_are_errors(
     pytester: pytest.Pytester, judge: FakeJudgeServer
 ) -> None:
     # The audit store works; its judge_cache table is not the one the cache expects.
-    with sqlite3.connect(pytester.path / "store.db") as db:
+    with closing(sqlite3.connect(pytester.path / "store.db")) as db, db:
         db.execute("CREATE TABLE judge_cache (key TEXT)")
     make_suite(pytester, ONE_TEST, warnings="error")
     result = pytester.runpytest(
@@ -384,7 +388,10 @@ def test_a_rubric_file_configures_the_judge_and_the_command_line_overrides_its_m
         "[pytest]\nfilterwarnings = default\n"
         "cleo_grade_rubric = weighted\ncleo_grade_rubric_file = rubric.toml\n"
     )
-    pytester.runpytest("-c", "ci/pytest.ini", "--rootdir=.").assert_outcomes(passed=1)
+    # refresh: the first run's reply for this very prompt is cached, and the judge must be asked.
+    pytester.runpytest(
+        "-c", "ci/pytest.ini", "--rootdir=.", "--cleo-grade-judge-cache=refresh"
+    ).assert_outcomes(passed=1)
     assert judge.received[-1].body["model"] == "file-model"
     assert judge.count == 3
 
@@ -398,7 +405,7 @@ def test_a_rubric_defined_in_a_conftest_grades_tests_by_name(pytester: pytest.Py
     assert (props["cleo_rubric"], props["cleo_score"]) == ("steps", "20/100")
     listed = pytester.runpytest("--cleo-grade-rubric=stpes")
     listed.stderr.fnmatch_lines(
-        ["*unknown rubric 'stpes'; available rubrics: cleo, steps, weighted"]
+        ["*unknown rubric 'stpes'; available rubrics: cleo, comparison, steps, weighted"]
     )
 
 
@@ -502,6 +509,8 @@ def test_the_github_step_summary_sums_the_judge_usage(
         @pytest.mark.parametrize("n", range(3))
         def test_agent(graded_session, n):
             perfect(graded_session)
+            # Three different sessions: identical ones would share one cached reply.
+            graded_session.record("tasks", "show", {"taskId": f"T{n}"}, gateway="cleo_query")
         """,
     )
     result = pytester.runpytest("--cleo-grade-rubric=weighted", *judge_args(judge), "-q")
@@ -531,6 +540,7 @@ def test_a_two_worker_run_grades_with_a_conftest_rubric_and_the_judge_on_the_wor
         @pytest.mark.cleo_grade(rubric="weighted")
         def test_judged(graded_session, n):
             perfect(graded_session)
+            graded_session.record("tasks", "show", {"taskId": f"T{n}"}, gateway="cleo_query")
         """,
     )
     result = pytester.runpytest_subprocess("-n", "2", *judge_args(judge), "--junitxml=out.xml")
@@ -546,6 +556,8 @@ def test_grade_inside_a_test_uses_the_tests_own_rubric(pytester: pytest.Pytester
     pytester.makeconftest(STEPS_RUBRIC)
     pytester.makepyfile(
         test_inside="""
+        from datetime import datetime, timezone
+
         import pytest
 
         @pytest.mark.cleo_grade(rubric="steps")
@@ -554,6 +566,9 @@ def test_grade_inside_a_test_uses_the_tests_own_rubric(pytester: pytest.Pytester
             graded_session.record("tasks", "show")
             now = graded_session.grade()
             assert (now.total_score, now.model_extra["rubric"]) == (20, "steps")
+            # grade(now=...) too: the test's rubric in every form, never CLEO's by default.
+            at = graded_session.grade(now=datetime(2020, 1, 2, tzinfo=timezone.utc))
+            assert (at.total_score, at.model_extra["rubric"]) == (20, "steps")
 
         def test_default(graded_session):
             graded_session.record("session", "list")

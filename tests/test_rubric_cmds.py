@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cleo_grade.cli import rubric_cmds
+from pytest_cleo_grade.cli import rubrics as rubric_cmds
 from pytest_cleo_grade.errors import RubricError
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 from tests.entries import NOW, entry
@@ -52,8 +52,13 @@ def test_rubrics_lists_the_default_first_with_versions_and_maxima(
 def test_rubrics_json_describes_every_rubric(capsys: pytest.CaptureFixture[str]) -> None:
     run("rubrics", "--json")
     data = json.loads(capsys.readouterr().out)
-    assert [(r["name"], r["default"]) for r in data] == [("cleo", True), ("weighted", False)]
-    assert sum(data[1]["dimensions"].values()) == 100
+    assert [(r["name"], r["default"]) for r in data] == [
+        ("cleo", True),
+        ("comparison", False),
+        ("weighted", False),
+    ]
+    assert data[1]["dimensions"] == {"structural": 6, "substantive": 30}
+    assert sum(data[2]["dimensions"].values()) == 100
 
 
 def test_rubrics_check_validates_a_file_and_shows_its_dimensions(

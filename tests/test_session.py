@@ -209,7 +209,7 @@ def test_two_sessions_on_one_store_stay_apart(settings: SessionSettings) -> None
         ),
         ("pytest_cleo_grade.audit", {"pytest", "pytest_cleo_grade.session"}),
         ("pytest_cleo_grade.session", {"pytest", "pytest_cleo_grade.plugin"}),
-        ("pytest_cleo_grade.cleoimport", {"pytest", "pytest_cleo_grade.session"}),
+        ("pytest_cleo_grade.sources", {"pytest", "pytest_cleo_grade.session"}),
     ],
 )
 def test_capture_modules_import_nothing_from_a_higher_layer(

@@ -1,76 +1,7 @@
-"""The ``cleo-grade`` command: grade sessions, list, import and export history."""
+"""The ``cleo-grade`` command line (entry point :func:`pytest_cleo_grade.cli.main.main`)."""
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
-
-from pytest_cleo_grade.cli import compare, export_cmds, grading, rubric_cmds, store_cmds
-from pytest_cleo_grade.cli.common import CommandError, Handler
-from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.cli.main import build_parser, main
 
 __all__ = ["build_parser", "main"]
-
-# Each module adds its subcommands; a subparser stores its handler as ``handler``.
-_COMMAND_MODULES = (grading, store_cmds, export_cmds, rubric_cmds, compare)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that exits with status 2 and one line, as every other usage error does."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise CommandError(f"{self.prog}: {message}")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    return _build()[0]
-
-
-def _build() -> tuple[argparse.ArgumentParser, set[str]]:
-    parser = _Parser(
-        prog="cleo-grade",
-        description="Grade agent sessions against CLEO's rubric and keep their history.",
-    )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in _COMMAND_MODULES:
-        module.register(subparsers)
-    return parser, set(subparsers.choices)
-
-
-def _normalise(argv: list[str], commands: set[str]) -> list[str]:
-    """Seed 000 parity: ``cleo-grade`` and ``cleo-grade --list`` list; ``cleo-grade ID`` grades."""
-    if not argv:
-        return ["list"]
-    if argv[0] == "--list":
-        return ["list", *argv[1:]]
-    first = argv[0]
-    if first in commands or first in {"-h", "--help"}:
-        return argv
-    if not first.startswith("-"):
-        return ["grade", *argv]
-    # Options before the session id (``cleo-grade --db X ID``): grade or list.
-    if "--list" in argv:
-        return ["list", *[a for a in argv if a != "--list"]]
-    return ["grade", *argv]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (0 ok, 1 below threshold, 2 usage/input)."""
-    parser, commands = _build()
-    args_list = _normalise(list(sys.argv[1:] if argv is None else argv), commands)
-    try:
-        args = parser.parse_args(args_list)
-        handler: Handler = args.handler
-        return handler(args)
-    except CommandError as exc:
-        print(str(exc), file=sys.stderr)
-        return exc.status
-    except CleoGradeError as exc:
-        print(f"cleo-grade: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("cleo-grade: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0

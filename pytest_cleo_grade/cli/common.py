@@ -9,10 +9,10 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
+from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.history import DEFAULT_HISTORY
-from pytest_cleo_grade.models import GradeResult, format_timestamp
-from pytest_cleo_grade.report import number_text, score_text
 
 __all__ = [
     "CommandError",
@@ -21,7 +21,6 @@ __all__ = [
     "history_path",
     "parse_threshold",
     "print_json",
-    "render_grade",
     "session_id_arg",
 ]
 
@@ -64,7 +63,7 @@ def session_id_arg(value: str) -> str:
 
 def parse_threshold(value: str) -> float:
     """A threshold as a letter (A-F) or a percentage (``85``, ``85%``, ``85.5``)."""
-    from pytest_cleo_grade.thresholds import parse_grade_threshold
+    from pytest_cleo_grade.verdict import parse_grade_threshold
 
     try:
         return parse_grade_threshold(value)
@@ -72,32 +71,29 @@ def parse_threshold(value: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+#: Characters json.dumps(ensure_ascii=False) leaves raw that a terminal acts on: C1 controls,
+#: bidirectional overrides, line separators, lone surrogates. They can only occur inside JSON
+#: strings, where a \\u escape is the same text.
+_JSON_ESCAPES: Final = {
+    code: f"\\u{code:04x}"
+    for code in (
+        *range(0x7F, 0xA0),
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+        0x2028,
+        0x2029,
+        *range(0xD800, 0xE000),
+    )
+}
+
+
+def json_text(data: object) -> str:
+    """Indented JSON for a terminal: non-ASCII text kept, control characters escaped."""
+    return json.dumps(data, indent=2, ensure_ascii=False).translate(_JSON_ESCAPES)
+
+
 def print_json(data: object) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def render_grade(result: GradeResult) -> str:
-    """The human-readable report of one grade (seed 000's CLI fields)."""
-    lines = [
-        f"Session:    {result.session_id}",
-        *([f"Task:       {result.task_id}"] if result.task_id else []),
-        f"Score:      {score_text(result)}  ({result.display_percent}%, grade {result.letter})",
-        f"Entries:    {result.entry_count}",
-        f"Graded at:  {format_timestamp(result.timestamp)}",
-        "",
-        "Dimensions:",
-    ]
-    width = max((len(name) for name in result.dimensions), default=0)
-    for name, dim in result.dimensions.items():
-        lines.append(f"  {name:<{width}}  {number_text(dim.score):>3}/{number_text(dim.max)}")
-        lines.extend(f"  {'':<{width}}    - {text}" for text in dim.evidence)
-    lines.append("")
-    if result.flags:
-        lines.append(f"Flags ({len(result.flags)}):")
-        lines.extend(f"  - {flag}" for flag in result.flags)
-    else:
-        lines.append("Flags: none")
-    return "\n".join(lines)
+    print(json_text(data))
 
 
 @contextmanager
@@ -107,4 +103,4 @@ def warnings_to_stderr() -> Iterator[None]:
         warnings.simplefilter("always")
         yield
     for warning in caught:
-        print(f"cleo-grade: warning: {warning.message}", file=sys.stderr)
+        print(terminal_text(f"cleo-grade: warning: {warning.message}"), file=sys.stderr)

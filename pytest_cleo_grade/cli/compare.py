@@ -1,4 +1,4 @@
-"""``cleo-grade compare``: seed 002's verdict table and go/no-go decision over stored grades."""
+"""``cleo-grade compare``: the comparison verdict table and go/no-go decision over stored grades."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _seed(value: str) -> int:
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="compare two variants (seed 002 verdicts and go/no-go)",
+        help="compare two variants (the model-comparison rubric verdicts and go/no-go)",
         description=(
             "Compare a candidate variant with a baseline over the comparison grades in the "
             "history (and hand-entered score sheets): per-query verdicts and the go/no-go "
@@ -75,10 +75,13 @@ def register(subparsers: Any) -> None:
     output.add_argument("--json", action="store_true", help="print the comparison as JSON")
     output.add_argument("--markdown", action="store_true", help="print the report as Markdown")
     parser.add_argument(
+        "--random-state",
         "--seed",
+        dest="seed",
+        metavar="N",
         type=_seed,
         default=DEFAULT_SEED,
-        help=f"bootstrap seed for repeated runs (default {DEFAULT_SEED})",
+        help=f"random state of the bootstrap for repeated runs (default {DEFAULT_SEED})",
     )
     parser.add_argument(
         "--resamples",

@@ -1,4 +1,4 @@
-"""Seed 002's model comparison: structural checks, score sheets, verdicts and go/no-go.
+"""Model comparison: structural checks, score sheets, verdicts and go/no-go.
 
 Pure layer: no pytest, no sqlite. The pytest plugin and ``cleo-grade compare`` both build on
 :func:`comparison_grade` (one run -> a GradeResult with the comparison extras) and
@@ -7,7 +7,7 @@ Pure layer: no pytest, no sqlite. The pytest plugin and ``cleo-grade compare`` b
 
 from __future__ import annotations
 
-from pytest_cleo_grade.comparison.compare import (
+from pytest_cleo_grade.comparison.decision import (
     COMPARISON_KEYS,
     Comparison,
     DecideOn,
@@ -16,12 +16,13 @@ from pytest_cleo_grade.comparison.compare import (
     compare_records,
     records_from_grades,
 )
-from pytest_cleo_grade.comparison.grades import (
+from pytest_cleo_grade.comparison.render import render_markdown, render_text
+from pytest_cleo_grade.comparison.rubric import (
     COMPARISON_DIMENSIONS,
+    ComparisonRubric,
     comparison_grade,
-    comparison_properties,
 )
-from pytest_cleo_grade.comparison.metrics import (
+from pytest_cleo_grade.comparison.scores import (
     METRICS,
     MODES,
     ComparisonError,
@@ -35,9 +36,7 @@ from pytest_cleo_grade.comparison.metrics import (
     parse_judge_answer,
     scores_from_judge,
 )
-from pytest_cleo_grade.comparison.render import render_markdown, render_text
-from pytest_cleo_grade.comparison.rubric import ComparisonRubric
-from pytest_cleo_grade.comparison.sheet import load_score_sheet, parse_score_sheet
+from pytest_cleo_grade.comparison.sheets import load_score_sheet, parse_score_sheet
 from pytest_cleo_grade.comparison.stats import Interval, RunSummary, Stability, bootstrap
 from pytest_cleo_grade.comparison.structural import (
     StructuralCheck,
@@ -53,6 +52,7 @@ from pytest_cleo_grade.comparison.verdicts import (
     decision_exit_status,
     verdict_for,
 )
+from pytest_cleo_grade.display import comparison_properties
 
 __all__ = [
     "COMPARISON_DIMENSIONS",

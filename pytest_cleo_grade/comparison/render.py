@@ -5,7 +5,8 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-from pytest_cleo_grade.comparison.compare import Comparison, QueryComparison
+from pytest_cleo_grade.comparison.decision import Comparison, QueryComparison
+from pytest_cleo_grade.display import markdown_cell
 
 __all__ = ["format_average", "render_markdown", "render_text"]
 
@@ -90,28 +91,25 @@ def _worst_case(comparison: Comparison) -> list[str]:
     ]
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def render_markdown(comparison: Comparison) -> str:
     """The same report as GitHub-flavoured Markdown (a heading, a table, the decision)."""
     header, rows = _rows(comparison)
     decision = comparison.decision
     lines = [
-        f"### Model comparison: {_cell(comparison.candidate)} vs {_cell(comparison.baseline)}",
+        f"### Model comparison: {markdown_cell(comparison.candidate)} vs "
+        f"{markdown_cell(comparison.baseline)}",
         "",
-        "| " + " | ".join(_cell(cell) for cell in header) + " |",
+        "| " + " | ".join(markdown_cell(cell) for cell in header) + " |",
         "|" + "|".join(" --- " for _ in header) + "|",
     ]
-    lines += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows]
     lines += [
         "",
-        f"**Decision: {decision.label}** ({decision.rule}): {_cell(decision.reason)}",
+        f"**Decision: {decision.label}** ({decision.rule}): {markdown_cell(decision.reason)}",
         "",
         f"Action: {decision.action}",
     ]
     notes = _worst_case(comparison)
     if notes:
-        lines += ["", "_" + _cell(notes[0].removeprefix("Note:").strip()) + "_"]
+        lines += ["", "_" + markdown_cell(notes[0].removeprefix("Note:").strip()) + "_"]
     return "\n".join(lines) + "\n"

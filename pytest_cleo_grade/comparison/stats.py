@@ -11,7 +11,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_cleo_grade.comparison.metrics import METRIC_IDS, ComparisonError
+from pytest_cleo_grade.comparison.scores import METRIC_IDS, ComparisonError
 from pytest_cleo_grade.comparison.verdicts import Verdict, verdict_from_difference
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Seed 002's structural checks S-01..S-06: pass/fail from the output text and audit entries."""
+"""Structural checks S-01..S-06: pass/fail from the output text and audit entries."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_cleo_grade.comparison.metrics import Mode
-from pytest_cleo_grade.models import AuditEntry
-from pytest_cleo_grade.rubrics.cleo import order_entries
+from pytest_cleo_grade.comparison.scores import Mode
+from pytest_cleo_grade.models import AuditEntry, order_entries
 
 __all__ = [
     "CHECKS",
@@ -41,16 +40,16 @@ CHECKS: Final[tuple[tuple[CheckId, str], ...]] = (
     ("S-06", "Read-only compliance"),
 )
 
-#: The six Context Package sections, in seed 002's order.
+#: The six Context Package sections, in the model-comparison rubric's order.
 SECTIONS: Final = ("Memory", "Codebase", "Patterns", "Dispatched", "Gaps", "Recommendation")
 #: Sections whose list items are findings that must cite a source (S-03). Gaps list what was
 #: NOT found and the recommendation is advice, so neither can cite; Dispatched reports on
 #: dispatches (often "none").
 FINDING_SECTIONS: Final = ("Memory", "Codebase", "Patterns")
 
-#: Seed 002's budgets in tokens per mode ("~500, ~2K, ~4K").
+#: The model-comparison rubric's budgets in tokens per mode ("~500, ~2K, ~4K").
 TOKEN_BUDGETS: Final[dict[Mode, int]] = {"quick": 500, "medium": 2000, "thorough": 4000}
-#: Seed 002's dispatch limits per mode.
+#: The model-comparison rubric's dispatch limits per mode.
 DISPATCH_LIMITS: Final[dict[Mode, int]] = {"quick": 0, "medium": 1, "thorough": 2}
 
 # Default memory id: CLEO BRAIN's prefixes (O- observations, D- decisions, P- patterns,
@@ -77,7 +76,7 @@ class StructuralCheck(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: CheckId = Field(description="S-01..S-06.")
-    name: str = Field(description="Seed 002's name of the check.")
+    name: str = Field(description="The model-comparison rubric's name of the check.")
     passed: bool = Field(description="Whether the requirement is met.")
     evidence: tuple[str, ...] = Field(default=(), description="What the check observed.")
 
@@ -106,7 +105,7 @@ class StructuralConfig:
     mutation_gateways: frozenset[str] = frozenset({"cleo_mutate", "mutate"})
     token_budgets: Mapping[Mode, int] = field(default_factory=lambda: dict(TOKEN_BUDGETS))
     dispatch_limits: Mapping[Mode, int] = field(default_factory=lambda: dict(DISPATCH_LIMITS))
-    #: S-02 tolerance: 20 % by seed 002.
+    #: S-02 tolerance: 20 % by the model-comparison rubric.
     size_tolerance: Fraction = Fraction(1, 5)
     #: "ceiling": only too long fails (a budget is a maximum); "band": too short fails too.
     size_policy: Literal["ceiling", "band"] = "ceiling"
@@ -146,7 +145,7 @@ class StructuralConfig:
 
 
 def estimate_tokens(text: str) -> Fraction:
-    """Seed 002 gives budgets in tokens; without a tokenizer, tokens are characters / 4."""
+    """Budgets are in tokens; without a tokenizer, tokens are characters / 4."""
     return Fraction(len(text), 4)
 
 
@@ -165,7 +164,7 @@ def _headers(text: str) -> Iterator[tuple[int, int, str]]:
 
 
 def section_of(header: str) -> str | None:
-    """The seed 002 section a header names, if any.
+    """The model-comparison rubric's section a header names, if any.
 
     The header's first word, after numbering, emphasis and symbols ("## 2. **Codebase
     Findings**"), must be the section name, singular or plural ("Gap", "Recommendations"),

@@ -1,4 +1,4 @@
-"""Seed 002's per-query verdicts and go/no-go matrix as pure functions, with a total precedence."""
+"""Per-query verdicts and the go/no-go matrix as pure functions, with a total precedence."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_cleo_grade.comparison.metrics import ComparisonError, Mode
+from pytest_cleo_grade.comparison.scores import ComparisonError, Mode
 
 __all__ = [
     "DECISION_LABELS",
@@ -59,7 +59,7 @@ FLOOR: Final = Fraction(3)  # a candidate average below 3.0 is Degraded whatever
 SMALL: Final = Fraction(1, 2)  # the 0.5-point step between Equivalent and the other verdicts
 LARGE: Final = Fraction(3, 2)  # 1.5 points below the baseline is Degraded
 
-# Seed 002 row shares, generalised from 5 queries: GO with monitoring needs 4/5 OK,
+# The comparison rubric row shares, generalised from 5 queries: GO with monitoring needs 4/5 OK,
 # CONDITIONAL 3/5 OK. Counts never scale up with more queries (that would loosen the gate);
 # the shares make fewer than 5 queries stricter, never looser.
 _MONITOR_OK_SHARE: Final = Fraction(4, 5)
@@ -67,7 +67,7 @@ _CONDITIONAL_OK_SHARE: Final = Fraction(3, 5)
 
 
 def verdict_for(baseline_average: Fraction, candidate_average: Fraction) -> Verdict:
-    """Seed 002's verdict for one query from the two variants' exact Q averages."""
+    """The comparison rubric's verdict for one query from the two variants' exact Q averages."""
     return verdict_from_difference(
         Fraction(candidate_average) - Fraction(baseline_average), Fraction(candidate_average)
     )
@@ -82,8 +82,8 @@ def verdict_from_difference(difference: Fraction, candidate_average: Fraction) -
     4. difference <= +0.5                 -> equivalent (at exactly +0.5, not superior)
     5. difference >  +0.5                 -> superior
 
-    Where the seed's rows overlap (a difference of exactly 0.5 or 1.5, a small difference
-    with a candidate below 3.0), the more conservative verdict wins, as seed 002 asks. The
+    Where the rubric's rows overlap (a difference of exactly 0.5 or 1.5, a small difference
+    with a candidate below 3.0), the more conservative verdict wins, as the rubric asks. The
     verdict never gets worse when the difference or the candidate's average grows.
     """
     if candidate_average < FLOOR or difference <= -LARGE:
@@ -104,7 +104,7 @@ class QueryVerdict(BaseModel):
     mode: Mode = Field(description="The query's thoroughness mode.")
     baseline_average: Fraction = Field(description="Baseline's mean Q average (exact).")
     candidate_average: Fraction = Field(description="Candidate's mean Q average (exact).")
-    verdict: Verdict = Field(description="Seed 002's verdict for the query.")
+    verdict: Verdict = Field(description="The model-comparison rubric's verdict for the query.")
     unstable: bool = Field(
         False, description="Repeated runs: the interval of the difference crosses a threshold."
     )
@@ -126,7 +126,7 @@ class Decision(BaseModel):
     kind: DecisionKind = Field(description="GO, GO_MONITOR, CONDITIONAL or NO_GO.")
     rule: str = Field(description="The matrix row that decided (M1..M7, see docs).")
     reason: str = Field(description="Why, in one sentence.")
-    action: str = Field(description="Seed 002's action for the decision.")
+    action: str = Field(description="The model-comparison rubric's action for the decision.")
 
     @property
     def label(self) -> str:
@@ -144,14 +144,14 @@ def _names(verdicts: Sequence[QueryVerdict]) -> str:
 
 
 def decide(verdicts: Sequence[QueryVerdict]) -> Decision:
-    """Seed 002's go/no-go matrix over any number of queries; first matching row wins.
+    """The comparison rubric's go/no-go matrix over any number of queries; first matching row wins.
 
     M1 any Degraded in quick mode -> NO-GO. M2 two or more Degraded in medium mode -> NO-GO.
     M3 every query Equivalent or Superior -> GO. M4 no Degraded but some Acceptable -> GO with
-    monitoring (no row of the seed matches; one step more conservative than GO). M5 exactly one
+    monitoring (no row of the matrix matches; one step more conservative than GO). M5 exactly one
     Degraded and at least 4/5 of the queries OK -> GO with monitoring. M6 one or two Degraded,
     all in thorough mode, and at least 3/5 OK -> CONDITIONAL. M7 anything else -> NO-GO (the
-    seed's conservative default, e.g. one medium and one thorough Degraded).
+    rubric's conservative default, e.g. one medium and one thorough Degraded).
     """
     if not verdicts:
         raise ComparisonError("no queries to decide on")

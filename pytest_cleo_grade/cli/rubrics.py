@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import print_json
-from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC, GradeContext, RubricConfig
+from pytest_cleo_grade.judges.connect import DefaultConnector
+from pytest_cleo_grade.judges.redact import redact_url
+from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC, GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager
-from pytest_cleo_grade.rubrics.weighted import (
+from pytest_cleo_grade.rubrics.weighted.rubric import (
     CategoricalDimension,
     WeightedJudgeRubric,
     load_rubric_file,
@@ -73,6 +75,7 @@ def rubric_config_from_args(args: argparse.Namespace, *, cache_path: Path | None
         judge_overrides=overrides,
         cache_path=cache_path,
         cache_mode=args.judge_cache,
+        connector=DefaultConnector(),
     )
 
 
@@ -87,7 +90,11 @@ def run_rubrics(args: argparse.Namespace) -> int:
         loaded = load_rubric_file(args.check)
         rubric = WeightedJudgeRubric(loaded.spec, source=loaded.source)
         if args.json:
-            print_json(loaded.spec.model_dump(mode="json"))
+            data = loaded.spec.model_dump(mode="json")
+            if data["judge"]["base_url"] is not None:
+                # A key written in the URL is never echoed.
+                data["judge"]["base_url"] = redact_url(data["judge"]["base_url"])
+            print_json(data)
             return 0
         print(f"{args.check}: ok ({rubric.name} {rubric.version})")
         for dimension in loaded.spec.dimensions:

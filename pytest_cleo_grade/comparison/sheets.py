@@ -8,11 +8,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pytest_cleo_grade.comparison.metrics import (
+from pytest_cleo_grade.comparison.scores import (
     ComparisonError,
     ComparisonRecord,
     validate_records,
 )
+from pytest_cleo_grade.files import read_regular_bytes
 
 __all__ = ["load_score_sheet", "parse_score_sheet"]
 
@@ -31,7 +32,7 @@ def load_score_sheet(path: str | os.PathLike[str]) -> list[ComparisonRecord]:
     """
     target = Path(path)
     try:
-        text = target.read_text(encoding="utf-8")
+        text = read_regular_bytes(target).decode("utf-8")  # never a device or a FIFO
     except UnicodeDecodeError as exc:
         raise ComparisonError(f"{target}: not UTF-8 text ({exc.reason})") from exc
     except OSError as exc:
@@ -41,6 +42,14 @@ def load_score_sheet(path: str | os.PathLike[str]) -> list[ComparisonRecord]:
 
 def parse_score_sheet(text: str, where: str, *, toml: bool = False) -> list[ComparisonRecord]:
     """Parse a score sheet's text; ``where`` names it in errors."""
+    try:
+        return _parse_score_sheet(text, where, toml=toml)
+    except RecursionError:
+        # The parsers recurse per nesting level: absurd nesting is an input error.
+        raise ComparisonError(f"{where}: nested too deeply") from None
+
+
+def _parse_score_sheet(text: str, where: str, *, toml: bool) -> list[ComparisonRecord]:
     data: Any
     if toml:
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,15 +17,16 @@ from pytest_cleo_grade.cli.common import (
     history_path,
     parse_threshold,
     print_json,
-    render_grade,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.grading import grade_from_store, refuse_empty, save_grade
-from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
-from pytest_cleo_grade.entryfile import parse_json_strict
+from pytest_cleo_grade.cli.grade import grade_from_store, refuse_empty, save_grade
+from pytest_cleo_grade.cli.record import add_db_option, db_path
+from pytest_cleo_grade.display import render_grade, score_text, terminal_text
+from pytest_cleo_grade.files import exclusive_temp_file
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import GradeResult, format_timestamp
-from pytest_cleo_grade.report import describe_threshold, passes, percent_below, score_text
+from pytest_cleo_grade.sources import parse_json_strict
+from pytest_cleo_grade.verdict import describe_threshold, passes, percent_below
 
 __all__ = ["register"]
 
@@ -112,19 +113,35 @@ def run_junit(args: argparse.Namespace) -> int:
         sys.stdout.write(xml)
     else:
         target = Path(args.output)
-        # Write next to the target and rename: a reader never sees half a report.
-        partial = target.with_name(target.name + ".partial")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(xml, encoding="utf-8")
-            partial.replace(target)
-        except OSError as exc:
+        write_replacing(target, xml.encode("utf-8"), where="cleo-grade junit")
+        failed = sum(1 for case in cases if case.is_failure())
+        print(terminal_text(f"{target}: {len(cases)} session(s), {failed} below the threshold"))
+    return 1 if any(case.is_failure() for case in cases) else 0
+
+
+def write_replacing(target: Path, data: bytes, *, where: str) -> None:
+    """Write ``data`` to a new file beside ``target`` and rename it over ``target``.
+
+    A reader never sees half a file; the temporary file is created exclusively under a
+    random name (a file or link planted beside the target is never opened), and a link at
+    ``target`` itself is replaced, never written through.
+    """
+    partial: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = exclusive_temp_file(target)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        # mkstemp's 0600 would hide the report from CI's other users: use the usual mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o666 & ~umask)
+        partial.replace(target)
+    except OSError as exc:
+        if partial is not None:
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)  # no half-written file is left behind
-            raise CommandError(f"cleo-grade junit: {target}: {exc.strerror or exc}") from exc
-        failed = sum(1 for case in cases if case.is_failure())
-        print(f"{target}: {len(cases)} session(s), {failed} below the threshold")
-    return 1 if any(case.is_failure() for case in cases) else 0
+        raise CommandError(f"{where}: {target}: {exc.strerror or exc}") from exc
 
 
 def run_query(args: argparse.Namespace) -> int:
@@ -152,5 +169,5 @@ def run_query(args: argparse.Namespace) -> int:
     refuse_empty(result, strict=args.strict, where=where)
     if not args.no_save:
         save_grade(result, history=history_path(args), store=path)
-    print(json.dumps(result.to_json_dict(), indent=2, ensure_ascii=False))
+    print_json(result.to_json_dict())
     return 0

@@ -10,17 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.audit import ENV_AUDIT_DB, MUTATE_GATEWAYS, active_session, make_entry
-from pytest_cleo_grade.cleoimport import (
+from pytest_cleo_grade.cli.common import CommandError, session_id_arg
+from pytest_cleo_grade.display import terminal_text
+from pytest_cleo_grade.sources import (
     find_cleo_db,
-    import_cleo_rows,
     is_sqlite_file,
     read_cleo_db,
-    read_entries_file,
-    select_session,
 )
-from pytest_cleo_grade.cli.common import CommandError, session_id_arg
-from pytest_cleo_grade.entryfile import parse_json_strict as strict_json_loads
+from pytest_cleo_grade.sources import parse_json_strict as strict_json_loads
 from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
+from pytest_cleo_grade.store.imports import import_cleo_rows, stream_entries_file
 
 __all__ = ["add_db_option", "db_path", "register"]
 
@@ -51,6 +50,17 @@ def register(subparsers: Any) -> None:
         ),
     )
     importer.add_argument("source", metavar="FILE", help="entries file, CLEO database or project")
+    importer.add_argument(
+        "--format",
+        dest="format",
+        choices=("auto", "otlp"),
+        default="auto",
+        help=(
+            "auto (default): JSON/JSONL audit entries or a CLEO database; otlp: OTLP JSON "
+            "traces (a Collector's file exporter), one session per gen_ai.conversation.id or "
+            "trace id unless --session-id names one"
+        ),
+    )
     importer.add_argument(
         "--session-id",
         dest="session_id",
@@ -97,6 +107,8 @@ def run_import(args: argparse.Namespace) -> int:
     if not source.exists():
         raise CommandError(f"cleo-grade import: {source}: no such file")
     target = db_path(args)
+    if args.format == "otlp":
+        return _import_otlp(source, target, args.session_id)
     cleo = source.is_dir() or is_sqlite_file(source)
     if cleo:
         cleo_db = find_cleo_db(source)
@@ -108,15 +120,24 @@ def run_import(args: argparse.Namespace) -> int:
         with AuditStore(target) as store:
             read, added = len(items), import_cleo_rows(store, items)
         skipped = f" ({read - added} already there)" if read != added else ""
-        print(f"Imported {added} entries from {cleo_db} into {target}{skipped}")
+        print(terminal_text(f"Imported {added} entries from {cleo_db} into {target}{skipped}"))
         return 0
-    # Read and validate the whole file before touching the store: a bad line changes nothing.
-    entries = select_session(read_entries_file(source), args.session_id, str(source))
+    # Streamed in one transaction: memory holds a batch, a bad line changes nothing.
+    summary = stream_entries_file(target, source, session_id=args.session_id)
+    shown = ", ".join(summary.sessions) + (", ..." if summary.more_sessions else "")
+    print(terminal_text(f"Imported {summary.count} entries into {target} (sessions: {shown})"))
+    return 0
+
+
+def _import_otlp(source: Path, target: Path, session_id: str | None) -> int:
+    from pytest_cleo_grade.capture.otlp import load_otlp_file  # only this format needs it
+
+    entries = load_otlp_file(source, session_id=session_id)
     with AuditStore(target) as store:
         store.append_many(entries)
     sessions = sorted({e.session_id or "(no session)" for e in entries})
     shown = ", ".join(sessions[:5]) + (", ..." if len(sessions) > 5 else "")
-    print(f"Imported {len(entries)} entries into {target} (sessions: {shown})")
+    print(terminal_text(f"Imported {len(entries)} entries into {target} (sessions: {shown})"))
     return 0
 
 

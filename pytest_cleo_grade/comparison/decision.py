@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pytest_cleo_grade.comparison.metrics import (
+from pytest_cleo_grade.comparison.scores import (
     ComparisonError,
     ComparisonRecord,
     Mode,
@@ -61,7 +61,7 @@ class QueryComparison(BaseModel):
 
 
 class Comparison(BaseModel):
-    """Baseline against candidate over every query both ran, and seed 002's decision."""
+    """Baseline against candidate over every query both ran, and the go/no-go decision."""
 
     model_config = ConfigDict(frozen=True)
 

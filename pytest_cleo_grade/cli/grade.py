@@ -7,31 +7,31 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_cleo_grade.cleoimport import find_cleo_db
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_history_option,
     history_path,
     parse_threshold,
     print_json,
-    render_grade,
     session_id_arg,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.rubric_cmds import (
+from pytest_cleo_grade.cli.record import add_db_option, db_path
+from pytest_cleo_grade.cli.rubrics import (
     add_rubric_options,
     grade_context_from_args,
     rubric_config_from_args,
 )
-from pytest_cleo_grade.cli.store_cmds import add_db_option, db_path
-from pytest_cleo_grade.entryfile import load_entries_file
-from pytest_cleo_grade.history import append_grade, read_grades
+from pytest_cleo_grade.display import render_grade, terminal_text
+from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
-from pytest_cleo_grade.report import describe_threshold, passes, percent_below
-from pytest_cleo_grade.rubrics.base import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.cleo import grade_entries
+from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
+from pytest_cleo_grade.session import persist
+from pytest_cleo_grade.sources import find_cleo_db, load_entries_file
 from pytest_cleo_grade.store import AuditStore
+from pytest_cleo_grade.verdict import describe_threshold, passes, percent_below
 
 __all__ = ["register"]
 
@@ -107,7 +107,8 @@ def _session_id(args: argparse.Namespace) -> str | None:
         raise CommandError(
             f"cleo-grade grade: SESSION_ID {positional!r} and --session-id {option!r} differ"
         )
-    return positional or option
+    # An empty id is an id (an imported entry may carry one): only a missing one is absent.
+    return positional if positional is not None else option
 
 
 def _entries_from_file(path: str, session_id: str | None) -> tuple[str, list[AuditEntry]]:
@@ -139,7 +140,7 @@ def run_grade(args: argparse.Namespace) -> int:
         cache = db_path(args)
         # The judge cache lives in the audit store; use it only if there already is one.
         return report(args, _grade(args, entries, session_id, cache if cache.is_file() else None))
-    if not session_id:
+    if session_id is None:
         raise CommandError("cleo-grade grade: give SESSION_ID (or --entries FILE)")
     if args.cleo_db:
         with AuditStore(find_cleo_db(args.cleo_db), read_only=True) as cleo:
@@ -177,15 +178,15 @@ def grade_from_store(
 
 
 def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> None:
-    """Append a grade to the history, then to the grades table of the store it came from.
-
-    The history goes first: a ``--history`` that cannot be written fails before the store
-    is touched, so an exit status 2 never leaves the grade saved in one place only.
+    """Save a grade with the one :func:`~pytest_cleo_grade.session.persist`: the history,
+    then the grades table of the store it came from. A ``--history`` that cannot be written
+    fails before the store is touched, so an exit status 2 never leaves it saved in one place.
     """
-    append_grade(result, history)
-    if store is not None:
-        with AuditStore(store) as audit:
-            audit.add_grade(result)
+    if store is None:
+        persist([result], history=history, store=None)
+        return
+    with AuditStore(store) as audit:
+        persist([result], history=history, store=audit)
 
 
 def _grade(
@@ -213,7 +214,8 @@ def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None 
         save_grade(result, history=history_path(args), store=store)
     if result.entry_count == 0:
         print(
-            f"cleo-grade: warning: no audit entries found for session {result.session_id}",
+            "cleo-grade: warning: no audit entries found for session "
+            + terminal_text(result.session_id),
             file=sys.stderr,
         )
     if args.json:
@@ -245,11 +247,11 @@ def run_list(args: argparse.Namespace) -> int:
         print_json([g.to_report_dict() for g in grades])
         return 0
     if not grades:
-        print(f"No grades in {path}")
+        print(terminal_text(f"No grades in {path}"))
         return 0
     rows = [
         (
-            g.session_id,
+            terminal_text(g.session_id),
             f"{g.total_score:g}/{g.max_score:g}",
             f"{g.display_percent}%",
             g.letter,

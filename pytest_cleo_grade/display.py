@@ -1,0 +1,365 @@
+"""How grades read: the failure message, JUnit properties, the terminal and Markdown summaries,
+and the CLI's report of one grade. Shared by the plugin, the CLI and the reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, Final
+
+from pytest_cleo_grade.models import GradeResult, format_timestamp
+from pytest_cleo_grade.verdict import (
+    GradedTest,
+    RunGrade,
+    describe_threshold,
+    percent_below,
+)
+
+__all__ = [
+    "comparison_properties",
+    "failure_message",
+    "grade_headline",
+    "grade_section",
+    "judge_line",
+    "judge_usage_totals",
+    "junit_properties",
+    "markdown_cell",
+    "markdown_code_cell",
+    "markdown_summary",
+    "number_text",
+    "render_grade",
+    "score_text",
+    "summary_line",
+    "summary_lines",
+    "terminal_text",
+]
+
+
+def _escape_table() -> dict[int, str]:
+    codes = [*range(0x20), 0x7F, *range(0x80, 0xA0)]  # C0, DEL, C1
+    # Bidirectional overrides and isolates reorder what follows them on screen; line and
+    # paragraph separators break lines in some terminals; a lone surrogate cannot be printed.
+    codes += [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]
+    codes += range(0xD800, 0xE000)
+    table = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in codes}
+    table.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+    return table
+
+
+_TERMINAL_ESCAPES: Final = _escape_table()
+
+
+def terminal_text(text: object) -> str:
+    """``text`` safe to print on a terminal: every control character shown as an escape.
+
+    Evidence, flags, session and test ids come from the graded agent: an ANSI escape in them
+    could recolour, hide or rewrite the report (or the terminal's title), and a newline could
+    forge a line of it. C0 and C1 controls, DEL, bidirectional overrides, line separators
+    and lone surrogates become ``\\x1b``-style escapes; everything else is left as written.
+    Every terminal path (the plugin's summary and failure message, the CLI) goes through
+    this one function.
+    """
+    return str(text).translate(_TERMINAL_ESCAPES)
+
+
+def number_text(value: float) -> str:
+    """A score as written: ``85`` for integers, ``67.17`` (``:g``) for fractional scores."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def score_text(result: GradeResult) -> str:
+    """``85/100``."""
+    return f"{number_text(result.total_score)}/{number_text(result.max_score)}"
+
+
+def dimension_lines(result: GradeResult, indent: str = "  ") -> list[str]:
+    width = max((len(terminal_text(name)) for name in result.dimensions), default=0)
+    return [
+        f"{indent}{terminal_text(name):<{width}}  "
+        f"{number_text(dim.score):>3}/{number_text(dim.max)}"
+        for name, dim in result.dimensions.items()
+    ]
+
+
+def _grade_details(result: GradeResult) -> list[str]:
+    lines = [
+        f"session {terminal_text(result.session_id)}, {result.entry_count} audit entries",
+        "dimensions:",
+        *dimension_lines(result),
+    ]
+    if result.flags:
+        lines.append(f"flags ({len(result.flags)}):")
+        lines.extend(f"  - {terminal_text(flag)}" for flag in result.flags)
+    else:
+        lines.append("flags: none")
+    return lines
+
+
+def grade_headline(result: GradeResult) -> str:
+    """``45/100 (45%, grade D)``."""
+    return f"{score_text(result)} ({result.display_percent}%, grade {result.letter})"
+
+
+def failure_message(test: GradedTest) -> str:
+    """The message of a test failed for its grade: score, percent, letter, threshold, table."""
+    result = test.result
+    assert test.threshold is not None  # only a threshold can fail a test
+    shown = percent_below(result.percent, test.threshold)
+    headline = (
+        f"cleo-grade: {score_text(result)} ({shown}, grade {result.letter}) is below the"
+        f" threshold {describe_threshold(test.threshold)} set by {test.threshold_source}"
+    )
+    return "\n".join([headline, *_grade_details(result)])
+
+
+def grade_section(test: GradedTest) -> str:
+    """The grade shown beside the own failure of a test that failed for another reason."""
+    return "\n".join([f"grade {grade_headline(test.result)}", *_grade_details(test.result)])
+
+
+def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
+    """DESIGN section 6's per-test JUnit properties, in a stable order.
+
+    A grade of another rubric than CLEO adds ``cleo_rubric``; a comparison grade adds
+    :func:`comparison_properties` at the end.
+    """
+    properties: list[tuple[str, object]] = [
+        ("cleo_grade", result.letter),
+        ("cleo_score", score_text(result)),
+        ("cleo_percent", result.display_percent),
+        ("cleo_entry_count", result.entry_count),
+        ("cleo_flags", len(result.flags)),
+    ]
+    rubric = (result.model_extra or {}).get("rubric")
+    if isinstance(rubric, str):
+        properties.append(("cleo_rubric", rubric))
+    properties.extend(("cleo_flag", flag) for flag in result.flags)
+    properties.extend(
+        (f"cleo_dim_{name}", f"{number_text(dim.score)}/{number_text(dim.max)}")
+        for name, dim in result.dimensions.items()
+    )
+    properties.extend(comparison_properties(result))
+    return properties
+
+
+def _verdict_cell(test: GradedTest) -> str:
+    if test.excluded is not None:
+        return f"{test.excluded}, not counted"
+    if test.threshold is None:
+        return "-"
+    mark = "ok" if test.passed else ("below" if test.mode == "fail" else "below (report)")
+    return f"{mark} {describe_threshold(test.threshold)}"
+
+
+def _rows(run: RunGrade) -> list[tuple[str, str, str, str, str]]:
+    return [
+        (
+            test.nodeid,  # escaped by the terminal table only: Markdown shows it as code
+            score_text(test.result),
+            f"{test.result.display_percent}%",
+            test.result.letter,
+            str(len(test.result.flags)),
+        )
+        for test in run.tests
+    ]
+
+
+def summary_lines(run: RunGrade) -> list[str]:
+    """The terminal section: one row per graded test, the run's grade and the gate verdict."""
+    header = ("test", "score", "percent", "grade", "flags", "threshold")
+    rows = [
+        (terminal_text(row[0]), *row[1:], _verdict_cell(test))
+        for row, test in zip(_rows(run), run.tests, strict=True)
+    ]
+    widths = [max([len(header[i]), *(len(row[i]) for row in rows)]) for i in range(len(header))]
+    right = {1, 2, 4}
+
+    def fmt(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    lines = [fmt(header), *(fmt(row) for row in rows)] if rows else []
+    lines.append(run.run_line())
+    judge = judge_line(run)
+    if judge is not None:
+        lines.append(judge)
+    verdict = run.verdict()
+    if verdict is not None:
+        lines.append(verdict)
+    return lines
+
+
+def summary_line(run: RunGrade) -> str:
+    """The ``-q`` form: everything on one line."""
+    parts = [f"cleo-grade: {run.run_line()}"]
+    judge = judge_line(run)
+    if judge is not None:
+        parts.append(judge)
+    verdict = run.verdict()
+    if verdict is not None:
+        parts.append(verdict)
+    return "; ".join(parts)
+
+
+#: Characters that end or restyle a plain Markdown table cell, escaped with a backslash.
+_MARKDOWN_SPECIAL: Final = frozenset("\\`*_[]<>|~#!&")
+
+
+def _one_line(text: str) -> str:
+    # A line break ends a table row, whatever the cell; agent text must stay in its cell.
+    return " ".join(text.splitlines())
+
+
+def markdown_cell(text: str) -> str:
+    """``text`` as one plain GitHub-flavoured Markdown table cell, shown exactly as written."""
+    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in _one_line(text))
+
+
+def markdown_code_cell(text: str) -> str:
+    """``text`` as a code span in a table cell, shown exactly (backslashes and backticks too).
+
+    Inside a code span a backslash is literal, so only the table's ``|`` is escaped (GFM
+    splits cells before parsing spans); the fence is one backtick longer than the longest run
+    in the text, padded with spaces when the text starts or ends with a backtick.
+    """
+    line = _one_line(text)
+    longest = max((len(run) for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if line.startswith("`") or line.endswith("`") else ""
+    return f"{fence}{pad}{line.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def markdown_summary(run: RunGrade) -> str:
+    """The same summary as a GitHub step-summary Markdown block."""
+    lines = ["### cleo-grade", ""]
+    if run.tests:
+        lines.append("| Test | Score | Percent | Grade | Flags | Threshold |")
+        lines.append("| --- | ---: | ---: | :---: | ---: | --- |")
+        for row, test in zip(_rows(run), run.tests, strict=True):
+            nodeid, score, percent, letter, flags = row
+            cells = [
+                markdown_code_cell(nodeid),
+                score,
+                percent,
+                letter,
+                flags,
+                _verdict_cell(test),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append(f"**{run.run_line()[0].upper()}{run.run_line()[1:]}**")
+    judge = judge_line(run)
+    if judge is not None:
+        lines += ["", judge[0].upper() + judge[1:]]
+    verdict = run.verdict()
+    if verdict is not None:
+        lines.append("")
+        lines.append(f"**{verdict[0].upper()}{verdict[1:]}**")
+    return "\n".join(lines) + "\n"
+
+
+def judge_line(run: RunGrade) -> str | None:
+    """What the judges cost this run (None when no grade asked a judge)."""
+    judged = [t.result for t in run.tests if "judgeUsage" in (t.result.model_extra or {})]
+    if not judged:
+        return None
+    totals = judge_usage_totals(judged)
+
+    def count(number: int, one: str, many: str) -> str:
+        return f"{number} {one if number == 1 else many}"
+
+    return (
+        f"judge usage: {totals['totalTokens']} tokens ({totals['promptTokens']} prompt + "
+        f"{totals['completionTokens']} completion) in "
+        f"{count(totals['requests'], 'request', 'requests')}, "
+        f"{count(totals['cachedReplies'], 'cached reply', 'cached replies')}, over "
+        f"{count(totals['grades'], 'judged grade', 'judged grades')}"
+    )
+
+
+def comparison_properties(result: GradeResult) -> list[tuple[str, str]]:
+    """JUnit properties of a comparison grade, beside the plugin's usual ``cleo_*`` ones.
+
+    ``cleo_variant``, ``cleo_query``, ``cleo_mode``, ``cleo_q_average`` (two decimals, half
+    up), one ``cleo_Q-0N`` per metric and one ``cleo_S-0N`` (``pass``/``fail``) per check.
+    Empty for a grade without the comparison extras.
+    """
+    extra = result.model_extra or {}
+    if "variant" not in extra or not isinstance(extra.get("substantive"), Mapping):
+        return []
+    scores: Mapping[str, Any] = extra["substantive"]
+    values = [value for value in scores.values() if isinstance(value, int)]
+    properties = [
+        ("cleo_variant", str(extra["variant"])),
+        ("cleo_query", str(extra.get("query", ""))),
+        ("cleo_mode", str(extra.get("mode", ""))),
+    ]
+    if values:
+        average = Decimal(sum(values)) / Decimal(len(values))
+        rounded = average.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+        properties.append(("cleo_q_average", str(rounded)))
+    properties += [(f"cleo_{metric}", str(value)) for metric, value in scores.items()]
+    structural = extra.get("structural")
+    if isinstance(structural, Mapping):
+        properties += [
+            (f"cleo_{check}", "pass" if passed else "fail") for check, passed in structural.items()
+        ]
+    return properties
+
+
+_USAGE_KEYS: Final = (
+    "promptTokens",
+    "completionTokens",
+    "totalTokens",
+    "requests",
+    "cachedReplies",
+)
+
+
+def judge_usage_totals(results: Iterable[GradeResult]) -> dict[str, int]:
+    """Sum the ``judgeUsage`` of grades (for a run summary); ``grades`` counts judged ones.
+
+    Grades without ``judgeUsage`` (CLEO's, other rubrics') add nothing.
+    """
+    totals = dict.fromkeys(("grades", *_USAGE_KEYS), 0)
+    for result in results:
+        usage = (result.model_extra or {}).get("judgeUsage")
+        if not isinstance(usage, Mapping):
+            continue
+        totals["grades"] += 1
+        for key in _USAGE_KEYS:
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[key] += value
+    return totals
+
+
+def render_grade(result: GradeResult) -> str:
+    """The human-readable report of one grade (the CLEO Grade Specification's CLI fields)."""
+    lines = [
+        f"Session:    {terminal_text(result.session_id)}",
+        *([f"Task:       {terminal_text(result.task_id)}"] if result.task_id else []),
+        f"Score:      {score_text(result)}  ({result.display_percent}%, grade {result.letter})",
+        f"Entries:    {result.entry_count}",
+        f"Graded at:  {format_timestamp(result.timestamp)}",
+        "",
+        "Dimensions:",
+    ]
+    names = {name: terminal_text(name) for name in result.dimensions}
+    width = max(map(len, names.values()), default=0)
+    for name, dim in result.dimensions.items():
+        score = f"{number_text(dim.score):>3}/{number_text(dim.max)}"
+        lines.append(f"  {names[name]:<{width}}  {score}")
+        lines.extend(f"  {'':<{width}}    - {terminal_text(text)}" for text in dim.evidence)
+    lines.append("")
+    if result.flags:
+        lines.append(f"Flags ({len(result.flags)}):")
+        lines.extend(f"  - {terminal_text(flag)}" for flag in result.flags)
+    else:
+        lines.append("Flags: none")
+    return "\n".join(lines)

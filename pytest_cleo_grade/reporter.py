@@ -1,0 +1,303 @@
+"""The controller's reporter: collects graded tests, persists them, summarises, gates, compares.
+
+One object, registered on the controller only (never on a pytest-xdist worker): a worker's
+grades reach it on the test reports, so it sees every graded test of the run, whichever
+process graded it, and it alone writes the history, the step summary and the verdicts.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Generator, Iterable
+from typing import TYPE_CHECKING, Final
+
+import pytest
+
+from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
+from pytest_cleo_grade.settings import PluginOptions
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.comparison import Comparison
+    from pytest_cleo_grade.store import AuditStore
+    from pytest_cleo_grade.verdict import GradedTest, RunGrade
+
+# Like the plugin module, this one loads in every run: pydantic, SQLite and the comparison
+# code are imported where a grade or a comparison is first handled.
+
+__all__ = ["GRADE_ATTRIBUTE", "Reporter", "comparison_fails_run"]
+
+#: The TestReport attribute carrying a graded test's JSON to the controller. pytest copies a
+#: report's extra attributes through its (xdist) serialisation, as it does for ``wasxfail``.
+GRADE_ATTRIBUTE: Final = "cleo_grade"
+
+
+def comparison_fails_run(comparison: Comparison) -> bool:
+    """The comparison gate's one predicate: NO-GO fails the run (exit status 1).
+
+    CONDITIONAL does not: ``cleo-grade compare`` exits 3 for it, but a pytest exit status of
+    3 means an internal error, so the run exits 0 and the summary says CONDITIONAL.
+    """
+    from pytest_cleo_grade.comparison import decision_exit_status
+
+    return decision_exit_status(comparison.decision) == 1
+
+
+def _gate_markup(line: str) -> dict[str, bool]:
+    if "gate FAILED" in line:
+        return {"red": True, "bold": True}
+    if "gate passed" in line:
+        return {"green": True}
+    return {}
+
+
+def _decision_markup(kind: str) -> dict[str, bool]:
+    if kind == "NO_GO":
+        return {"red": True, "bold": True}
+    if kind == "CONDITIONAL":
+        return {"yellow": True, "bold": True}
+    return {"green": True, "bold": True}
+
+
+class Reporter:
+    """Controller-side state of a run: its graded tests, the run grade, gate and comparison."""
+
+    def __init__(
+        self, config: pytest.Config, options: PluginOptions, store: Callable[[], AuditStore]
+    ) -> None:
+        """``store`` opens (or returns) the run's shared audit store; called only once a grade
+        is saved, so that a run that grades nothing never loads SQLite or pydantic."""
+        self.config = config
+        self.options = options
+        self.store = store
+        # Keyed by node id: a test run again in the same session (a rerun plugin) keeps only
+        # its final grade, so every graded test is stored exactly once.
+        self.graded: dict[str, GradedTest] = {}
+        self.problems: list[str] = []
+        #: Graded tests whose last attempt has not finished yet (see pytest_runtest_logfinish).
+        self._unsaved: dict[str, GradedTest] = {}
+        self._history_written = False
+        self._run: RunGrade | None = None
+        self._order: dict[str, int] = {}
+        # --cleo-grade-compare: decided once, after the last test.
+        self.comparison: Comparison | None = None
+        self.comparison_problem: str | None = None
+        self.comparison_failed = False
+        self._compared = False
+
+    # -- collecting and persisting -----------------------------------------------------
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if str(report.outcome) == "rerun":
+            # pytest-rerunfailures will run this test again: its grade is not the final one.
+            self.graded.pop(report.nodeid, None)
+            self._unsaved.pop(report.nodeid, None)
+            return
+        encoded = getattr(report, GRADE_ATTRIBUTE, None)
+        if report.when != "call" or not isinstance(encoded, str):
+            return
+        from pytest_cleo_grade.verdict import decode_graded_test
+
+        graded = decode_graded_test(encoded)
+        self.graded.pop(graded.nodeid, None)
+        self.graded[graded.nodeid] = graded
+        self._unsaved[graded.nodeid] = graded
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        # Saved as soon as its test is done (every attempt a rerun plugin makes ends before
+        # this), so a run killed by a timeout or a cancelled job keeps the grades of the
+        # tests that finished, and a rerun test keeps only its last attempt's grade.
+        graded = self._unsaved.pop(nodeid, None)
+        if graded is not None:
+            self._persist(graded)
+
+    def _persist(self, graded: GradedTest) -> None:
+        """Save one final grade with the one persist(); trouble becomes a warning."""
+        from pytest_cleo_grade.session import PersistError, persist
+
+        try:
+            store = self.store()
+        except CleoGradeError as exc:
+            store = None
+            self._problem(f"cleo-grade: grades table not written: {exc}")
+        try:
+            persist(
+                [graded.result],
+                history=self.options.history_path,
+                store=store,
+                keep_going=True,
+                sync=False,
+            )
+        except PersistError as exc:
+            self._problem(f"cleo-grade: {exc}")
+            if "grade history" in exc.problems:
+                return
+        self._history_written = True
+
+    def _problem(self, message: str) -> None:
+        # Every test meets the same broken path: say it once.
+        if message not in self.problems:
+            self.problems.append(message)
+
+    def _sync(self) -> None:
+        """One fsync of the history for the whole run (appends skipped theirs)."""
+        for graded in list(self._unsaved.values()):
+            self._persist(graded)  # a test whose logfinish never came (an interrupted run)
+        self._unsaved.clear()
+        if not self._history_written:
+            return
+        from pytest_cleo_grade.history import sync_history
+
+        try:
+            sync_history(self.options.history_path)
+        except CleoGradeError as exc:
+            self._problem(f"cleo-grade: {exc}")
+
+    # -- the run's grade -----------------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._note_order(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        # The xdist controller collects nothing itself; every worker reports the same ids.
+        self._note_order(ids)
+
+    def _note_order(self, nodeids: Iterable[str]) -> None:
+        for nodeid in nodeids:
+            self._order.setdefault(nodeid, len(self._order))
+
+    def in_collection_order(self) -> tuple[GradedTest, ...]:
+        # Reports arrive in completion order under xdist; the table follows collection order
+        # so that a parallel run prints what a serial run prints.
+        last = len(self._order)
+        tests = self.graded.values()
+        return tuple(sorted(tests, key=lambda test: self._order.get(test.nodeid, last)))
+
+    def _current_run(self) -> RunGrade | None:
+        """The run's grade, or None when there is nothing to show (no grades, no gate)."""
+        if self._run is not None:
+            return self._run
+        if not self.graded and self.options.gate is None:
+            return None
+        from pytest_cleo_grade.verdict import RunGrade
+
+        return RunGrade(self.in_collection_order(), self.options.gate)
+
+    def _compare(self) -> None:
+        if self._compared or self.options.compare is None:
+            return
+        self._compared = True
+        baseline, candidate = self.options.compare
+        results = [test.result for test in self.in_collection_order()]
+        compared = [r for r in results if "variant" in (r.model_extra or {})]
+        if not compared:
+            # Nothing to compare (e.g. -k selected no comparison test): say so, decide nothing.
+            self.comparison_problem = (
+                "no comparison tests (marker variant=) were graded in this run"
+            )
+            return
+        from pytest_cleo_grade.comparison import ComparisonError, compare_grades
+
+        try:
+            self.comparison = compare_grades(compared, baseline, candidate)
+        except ComparisonError as exc:
+            # A gate that cannot decide (a variant or a query's pair missing) must not pass.
+            self.comparison_problem = f"cannot compare: {exc}"
+            self.comparison_failed = True
+            return
+        self.comparison_failed = comparison_fails_run(self.comparison)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        result = yield
+        # Decided once, after every report arrived (under xdist the controller's loop ends
+        # when all workers are done); the summary prints these same verdicts.
+        self._run = self._current_run()
+        if self._run is not None and self._run.gate_failed:
+            session.testsfailed += 1
+        self._compare()
+        if self.comparison_failed:
+            session.testsfailed += 1
+        return result
+
+    # -- output --------------------------------------------------------------------------
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._sync()
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not path:
+            return
+        blocks = []
+        run = self._current_run()
+        if run is not None:
+            from pytest_cleo_grade.display import markdown_summary
+
+            blocks.append(markdown_summary(run))
+        if self._compared:
+            # A blank line keeps the comparison apart from whatever the file already holds.
+            blocks.append("\n" + self._comparison_markdown())
+        if not blocks:
+            return
+        try:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write("".join(blocks))
+        except OSError as exc:
+            self._problem(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
+
+    def _comparison_markdown(self) -> str:
+        if self.comparison is not None:
+            from pytest_cleo_grade.comparison import render_markdown
+
+            return render_markdown(self.comparison)
+        assert self.options.compare is not None  # only a comparison run compares
+        baseline, candidate = self.options.compare
+        return f"### Model comparison: {candidate} vs {baseline}\n\n{self.comparison_problem}\n"
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        run = self._current_run()
+        if run is not None:
+            from pytest_cleo_grade.display import summary_line, summary_lines
+
+            if self.config.get_verbosity() < 0:
+                line = summary_line(run)
+                terminalreporter.write_line(line, **_gate_markup(line))
+            else:
+                terminalreporter.write_sep("-", "cleo-grade")
+                for line in summary_lines(run):
+                    terminalreporter.write_line(line, **_gate_markup(line))
+        if self._compared:
+            self._comparison_summary(terminalreporter)
+        for problem in self.problems:
+            try:
+                warnings.warn(CleoGradeWarning(problem), stacklevel=1)
+            except CleoGradeWarning:
+                # filterwarnings=error must not turn a storage hiccup into a crash.
+                terminalreporter.write_line(f"CleoGradeWarning: {problem}", yellow=True)
+
+    def _comparison_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        assert self.options.compare is not None  # only a comparison run compares
+        baseline, candidate = self.options.compare
+        terminalreporter.write_sep("-", "cleo-grade comparison")
+        if self.comparison is None:
+            outcome = "exit status 1" if self.comparison_failed else "exit status unchanged"
+            terminalreporter.write_line(
+                f"cleo-grade: {candidate} vs {baseline}: {self.comparison_problem} ({outcome})",
+                red=self.comparison_failed,
+                yellow=not self.comparison_failed,
+            )
+            return
+        from pytest_cleo_grade.comparison import render_text
+
+        kind = self.comparison.decision.kind
+        for line in render_text(self.comparison).splitlines():
+            markup = _decision_markup(kind) if line.startswith("Decision:") else {}
+            terminalreporter.write_line(line, **markup)
+        if kind == "CONDITIONAL":
+            terminalreporter.write_line(
+                "cleo-grade: CONDITIONAL does not fail the run (exit status 0; "
+                "cleo-grade compare exits 3)",
+                yellow=True,
+            )
+        elif self.comparison_failed:
+            terminalreporter.write_line("cleo-grade: NO-GO fails the run (exit status 1)", red=True)

@@ -1,0 +1,216 @@
+"""Settings shared by the plugin, the CLI and the marker: types, defaults, value checks.
+
+Standard library only: pytest loads the plugin's option layer in every run of every project
+where the package is installed, and a run that grades nothing must not pay for pydantic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pytest_cleo_grade.scale import THRESHOLD_FORMS, parse_grade_threshold
+
+__all__ = [
+    "CACHE_MODES",
+    "CAPTURE_KINDS",
+    "DEFAULT_DB",
+    "DEFAULT_HISTORY",
+    "DEFAULT_RUBRIC",
+    "MARKER_KWARGS",
+    "MAX_RUNS",
+    "MODES",
+    "MODE_FORMS",
+    "THOROUGHNESS",
+    "JudgeCacheMode",
+    "MarkerOptions",
+    "Mode",
+    "PluginOptions",
+    "marker_key",
+    "parse_capture",
+    "parse_flag",
+    "parse_mode",
+    "parse_runs",
+]
+
+Mode = Literal["fail", "report"]
+JudgeCacheMode = Literal["on", "off", "refresh"]
+MODES: Final[tuple[Mode, ...]] = ("fail", "report")
+MODE_FORMS: Final = "fail (a grade below the threshold fails the test) or report (annotate only)"
+#: The model-comparison rubric's thoroughness modes.
+THOROUGHNESS: Final = ("quick", "medium", "thorough")
+CACHE_MODES: Final[tuple[JudgeCacheMode, ...]] = ("on", "off", "refresh")
+DEFAULT_RUBRIC: Final = "cleo"
+#: What ``--cleo-grade-capture`` can install for every graded test.
+CAPTURE_KINDS: Final = ("otel",)
+#: The audit store, under pytest's rootdir (plugin) or the current directory (CLI).
+DEFAULT_DB: Final = Path(".cleo") / "audit.db"
+#: The grade history, likewise.
+DEFAULT_HISTORY: Final = Path(".cleo") / "metrics" / "GRADES.jsonl"
+#: A typo such as runs=80000 should be an error, not a night of judge calls.
+MAX_RUNS: Final = 1000
+
+
+def parse_mode(value: str) -> Mode:
+    """``fail`` or ``report``; ValueError names the accepted forms."""
+    for mode in MODES:
+        if value == mode:
+            return mode
+    raise ValueError(f"invalid mode {value!r}: expected {MODE_FORMS}")
+
+
+@dataclass(frozen=True, slots=True)
+class PluginOptions:
+    """The run-wide settings after CLI > ini > default precedence, all validated."""
+
+    fail_under: float | None
+    fail_under_source: str | None
+    mode: Mode
+    gate: float | None
+    db_path: Path
+    history_path: Path
+    rubric: str = DEFAULT_RUBRIC
+    rubric_source: str = "default"
+    rubric_file: Path | None = None
+    judge_cache: JudgeCacheMode = "on"
+    judge_url: str | None = None
+    judge_model: str | None = None
+    compare: tuple[str, str] | None = None
+    allow_empty: bool = False
+    #: Capture adapters installed for every graded test (``--cleo-grade-capture``).
+    capture: tuple[str, ...] = ()
+    #: The user's tool mapping, ini lines ``TOOL = DOMAIN.OPERATION [GATEWAY]``.
+    tool_map: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerOptions:
+    """What a test's cleo_grade markers set (None: not set by a marker)."""
+
+    fail_under: float | None = None
+    mode: Mode | None = None
+    rubric: str | None = None
+    task: str | None = None
+    variant: str | None = None
+    query: str | None = None
+    thoroughness: str | None = None
+    allow_empty: bool | None = None
+    #: Repeats (issue 15): how many times the test runs, and what decides it over its runs.
+    runs: int | None = None
+    min_pass_rate: float | None = None
+    pass_k: tuple[int, float] | None = None
+    judge_cache_across_runs: bool | None = None
+
+
+def parse_runs(value: object) -> int:
+    """A run count: a whole number from 1 to 1000 (an int, or its text from the command line)."""
+    number = value
+    if isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    if isinstance(number, int) and not isinstance(number, bool) and 1 <= number <= MAX_RUNS:
+        return number
+    raise ValueError(f"invalid runs {value!r}: expected a whole number from 1 to {MAX_RUNS}")
+
+
+def _rate(value: object, name: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)
+    raise ValueError(f"invalid {name} {value!r}: expected a fraction from 0 to 1, e.g. 0.8")
+
+
+def _marker_pass_rate(value: object) -> float:
+    return _rate(value, "min_pass_rate")
+
+
+def _marker_pass_k(value: object) -> tuple[int, float]:
+    if isinstance(value, tuple | list) and len(value) == 2:
+        k, minimum = value
+        if isinstance(k, int) and not isinstance(k, bool) and k >= 1:
+            return k, _rate(minimum, "pass_k minimum")
+    raise ValueError(f"invalid pass_k {value!r}: expected (k, minimum), e.g. (4, 0.9)")
+
+
+def parse_capture(value: str) -> tuple[str, ...]:
+    """Comma-separated capture adapters (``otel``), or ``none``; ValueError names the choices."""
+    kinds = tuple(dict.fromkeys(part.strip().lower() for part in value.split(",") if part.strip()))
+    if kinds == ("none",):
+        return ()
+    unknown = [kind for kind in kinds if kind not in CAPTURE_KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"invalid capture {value!r}: expected {', '.join(CAPTURE_KINDS)} or none")
+    return kinds
+
+
+def parse_flag(value: str) -> bool:
+    """An ini/CLI boolean: true/false, yes/no, on/off, 1/0 (any case); ValueError otherwise."""
+    text = value.strip().lower()
+    if text in {"true", "yes", "on", "1"}:
+        return True
+    if text in {"false", "no", "off", "0"}:
+        return False
+    raise ValueError(f"invalid boolean {value!r}: expected true or false")
+
+
+def _marker_flag(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"invalid value {value!r}: expected True or False")
+
+
+def _marker_threshold(value: object) -> float:
+    if isinstance(value, str | int | float):
+        return parse_grade_threshold(value)
+    raise ValueError(f"invalid grade {value!r}: expected {THRESHOLD_FORMS}")
+
+
+def _marker_mode(value: object) -> Mode:
+    if isinstance(value, str):
+        try:
+            return parse_mode(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc}, or a thoroughness ({', '.join(THOROUGHNESS)})") from None
+    raise ValueError(f"invalid mode {value!r}: expected {MODE_FORMS}")
+
+
+def _marker_text(name: str) -> Callable[[object], str]:
+    def validate(value: object) -> str:
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        raise ValueError(f"invalid {name} {value!r}: expected a non-empty string")
+
+    return validate
+
+
+def _marker_thoroughness(value: object) -> str:
+    if isinstance(value, str) and value in THOROUGHNESS:
+        return value
+    raise ValueError(f"invalid thoroughness {value!r}: expected {', '.join(THOROUGHNESS)}")
+
+
+#: The marker's keyword arguments and their validators; a new argument is one more entry.
+MARKER_KWARGS: Final[Mapping[str, Callable[[object], Any]]] = {
+    "fail_under": _marker_threshold,
+    "mode": _marker_mode,
+    "rubric": _marker_text("rubric"),
+    "task": _marker_text("task"),
+    "variant": _marker_text("variant"),
+    "query": _marker_text("query"),
+    "thoroughness": _marker_thoroughness,
+    "allow_empty": _marker_flag,
+    "runs": parse_runs,
+    "min_pass_rate": _marker_pass_rate,
+    "pass_k": _marker_pass_k,
+    "judge_cache_across_runs": _marker_flag,
+}
+
+
+def marker_key(key: str, value: object) -> str:
+    """``mode=`` means two things: fail|report (the grading mode, since the first release)
+    and, as issue 6 spells the comparison marker, quick|medium|thorough. The value sets are
+    disjoint, so a thoroughness given as ``mode=`` is read as ``thoroughness=``.
+    """
+    if key == "mode" and isinstance(value, str) and value in THOROUGHNESS:
+        return "thoroughness"
+    return key

@@ -1,0 +1,187 @@
+"""Verdicts: thresholds, the one pass predicate, percentages shown without contradiction,
+a graded test and the run's grade with its gate.
+
+Every message, summary, exit status and JUnit failure asks :func:`passes`, so a banner can
+never say FAIL while the exit code says pass.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from typing import Any
+
+from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.scale import (
+    THRESHOLD_FORMS,
+    letter_for,
+    parse_grade_threshold,
+    round_half_up,
+)
+
+__all__ = [
+    "THRESHOLD_FORMS",
+    "GradedTest",
+    "RunGrade",
+    "decode_graded_test",
+    "describe_percent",
+    "describe_threshold",
+    "encode_graded_test",
+    "parse_grade_threshold",
+    "passes",
+    "percent_below",
+]
+
+
+def passes(percent: float, threshold: float | None) -> bool:
+    """The one predicate behind every verdict: the exact percentage reaches the threshold."""
+    return threshold is None or percent >= threshold
+
+
+def describe_percent(percent: float, *, rounding: str = ROUND_HALF_UP) -> str:
+    """A percentage for display with at most two decimals: ``67.5%``, ``85%``."""
+    text = str(Decimal(repr(percent)).quantize(Decimal("0.01"), rounding=rounding))
+    return text.rstrip("0").rstrip(".") + "%"
+
+
+def describe_threshold(threshold: float) -> str:
+    """A threshold with the letter it corresponds to: ``75% (B)``."""
+    return f"{describe_percent(threshold)} ({letter_for(threshold)})"
+
+
+def percent_below(percent: float, threshold: float) -> str:
+    """``percent`` for a message saying it is below ``threshold``, never contradicting it.
+
+    Whole percent, half up, as everywhere else, unless that would show the threshold's own
+    figure (74.9 % against 75 %): then two decimals, cut rather than rounded (``74.9%``).
+    """
+    text = f"{round_half_up(percent)}%"
+    if Decimal(text[:-1]) >= Decimal(describe_percent(threshold)[:-1]):
+        text = describe_percent(percent, rounding=ROUND_DOWN)
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class GradedTest:
+    """One graded test as the controller sees it: the final grade and the threshold it met."""
+
+    nodeid: str
+    result: GradeResult
+    threshold: float | None
+    threshold_source: str | None
+    mode: str
+    #: ``"xfailed"`` or ``"xpassed"``: shown, but left out of the run's mean and gate (an
+    #: expected failure says nothing about the agent the gate is meant to judge).
+    excluded: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return passes(self.result.percent, self.threshold)
+
+
+def encode_graded_test(test: GradedTest) -> str:
+    """The JSON that travels on the call report (a plain string survives any serialiser)."""
+    return json.dumps(
+        {
+            "nodeid": test.nodeid,
+            "result": test.result.to_json_dict(),
+            "threshold": test.threshold,
+            "thresholdSource": test.threshold_source,
+            "mode": test.mode,
+            "excluded": test.excluded,
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def decode_graded_test(text: str) -> GradedTest:
+    """Inverse of :func:`encode_graded_test`."""
+    data: dict[str, Any] = json.loads(text)
+    threshold = data["threshold"]
+    return GradedTest(
+        nodeid=data["nodeid"],
+        result=GradeResult.model_validate(data["result"]),
+        threshold=None if threshold is None else float(threshold),
+        threshold_source=data["thresholdSource"],
+        mode=data["mode"],
+        excluded=data.get("excluded"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunGrade:
+    """The run's grade: the mean of the graded tests' exact percentages, and the gate verdict."""
+
+    tests: tuple[GradedTest, ...]
+    gate: float | None
+
+    @property
+    def counted(self) -> tuple[GradedTest, ...]:
+        """The tests the mean and the gate count (xfailed and xpassed ones are not)."""
+        return tuple(test for test in self.tests if test.excluded is None)
+
+    def _per_test(self) -> list[float]:
+        """One percentage per test: a repeated test's runs (extra ``run``) count once, by
+        their mean, so a test run eight times does not weigh eight times in the gate."""
+        groups: dict[str, list[float]] = {}
+        for test in self.counted:
+            extra = test.result.model_extra or {}
+            key = str(extra["testId"]) if "run" in extra and "testId" in extra else test.nodeid
+            groups.setdefault(key, []).append(test.result.percent)
+        return [sum(values) / len(values) for values in groups.values()]
+
+    @property
+    def mean(self) -> float | None:
+        percents = self._per_test()
+        if not percents:
+            return None
+        return sum(percents) / len(percents)
+
+    @property
+    def letter(self) -> str | None:
+        mean = self.mean
+        return None if mean is None else letter_for(mean)
+
+    @property
+    def gate_failed(self) -> bool:
+        """Whether the gate turns the exit status to 1 (never without graded tests)."""
+        mean = self.mean
+        return mean is not None and not passes(mean, self.gate)
+
+    def mean_text(self) -> str:
+        """The mean for display (two decimals, half up), never contradicting the verdict.
+
+        Below the gate, a mean that would round up to the gate's figure is cut instead:
+        74.999 % shows as 74.99 %, not as a 75 % that a 75 % gate would call "below".
+        """
+        mean = self.mean
+        if mean is None:
+            return "-"
+        text = describe_percent(mean)
+        if self.gate is not None and self.gate_failed:
+            shown_gate = describe_percent(self.gate)
+            if Decimal(text.rstrip("%")) >= Decimal(shown_gate.rstrip("%")):
+                text = describe_percent(mean, rounding=ROUND_DOWN)
+        return text
+
+    def verdict(self) -> str | None:
+        """The gate line, or None when no gate is set."""
+        if self.gate is None:
+            return None
+        gate = describe_threshold(self.gate)
+        if self.mean is None:
+            return f"gate {gate}: not applied, no graded tests"
+        if self.gate_failed:
+            return f"gate FAILED: mean {self.mean_text()} is below {gate}"
+        return f"gate passed: mean {self.mean_text()} reaches {gate}"
+
+    def run_line(self) -> str:
+        count = len(self._per_test())
+        noun = "test" if count == 1 else "tests"
+        left_out = len(self.tests) - len(self.counted)
+        note = f" ({left_out} xfail/xpass not counted)" if left_out else ""
+        if self.mean is None:
+            return f"no graded tests{note}"
+        return f"run grade {self.letter}: mean {self.mean_text()} over {count} graded {noun}{note}"

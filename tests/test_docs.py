@@ -1,0 +1,33 @@
+"""The documentation cannot drift: the CLEO rules table quotes the rubric's own texts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUBRIC = (ROOT / "pytest_cleo_grade" / "rubrics" / "cleo.py").read_text(encoding="utf-8")
+
+
+def table_texts() -> list[str]:
+    page = (ROOT / "docs" / "rubrics.md").read_text(encoding="utf-8")
+    section = page.split("## CLEO's rules", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    texts = []
+    for row in rows[1:]:  # the header row names the columns
+        last = row.rstrip(" |").rsplit("|", 1)[1]
+        texts += re.findall(r"`([^`]+)`", last)
+    return texts
+
+
+def test_the_table_covers_every_dimension_and_quotes_twenty_two_texts() -> None:
+    assert len(table_texts()) == 22
+
+
+@pytest.mark.parametrize("text", table_texts())
+def test_every_text_in_the_rules_table_is_the_rubrics_own(text: str) -> None:
+    # <N>, <id> and <op> stand for values; the literal parts must be in the rubric's code.
+    for part in re.split(r"<[A-Za-z]+>", text):
+        assert part.strip() in RUBRIC, f"{part!r} is not in rubrics/cleo.py"

@@ -1,0 +1,435 @@
+"""The gate never lies: a test that cannot be graded fails, empty and skipped tests are not
+silently graded, storage trouble never changes an outcome, and a killed run keeps its grades."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.cli import main as cli_main
+from pytest_cleo_grade.errors import EntryError
+from pytest_cleo_grade.models import non_finite_path
+from pytest_cleo_grade.store import AuditStore
+from tests.plugin_suites import make_suite
+
+HISTORY = Path(".cleo") / "metrics" / "GRADES.jsonl"
+
+
+def history_lines(root: Path) -> list[dict[str, object]]:
+    path = root / HISTORY
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- 1. non-finite numbers and ungradable sessions ----------------------------------------
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_param_is_refused_where_it_is_recorded(
+    pytester: pytest.Pytester, value: float
+) -> None:
+    make_suite(
+        pytester,
+        f"""
+        @pytest.mark.cleo_grade(fail_under="A")
+        def test_agent(graded_session):
+            perfect(graded_session)
+            graded_session.record("tasks", "add", {{"title": "x", "c": float("{value}")}})
+        """,
+    )
+    result = pytester.runpytest("--cleo-grade-gate=A")
+    result.assert_outcomes(failed=1)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*params: c is not a finite number*"])
+
+
+def test_the_non_finite_check_names_the_nested_place_and_survives_cycles() -> None:
+    cycle: list[object] = [1.0]
+    cycle.append(cycle)
+    assert non_finite_path({"a": [1, {"b": float("nan")}]}) == ".a[1].b"
+    assert non_finite_path({"ok": cycle, "s": "nan", "i": 10**30}) is None
+
+    class Odd(float):
+        pass
+
+    assert non_finite_path({"flat": Odd("nan")}) == ".flat"
+
+
+@pytest.mark.parametrize("mode", ["fail", "report"])
+def test_a_session_that_cannot_be_read_fails_its_test_in_every_mode(
+    pytester: pytest.Pytester, mode: str
+) -> None:
+    # Another process wrote a row no reader can parse (the shape a NaN used to leave).
+    make_suite(
+        pytester,
+        """
+        import sqlite3
+
+        def test_agent(graded_session):
+            perfect(graded_session)
+            graded_session.flush()
+            db = sqlite3.connect(graded_session.env["CLEO_AUDIT_DB"])
+            db.execute(
+                "UPDATE audit_log SET details_json = '{\\"params\\": NaN' WHERE session_id = ?",
+                (graded_session.id,),
+            )
+            db.commit()
+            db.close()
+        """,
+    )
+    result = pytester.runpytest(f"--cleo-grade-mode={mode}", "--cleo-grade-gate=A")
+    result.assert_outcomes(failed=1)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*test_agent.py::test_agent: cannot grade with rubric cleo*"])
+
+
+def test_importing_an_infinite_param_is_refused_with_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    entries = tmp_path / "e.jsonl"
+    entry = {
+        "timestamp": "2026-01-01T00:00:00Z",
+        "sessionId": "s1",
+        "domain": "tasks",
+        "operation": "find",
+        "params": {"x": 1e999},
+        "result": {"success": True, "exitCode": 0, "duration": 1},
+    }
+    entries.write_text(json.dumps(entry).replace("Infinity", "1e999") + "\n")
+    db = tmp_path / "a.db"
+    assert cli_main(["import", str(entries), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "e.jsonl:1:" in err and "1e999 is out of range" in err
+    assert "Traceback" not in err
+    with AuditStore(db) as store:
+        assert store.session_entries("s1") == []
+
+
+# --- 2. nothing captured ------------------------------------------------------------------
+
+EMPTY = """
+def test_empty(graded_session):
+    pass
+"""
+
+
+def test_a_test_that_captured_nothing_fails_saying_how_capture_works(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, EMPTY)
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*nothing was captured*cleo_grade(allow_empty=True)*"])
+    assert history_lines(pytester.path) == []
+
+
+@pytest.mark.parametrize(
+    ("marker", "args", "ini"),
+    [
+        ("@pytest.mark.cleo_grade(allow_empty=True)\n", [], ""),
+        ("", ["--cleo-grade-allow-empty"], ""),
+        ("", [], "cleo_grade_allow_empty = true\n"),
+    ],
+    ids=["marker", "option", "ini"],
+)
+def test_allow_empty_grades_an_empty_session_zero_as_the_specification_does(
+    pytester: pytest.Pytester, marker: str, args: list[str], ini: str
+) -> None:
+    make_suite(pytester, marker + EMPTY, ini=ini)
+    pytester.runpytest(*args).assert_outcomes(passed=1)
+    [line] = history_lines(pytester.path)
+    assert (line["totalScore"], line["entryCount"]) == (0, 0)
+
+
+def test_an_invalid_allow_empty_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, "@pytest.mark.cleo_grade(allow_empty='yes')\n" + EMPTY)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cleo_grade(allow_empty=...): invalid value 'yes'*"])
+
+
+# --- 3. skipped, xfailed and xpassed tests ------------------------------------------------
+
+UNITTEST_SKIPS = """
+import unittest
+
+class Agent(unittest.TestCase):
+    @pytest.fixture(autouse=True)
+    def _session(self, graded_session):
+        self.session = graded_session
+
+    def test_graded(self):
+        perfect(self.session)
+
+    @unittest.skip("not today")
+    def test_decorated(self):
+        forty(self.session)
+
+    def test_skip_test(self):
+        forty(self.session)
+        self.skipTest("changed its mind")
+
+    @unittest.skipIf(True, "condition")
+    def test_skip_if(self):
+        forty(self.session)
+
+@unittest.skip("whole class")
+class Skipped(unittest.TestCase):
+    @pytest.fixture(autouse=True)
+    def _session(self, graded_session):
+        self.session = graded_session
+
+    def test_in_skipped_class(self):
+        forty(self.session)
+"""
+
+
+def test_skipped_unittest_tests_are_never_graded_or_counted(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, UNITTEST_SKIPS)
+    result = pytester.runpytest("--cleo-grade-gate=B")
+    result.assert_outcomes(passed=1, skipped=4)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["run grade A: mean 100% over 1 graded test"])
+    assert [line["totalScore"] for line in history_lines(pytester.path)] == [100]
+
+
+def test_xfailed_and_xpassed_tests_are_shown_but_left_out_of_the_gate(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+        def test_good(graded_session):
+            perfect(graded_session)
+
+        @pytest.mark.xfail(reason="known bad agent")
+        def test_known_bad(graded_session):
+            forty(graded_session)
+            assert False
+
+        @pytest.mark.xfail(reason="flaky")
+        def test_unexpectedly_fine(graded_session):
+            forty(graded_session)
+        """,
+    )
+    result = pytester.runpytest("--cleo-grade-gate=B")
+    result.assert_outcomes(passed=1, xfailed=1, xpassed=1)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*test_known_bad*40/100*xfailed, not counted",
+            "*test_unexpectedly_fine*40/100*xpassed, not counted",
+            "run grade A: mean 100% over 1 graded test (2 xfail/xpass not counted)",
+            "gate passed*",
+        ]
+    )
+
+
+# --- 5. storage trouble -------------------------------------------------------------------
+
+
+def test_a_store_that_turns_read_only_changes_neither_the_grade_nor_the_outcome(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+        @pytest.mark.cleo_grade(fail_under="A")
+        def test_agent(graded_session):
+            # The store refuses writes from now on (what a full disk or a remount does).
+            graded_session.store._conn.execute("PRAGMA query_only = ON")
+            perfect(graded_session)
+            assert len(graded_session.entries) == 5
+        """,
+    )
+    result = pytester.runpytest("--junitxml=out.xml")
+    # Two warnings: the entries, and (the same store refusing) the grades table.
+    result.assert_outcomes(passed=1, warnings=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*CleoGradeWarning: cleo-grade: entries of session * not stored: *readonly*",
+            "test_agent.py::test_agent  100/100*",
+            "*CleoGradeWarning: cleo-grade: grades table not written: *readonly*",
+        ]
+    )
+    assert history_lines(pytester.path)[0]["totalScore"] == 100
+
+
+def test_entries_are_stored_once_in_one_transaction_when_the_test_is_graded(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+        import sqlite3
+
+        def count(s):
+            db = sqlite3.connect(s.env["CLEO_AUDIT_DB"])
+            try:
+                return db.execute(
+                    "SELECT count(*) FROM audit_log WHERE session_id = ?", (s.id,)
+                ).fetchone()[0]
+            finally:
+                db.close()
+
+        def test_agent(graded_session):
+            perfect(graded_session)
+            assert count(graded_session) == 0  # held by the session until it is graded
+            assert len(graded_session.entries) == 5
+        """,
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+    [line] = history_lines(pytester.path)
+    with AuditStore(pytester.path / ".cleo" / "audit.db") as store:
+        assert len(store.session_entries(str(line["sessionId"]))) == 5
+
+
+# --- 4. concurrent creation of the store --------------------------------------------------
+
+RECORDER = """
+import sys
+from pytest_cleo_grade import audit
+for i in range(int(sys.argv[1])):
+    audit.record("tasks", "find", {"i": i}, gateway="cleo_query")
+"""
+
+
+def test_processes_creating_the_store_together_lose_no_entry(tmp_path: Path) -> None:
+    db = tmp_path / "cold" / "audit.db"
+    env = {
+        **os.environ,
+        "CLEO_AUDIT_DB": str(db),
+        "CLEO_SESSION_GRADE": "true",
+        "CLEO_SESSION_GRADE_ID": "s-cold",
+        "PYTHONWARNINGS": "error",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RECORDER, "250"],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    errors = [proc.communicate(timeout=120)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0, 0], errors
+    assert errors == ["", "", "", ""]
+    with AuditStore(db) as store:
+        assert len(store.session_entries("s-cold")) == 1000
+
+
+# --- 6. a killed run keeps the grades of finished tests -----------------------------------
+
+
+def test_a_killed_run_keeps_the_grades_of_the_tests_that_finished(tmp_path: Path) -> None:
+    (tmp_path / "agents.py").write_text(
+        textwrap.dedent(
+            """
+            def perfect(s):
+                s.record("session", "list", gateway="cleo_query")
+                s.record("admin", "help", gateway="cleo_query")
+                s.record("tasks", "find", {"query": "x"}, gateway="cleo_query")
+                s.record("session", "end", gateway="cleo_mutate")
+            """
+        )
+    )
+    (tmp_path / "test_killed.py").write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+            from agents import perfect
+
+            def test_one(graded_session):
+                perfect(graded_session)
+
+            def test_two(graded_session):
+                perfect(graded_session)
+
+            def test_killed(graded_session):
+                perfect(graded_session)
+                os.kill(os.getpid(), signal.SIGKILL)
+            """
+        )
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", "test_killed.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -9, done.stdout
+    lines = history_lines(tmp_path)
+    assert [line["testId"] for line in lines] == [
+        "test_killed.py::test_one",
+        "test_killed.py::test_two",
+    ]
+    with closing(sqlite3.connect(tmp_path / ".cleo" / "audit.db")) as db:
+        assert db.execute("SELECT count(*) FROM grades").fetchone()[0] == 2
+
+
+def test_a_rerun_test_keeps_one_history_line_its_last_attempt(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import pytest
+        from _pytest.runner import runtestprotocol
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_protocol(item, nextitem):
+            item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+            for _ in range(3):
+                runtestprotocol(item, nextitem=nextitem, log=True)
+            item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+            return True
+        """
+    )
+    make_suite(
+        pytester,
+        """
+        attempts = []
+
+        def test_flaky(graded_session):
+            attempts.append(1)
+            (perfect if len(attempts) == 3 else forty)(graded_session)
+        """,
+    )
+    pytester.runpytest()
+    assert [line["totalScore"] for line in history_lines(pytester.path)] == [100]
+
+
+def test_entry_error_is_what_record_raises_for_a_nan(tmp_path: Path) -> None:
+    from pytest_cleo_grade.session import GradeSession, SessionSettings
+
+    with GradeSession(SessionSettings(db_path=tmp_path / "a.db")) as session:
+        with pytest.raises(EntryError, match=r"tasks\.add: params: c is not a finite number"):
+            session.record("tasks", "add", {"c": float("nan")})
+        assert session.entries == []
+
+
+def test_pytest_rerunfailures_keeps_one_grade_the_last_attempts(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+        attempts = []
+
+        @pytest.mark.cleo_grade(fail_under="A")
+        def test_flaky(graded_session):
+            attempts.append(1)
+            (perfect if len(attempts) == 3 else forty)(graded_session)
+        """,
+    )
+    result = pytester.runpytest("-p", "rerunfailures", "--reruns=2")
+    assert result.parseoutcomes() == {"passed": 1, "rerun": 2}
+    result.stdout.fnmatch_lines(["test_agent.py::test_flaky  100/100*", "run grade A: *"])
+    assert [line["totalScore"] for line in history_lines(pytester.path)] == [100]
