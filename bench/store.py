@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade import audit
-from pytest_cleo_grade.cleoimport import read_entries_file
 from pytest_cleo_grade.rubrics.cleo import grade_ordered
+from pytest_cleo_grade.sources import load_entries_file
 from pytest_cleo_grade.store import AuditStore
 
 SESSION = "session-1772366400000-be0c4a"
@@ -143,7 +143,7 @@ def main(argv: list[str]) -> None:
         write_jsonl(jsonl, entries)
         with AuditStore(root / "import.db") as store:
             started = time.perf_counter()
-            imported = store.append_many(read_entries_file(jsonl))
+            imported = store.append_many(load_entries_file(jsonl))
             elapsed = time.perf_counter() - started
         print(f"import {imported:,} JSONL entries: {imported / elapsed:>10,.0f} entries/s")
 

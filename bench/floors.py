@@ -1,0 +1,193 @@
+"""Floors: what CPython does for the same work without the project, written by hand.
+
+Each figure in ``make bench`` is a ratio against one of these, measured in the same run.
+``tuple_grade`` must agree with ``grade_entries`` on the benchmark data (checked by run.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+# (timestamp, domain, operation, gateway, exit code, success, has description, title key,
+#  has parent, task id): the only facts CLEO's rubric reads from an entry.
+Row = tuple[datetime, str, str, Any, int, bool, bool, Any, bool, Any]
+
+HELP = {("admin", "help"), ("tools", "skill.show"), ("tools", "skill.list")}
+HELP |= {("skills", "list"), ("skills", "show")}
+
+
+def to_row(data: dict[str, Any]) -> Row:
+    """One JSON entry (CLEO's shape) as the tuple the floor grades."""
+    params = data.get("params") or {}
+    result = data["result"]
+    meta = data.get("metadata") or {}
+    description = params.get("description")
+    title = params.get("title")
+    return (
+        datetime.fromisoformat(data["timestamp"].replace("Z", "+00:00")),
+        data["domain"],
+        data["operation"],
+        meta.get("gateway"),
+        result.get("exitCode", 0),
+        result["success"],
+        bool(description.strip()) if isinstance(description, str) else bool(description),
+        None if title is None else str(title).strip().lower() or None,
+        bool(params.get("parent")),
+        meta.get("taskId"),
+    )
+
+
+def tuple_grade(rows: list[Row]) -> tuple[int, list[str]]:
+    """CLEO's rubric in one pass over tuples: (total score, flags)."""
+    first_task = first_list = None
+    ends = finds = lists = shows = helps = queries = adds = subtasks = 0
+    missing: list[str] = []
+    titles: list[str] = []
+    exists_seen = subtask_unverified = False
+    not_found: list[int] = []
+    for i, (ts, domain, op, gateway, code, ok, described, title, parent, task_id) in enumerate(
+        rows
+    ):
+        if gateway == "cleo_query" or gateway == "query":
+            queries += 1
+        if domain == "tasks":
+            if first_task is None:
+                first_task = ts
+            if op == "find":
+                finds += 1
+            elif op == "list":
+                lists += 1
+            elif op == "show":
+                shows += 1
+            elif op == "exists":
+                exists_seen = True
+            elif op == "add" and ok:
+                adds += 1
+                if not described:
+                    missing.append("unknown" if task_id is None else task_id)
+                if parent:
+                    subtasks += 1
+                    subtask_unverified = subtask_unverified or not exists_seen
+                if title:
+                    titles.append(title)
+        elif domain == "session":
+            if op == "list" and first_list is None:
+                first_list = ts
+            elif op == "end":
+                ends += 1
+        elif (domain, op) in HELP:
+            helps += 1
+        if code == 4 and not ok:
+            not_found.append(i)
+    flags: list[str] = []
+    s1 = 0
+    if first_list is None:
+        flags.append("session.list never called (check existing sessions before starting)")
+    elif first_task is None or first_list <= first_task:
+        s1 += 10
+    else:
+        flags.append("session.list called after task ops (should check sessions first)")
+    if ends:
+        s1 += 10
+    else:
+        flags.append("session.end never called (always end sessions when done)")
+    total = finds + lists
+    if total == 0:
+        s2 = 10
+    elif finds * 5 >= total * 4:
+        s2 = 15
+    else:
+        s2 = (30 * finds + total) // (2 * total)
+        flags.append(f"tasks.list used {lists}x (prefer tasks.find for discovery)")
+    s2 = min(s2 + (5 if shows else 0), 20)
+    s3 = 20 - 5 * len(missing)
+    flags += [f"tasks.add without description (taskId: {t})" for t in missing]
+    if subtasks and subtask_unverified:
+        s3 -= 3
+        flags.append("Subtasks created without tasks.exists parent check")
+    s4 = 20
+    for i in not_found:
+        window = rows[i + 1 : i + 5]
+        if not any(r[1] == "tasks" and r[2] in ("find", "exists") for r in window):
+            s4 -= 5
+            flags.append(f"E_NOT_FOUND ({rows[i][1]}.{rows[i][2]}) not followed by recovery lookup")
+    duplicates = len(titles) - len(set(titles))
+    if duplicates:
+        s4 -= 5
+        flags.append(f"{duplicates} potentially duplicate task create(s) detected")
+    s5 = 0
+    if helps:
+        s5 += 10
+    else:
+        flags.append("No admin.help or skill lookup calls (load ct-cleo for guidance)")
+    if queries:
+        s5 += 10
+    else:
+        flags.append("No MCP query calls (prefer cleo_query over CLI for programmatic access)")
+    return s1 + s2 + max(s3, 0) + max(s4, 0) + s5, flags
+
+
+def json_insert(lines: list[str], db_path: str) -> int:
+    """Bare json.loads of every line and one executemany into a table of the same width."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS audit_log (id TEXT PRIMARY KEY, timestamp TEXT, "
+        "domain TEXT, operation TEXT, session_id TEXT, details_json TEXT, success INTEGER, "
+        "gateway TEXT, exit_code INTEGER)"
+    )
+    rows = []
+    for number, line in enumerate(lines):
+        data = json.loads(line)
+        rows.append(
+            (
+                str(number),
+                data["timestamp"],
+                data["domain"],
+                data["operation"],
+                data.get("sessionId"),
+                json.dumps(data.get("params")),
+                data["result"]["success"],
+                (data.get("metadata") or {}).get("gateway"),
+                data["result"].get("exitCode", 0),
+            )
+        )
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO audit_log VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.execute("COMMIT")
+    conn.close()
+    return len(rows)
+
+
+#: The floor of the plugin row: a conftest fixture that keeps entries in a list and grades them
+#: with grade_entries at teardown (what a user could write in 20 lines instead of the plugin).
+CONFTEST_FLOOR = """
+from datetime import datetime, timezone
+
+import pytest
+
+from pytest_cleo_grade import grade_entries
+
+
+class Session:
+    def __init__(self):
+        self.entries = []
+
+    def record(self, domain, operation, params=None, *, gateway=None, exit_code=0):
+        self.entries.append({
+            "timestamp": datetime.now(timezone.utc), "domain": domain, "operation": operation,
+            "params": params or {}, "metadata": {"gateway": gateway},
+            "result": {"success": exit_code == 0, "exitCode": exit_code, "duration": 0},
+        })
+
+
+@pytest.fixture
+def graded_session():
+    session = Session()
+    yield session
+    grade_entries(session.entries, session_id="floor")
+"""

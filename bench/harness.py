@@ -1,0 +1,75 @@
+"""Alternating A/B measurement: every variant runs once per round, in turn, for several rounds.
+
+Back-to-back rounds of one variant let the machine's state (CPU frequency, page cache, other
+load) drift between variants; alternating spreads that drift over all of them, and the ratio
+of medians measured in one run is what ``make bench`` reports.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One variant's measurements (seconds, bytes or a rate; whatever the action returns)."""
+
+    values: tuple[float, ...]
+
+    @property
+    def min(self) -> float:
+        return min(self.values)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+
+def alternate(variants: Mapping[str, Callable[[], float | None]], rounds: int) -> dict[str, Figure]:
+    """Run each variant once per round, in turn; an action returning None is timed."""
+    seen: dict[str, list[float]] = {name: [] for name in variants}
+    for round_ in range(rounds):
+        # Reverse the order every other round so neither variant always runs first.
+        order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
+        for name in order:
+            gc.collect()
+            started = time.perf_counter()
+            value = variants[name]()
+            elapsed = time.perf_counter() - started
+            seen[name].append(elapsed if value is None else value)
+    return {name: Figure(tuple(values)) for name, values in seen.items()}
+
+
+@dataclass(frozen=True)
+class Row:
+    """A line of the table: the project's figure, the floor's, their ratio and the target."""
+
+    label: str
+    project: str
+    floor: str
+    ratio: float
+    target: str
+    met: bool
+
+    def cells(self) -> tuple[str, ...]:
+        return (
+            self.label,
+            self.project,
+            self.floor,
+            f"{self.ratio:.2f}x",
+            self.target,
+            "met" if self.met else "MISSED",
+        )
+
+
+def table(rows: list[Row]) -> str:
+    header = ("figure", "project (min / median)", "floor (min / median)", "ratio", "target", "")
+    lines = [header, *(row.cells() for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines
+    )
