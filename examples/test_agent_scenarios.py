@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from tracker_agent import DemoAgent, TaskTracker
 
-from pytest_cleo_grade.graded import GradedSession
+from pytest_cleo_grade import GradeSession
 
 SCENARIOS = [
     "fresh_discovery",
@@ -45,7 +45,7 @@ ANTI_PATTERNS = {
 
 
 @pytest.fixture
-def agent(graded_session: GradedSession) -> DemoAgent:
+def agent(graded_session: GradeSession) -> DemoAgent:
     return DemoAgent(graded_session.dispatcher, TaskTracker().seed())
 
 
@@ -56,7 +56,7 @@ def test_protocol_following_agent(agent: DemoAgent, scenario: str) -> None:
 
 @pytest.mark.cleo_grade(mode="report")
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_anti_pattern_agent(agent: DemoAgent, graded_session: GradedSession, scenario: str) -> None:
+def test_anti_pattern_agent(agent: DemoAgent, graded_session: GradeSession, scenario: str) -> None:
     getattr(agent, scenario)(follow_protocol=False)
     result = graded_session.grade()
     letter, score, flags = ANTI_PATTERNS[scenario]
