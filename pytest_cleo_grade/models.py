@@ -34,6 +34,7 @@ __all__ = [
     "AuditResult",
     "DimensionScore",
     "GradeResult",
+    "Point",
     "coerce_entries",
     "collector_paused",
     "format_timestamp",
@@ -209,6 +210,24 @@ class DimensionScore(BaseModel):
     )
 
 
+class Point(BaseModel):
+    """One award or deduction behind a dimension's score (DESIGN section 8).
+
+    A rubric lists them in the GradeResult extra ``points``; a dimension's points sum to its
+    score. ``entries`` are indices into the graded session's entries in grading order.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    dimension: str = Field(description="The dimension the points belong to.")
+    points: int | float = Field(description="Signed points: an award (+) or a deduction (-).")
+    rule: str = Field(description="Stable rule id, e.g. S1 or discovery.ratio.")
+    text: str = Field(description="One sentence saying why.")
+    entries: list[int] = Field(
+        default_factory=list, description="Indices of the entries that caused it."
+    )
+
+
 class GradeResult(BaseModel):
     """The grade of one session: total, per-dimension scores, flags and provenance.
 
@@ -280,6 +299,12 @@ class GradeResult(BaseModel):
         data["percent"] = self.display_percent
         data["grade"] = self.letter
         return data
+
+    @property
+    def points(self) -> list[Point]:
+        """The ``points`` extra as Point objects (empty when the rubric gave none)."""
+        raw = (self.model_extra or {}).get("points") or []
+        return [item if isinstance(item, Point) else Point.model_validate(item) for item in raw]
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> GradeResult:

@@ -184,3 +184,28 @@ def test_grade_results_keep_extra_keys_and_drop_empty_task_id() -> None:
     assert result.to_json_dict() == data
     assert result.to_report_dict()["percent"] == 85
     assert result.to_report_dict()["grade"] == "B"
+
+
+def test_points_round_trip_through_a_history_line_and_bad_points_are_refused() -> None:
+    from pytest_cleo_grade.models import Point
+
+    line = {
+        "sessionId": "s1",
+        "totalScore": 15,
+        "dimensions": {"a": {"score": 15, "max": 20, "evidence": []}},
+        "timestamp": "2026-03-01T12:00:00.000Z",
+        "entryCount": 2,
+        "points": [
+            {"dimension": "a", "points": 20, "rule": "A1", "text": "start", "entries": []},
+            {"dimension": "a", "points": -5, "rule": "A2", "text": "no find", "entries": [1]},
+        ],
+    }
+    result = GradeResult.from_mapping(line)
+    assert [p.points for p in result.points] == [20, -5]
+    expected = Point(dimension="a", points=-5, rule="A2", text="no find", entries=[1])
+    assert result.points[1] == expected
+    again = GradeResult.from_mapping(result.to_json_dict())
+    assert again.points == result.points
+    line["points"] = [{"dimension": "a", "points": float("nan"), "rule": "A1", "text": "x"}]
+    with pytest.raises(ValueError, match="finite number"):
+        GradeResult.from_mapping(line).points  # noqa: B018
