@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +42,29 @@ def session_entries(session: str = "s1") -> list[dict[str, Any]]:
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("cleo-grade")
-    return subprocess.run(
-        [str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    """The CLI in this process (a subprocess proves nothing here and costs ~0.4 s a call)."""
+    out, err = io.StringIO(), io.StringIO()
+    previous = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            status = main(list(args))
+    finally:
+        os.chdir(previous)
+    return subprocess.CompletedProcess(
+        ["cleo-grade", *args], status, out.getvalue(), err.getvalue()
     )
+
+
+def test_the_installed_command_runs_as_a_process(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", session_entries())
+    exe = Path(sys.executable).with_name("cleo-grade")
+    done = subprocess.run(
+        [str(exe), "grade", "--entries", str(path), "--no-save"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("Session:    s1\nScore:      83/100  (83%, grade B)\n")
 
 
 def test_grading_a_jsonl_file_prints_json_with_percent_and_grade(tmp_path: Path) -> None:

@@ -71,9 +71,9 @@ def test_an_error_on_line_one_is_reported_without_reading_the_rest(tmp_path: Pat
 
 
 def test_a_large_valid_import_keeps_memory_bounded_by_a_batch(tmp_path: Path) -> None:
-    count = 120_000
+    count = 50_000
     path = tmp_path / "big.jsonl"
-    path.write_text("\n".join(entry_line(i, f"s{i // 40_000}") for i in range(count)) + "\n")
+    path.write_text("\n".join(entry_line(i, f"s{i // 20_000}") for i in range(count)) + "\n")
     status, peak, err = measured_import(tmp_path, "big.jsonl")
     assert (status, err) == (0, "")
     # Holding the file's entries took several hundred MiB at this size (5.6 GB at 1M).
@@ -93,13 +93,13 @@ def in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_a_bad_line_after_many_batches_creates_no_store(
     capsys: pytest.CaptureFixture[str], in_tmp: Path
 ) -> None:
-    lines = [entry_line(i) for i in range(20_000)]
-    lines[15_000] = lines[15_000].replace('"success":true', '"success":"maybe"')
+    lines = [entry_line(i) for i in range(12_000)]
+    lines[10_000] = lines[10_000].replace('"success":true', '"success":"maybe"')
     (in_tmp / "e.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["import", "e.jsonl"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.startswith("cleo-grade: error: e.jsonl:15001: result.success")
+    assert err.startswith("cleo-grade: error: e.jsonl:10001: result.success")
     assert not (in_tmp / ".cleo").exists()
 
 
@@ -108,12 +108,12 @@ def test_a_bad_line_after_many_batches_leaves_an_existing_store_unchanged(
 ) -> None:
     (in_tmp / "good.jsonl").write_text("\n".join(entry_line(i, "old") for i in range(5)) + "\n")
     assert main(["import", "good.jsonl"]) == 0
-    lines = [entry_line(i, "new") for i in range(20_000)]
+    lines = [entry_line(i, "new") for i in range(12_000)]
     lines.append("{not json")
     (in_tmp / "bad.jsonl").write_text("\n".join(lines) + "\n")
     capsys.readouterr()
     assert main(["import", "bad.jsonl"]) == 2
-    assert capsys.readouterr().err.startswith("cleo-grade: error: bad.jsonl:20001: invalid JSON")
+    assert capsys.readouterr().err.startswith("cleo-grade: error: bad.jsonl:12001: invalid JSON")
     with AuditStore(in_tmp / ".cleo" / "audit.db", read_only=True) as store:
         assert store.count() == 5
         assert store.session_ids() == ["old"]
