@@ -183,3 +183,24 @@ def test_results_report_failures_by_is_error_or_cleos_envelope(
 ) -> None:
     failure = result_failure("t", result)
     assert (None if failure is None else exit_code_for(failure)) == expected
+
+
+def test_with_otel_capture_on_too_an_audited_client_records_each_call_once(
+    session: GradeSession,
+) -> None:
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+
+    async def main() -> None:
+        async with Client(mcp_tasks.build(audited=True)) as client:
+            await agent(audited_client(client))
+
+    # As --cleo-grade-capture=otel does: the global SDK provider gets the span processor.
+    uninstall = otel.install_otel_capture()
+    try:
+        anyio.run(main)
+    finally:
+        uninstall()
+    # Client wrapper and server middleware each record (as they do without OTel); the MCP
+    # SDK's client and server tools/call spans add nothing.
+    sources = [entry.metadata.source for entry in session.entries]
+    assert len(sources) == 2 * len(CALLS) and "otel" not in sources

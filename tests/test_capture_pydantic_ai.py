@@ -155,3 +155,22 @@ def test_an_instrumented_agents_spans_grade_like_the_capability(session: GradeSe
     agent.run_sync("triage the login bug")
     assert_same_grade(session.entries, grade_by_hand(session.id))
     assert session.entries[3].error == f"Task {MISSING_TASK} not found"
+
+
+def test_spans_and_the_capability_together_record_each_call_once(session: GradeSession) -> None:
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    from opentelemetry.sdk.trace import TracerProvider
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    provider = TracerProvider()
+    processor = otel.AuditSpanProcessor()
+    provider.add_span_processor(processor)
+    agent = build_agent(model=scripted(CALLS), capabilities=[AuditHooks()])
+    agent.instrument = InstrumentationSettings(tracer_provider=provider)
+    try:
+        agent.run_sync("triage the login bug")
+    finally:
+        processor.shutdown()
+    # The capability recorded each call; the execute_tool spans around them add nothing.
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert {entry.metadata.source for entry in session.entries} == {"pydantic-ai"}

@@ -23,6 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pytest_cleo_grade.capture.mcp needs the MCP SDK 2.x: pip install 'pytest-cleo-grade[mcp]'"
     ) from exc
 
+from pytest_cleo_grade.capture.direct import direct_call
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -115,7 +116,8 @@ def audited_client(
     async def call_tool(name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
         started, clock = datetime.now(UTC), time.perf_counter_ns()
         try:
-            result = await original_call(name, arguments, *args, **kwargs)
+            with direct_call():
+                result = await original_call(name, arguments, *args, **kwargs)
         except Exception as exc:
             failure: Failure | None = Failure(tool=name, exception=exc)
             _record(name, arguments, failure, hints.get(name), started, clock, source, mapping)
@@ -224,7 +226,8 @@ class AuditMiddleware:
         token = _crash.set(crashes)
         started, clock = datetime.now(UTC), time.perf_counter_ns()
         try:
-            result = await call_next(ctx)
+            with direct_call():
+                result = await call_next(ctx)
         except Exception as exc:
             read_only = await self._hint(name)
             raised = Failure(tool=name, exception=exc)

@@ -23,6 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[otel]'"
     ) from exc
 
+from pytest_cleo_grade.capture import direct
 from pytest_cleo_grade.capture.mapping import Call, ToolMapping, record_call
 from pytest_cleo_grade.capture.spans import SpanData, is_tool_span, tool_call_of
 from pytest_cleo_grade.errors import CleoGradeError
@@ -58,9 +59,12 @@ class AuditSpanProcessor(SpanProcessor):
 
     A call traced more than once (an agent's ``execute_tool`` span around an MCP client's
     ``tools/call`` span around the server's) is recorded once, from the outermost tool
-    span. ``recorder`` receives each Call (default: record it with ``mapping``, see
-    :func:`~pytest_cleo_grade.capture.mapping.record_call`). While ``enabled`` is false the
-    processor records nothing (the SDK cannot remove a processor once added).
+    span; a call another adapter records itself (inside
+    :func:`~pytest_cleo_grade.capture.direct.direct_call`) is left to that adapter, with
+    every tool span around and inside it. ``recorder`` receives each Call (default: record it
+    with ``mapping``, see :func:`~pytest_cleo_grade.capture.mapping.record_call`). While
+    ``enabled`` is false the processor records nothing (the SDK cannot remove a processor once
+    added).
     """
 
     def __init__(
@@ -75,23 +79,49 @@ class AuditSpanProcessor(SpanProcessor):
         self.enabled = True
         self._recorder = recorder
         self._lock = threading.Lock()
-        #: Open spans that are tool spans or inside one -> whether inside another tool span.
-        self._open: dict[int, bool] = {}
+        #: Open spans that are tool spans or inside one -> (whether inside another tool
+        #: span, the parent's span id).
+        self._open: dict[int, tuple[bool, int | None]] = {}
+        #: Open spans whose call an adapter records directly.
+        self._direct: set[int] = set()
+        direct.add_listener(self._direct_call_started)
+
+    def _direct_call_started(self) -> None:
+        # The span current when an adapter starts recording a call directly is the one
+        # around the call (an agent's execute_tool span, say): it and its tool ancestors
+        # must not record the call again.
+        context = trace_api.get_current_span().get_span_context()
+        if context.is_valid:
+            with self._lock:
+                self._mark_direct(context.span_id)
+
+    def _mark_direct(self, span_id: int | None) -> None:
+        while span_id is not None and span_id in self._open and span_id not in self._direct:
+            self._direct.add(span_id)
+            span_id = self._open[span_id][1]
 
     def on_start(self, span: Span, parent_context: context_api.Context | None = None) -> None:
         if not self.enabled:
             return
         parent = span.parent
-        inside = parent is not None and parent.span_id in self._open
+        parent_id = parent.span_id if parent is not None else None
+        inside = parent_id is not None and parent_id in self._open
         if inside or is_tool_span(span.name, dict(span.attributes or {})):
+            span_id = span.context.span_id
             with self._lock:
-                self._open[span.context.span_id] = inside
+                self._open[span_id] = (inside, parent_id)
+                if direct.in_direct_call():
+                    self._mark_direct(span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
         context = span.context
+        if context is None:
+            return
         with self._lock:
-            nested = self._open.pop(context.span_id, False) if context is not None else False
-        if nested or not self.enabled:
+            nested, _ = self._open.pop(context.span_id, (False, None))
+            recorded_directly = context.span_id in self._direct
+            self._direct.discard(context.span_id)
+        if nested or recorded_directly or not self.enabled:
             return
         if not is_tool_span(span.name, dict(span.attributes or {})):
             return
@@ -105,6 +135,7 @@ class AuditSpanProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         self.enabled = False
+        direct.remove_listener(self._direct_call_started)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True

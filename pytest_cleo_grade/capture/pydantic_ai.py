@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[pydantic-ai]'"
     ) from exc
 
+from pytest_cleo_grade.capture.direct import direct_call
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -95,7 +96,8 @@ class AuditHooks(AbstractCapability[Any]):
     ) -> Any:
         started, clock = datetime.now(UTC), time.perf_counter_ns()
         try:
-            return await handler(args)
+            with direct_call():
+                return await handler(args)
         except _NOT_FAILURES:
             raise
         except Exception as exc:
@@ -113,7 +115,8 @@ class AuditHooks(AbstractCapability[Any]):
     ) -> Any:
         started, clock = datetime.now(UTC), time.perf_counter_ns()
         try:
-            result = await handler(args)
+            with direct_call():
+                result = await handler(args)
         except _NOT_FAILURES:
             raise
         except Exception as exc:
