@@ -87,7 +87,10 @@ def test_a_judge_that_cannot_be_reached_is_a_clean_error(
     with FakeJudgeServer() as fake:
         url = fake.base_url  # closed on exit: nothing listens there any more
     rubric = tmp_path / "rubric.json"
-    rubric.write_text('{"dimensions": [{"name": "done", "type": "numeric", "weight": 1}]}')
+    # No retries: the refused connection is the error under test, not the backoff before it.
+    rubric.write_text(
+        '{"judge": {"retries": 0}, "dimensions": [{"name": "done", "type": "numeric", "weight": 1}]}'
+    )
     code = main(
         [
             "grade",
