@@ -130,6 +130,21 @@ def tuple_grade(rows: list[Row]) -> tuple[int, list[str]]:
     return s1 + s2 + max(s3, 0) + max(s4, 0) + s5, flags
 
 
+def read_fields(entries: list[Any]) -> int:
+    """Only read, off validated entries, the fields any grader of them must read.
+
+    Not a grader: the limit of grading pydantic objects at all. A million entries do not fit
+    in the CPU caches, so touching each one's domain, operation, gateway, exit code, session
+    and time costs cache misses that a grader over pre-extracted tuples never pays.
+    """
+    seen = 0
+    for entry in entries:
+        entry.session_id, entry.timestamp, entry.domain, entry.operation  # noqa: B018
+        entry.metadata.gateway, entry.result.exit_code  # noqa: B018
+        seen += 1
+    return seen
+
+
 def json_insert(lines: list[str], db_path: str) -> int:
     """Bare json.loads of every line and one executemany into a table of the same width."""
     conn = sqlite3.connect(db_path, isolation_level=None)

@@ -53,7 +53,8 @@ class Row:
     floor: str
     ratio: float
     target: str
-    met: bool
+    #: None for a row that only shows where the time goes (no target of its own).
+    met: bool | None
 
     def cells(self) -> tuple[str, ...]:
         return (
@@ -62,7 +63,7 @@ class Row:
             self.floor,
             f"{self.ratio:.2f}x",
             self.target,
-            "met" if self.met else "MISSED",
+            "" if self.met is None else "met" if self.met else "MISSED",
         )
 
 

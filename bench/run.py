@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from floors import CONFTEST_FLOOR, json_insert, to_row, tuple_grade
+from floors import CONFTEST_FLOOR, json_insert, read_fields, to_row, tuple_grade
 from grade import synthetic
 from harness import Row, alternate, table
 
@@ -150,7 +150,13 @@ def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
                 tuple_grade(tuples)
             return (time.perf_counter() - started) / repeat
 
-        figures = alternate({"project": project, "floor": floor}, rounds)
+        def fields(entries: list = entries) -> None:  # type: ignore[type-arg]
+            read_fields(entries)
+
+        variants = {"project": project, "floor": floor}
+        if size == large:
+            variants["fields"] = fields
+        figures = alternate(variants, rounds)
         p, f = figures["project"], figures["floor"]
         per_entry[size] = p.median / size
         ratio = p.median / f.median
@@ -163,6 +169,17 @@ def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
                     ratio,
                     "<= 1 s and <= 1.5x",
                     p.median <= 1.0 and ratio <= 1.5,
+                )
+            )
+            r = figures["fields"]
+            rows.append(
+                Row(
+                    f"  the same vs only reading the graded fields of {size:,} entries",
+                    f"{p.min:.3f} / {p.median:.3f} s",
+                    f"{r.min:.3f} / {r.median:.3f} s",
+                    p.median / r.median,
+                    "(the limit of pydantic entries)",
+                    None,
                 )
             )
         else:
