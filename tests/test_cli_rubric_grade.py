@@ -89,7 +89,8 @@ def test_a_judge_that_cannot_be_reached_is_a_clean_error(
     rubric = tmp_path / "rubric.json"
     # No retries: the refused connection is the error under test, not the backoff before it.
     rubric.write_text(
-        '{"judge": {"retries": 0}, "dimensions": [{"name": "done", "type": "numeric", "weight": 1}]}'
+        '{"judge": {"retries": 0}, '
+        '"dimensions": [{"name": "done", "type": "numeric", "weight": 1}]}'
     )
     code = main(
         [

@@ -4,6 +4,8 @@ nothing holds, and only \\n (or \\r\\n) ends a JSONL line."""
 from __future__ import annotations
 
 import json
+import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cleo_grade.cli import main
-from pytest_cleo_grade.sources import load_entries_file
+from pytest_cleo_grade.sources import load_entries_file, may_overflow
 from pytest_cleo_grade.store import AuditStore
 
 
@@ -93,3 +95,19 @@ def test_only_newline_ends_a_jsonl_line(
     assert main(["import", str(path), "--db", str(db)]) == 0
     with AuditStore(db) as store:
         assert [e.params["note"] for e in store.session_entries("s1")] == [f"a{inside}b"] * 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_overflow_check_finds_exactly_what_the_number_pattern_finds(seed: int) -> None:
+    # The import's fast path asks "could a number here overflow a float?" with translate and
+    # substring searches; it must agree with the pattern it stands for on any bytes.
+    pattern = re.compile(rb"[0-9][eE][+-]?[0-9]{3}|[0-9]{300}")
+    rng = random.Random(seed)
+    alphabet = b'0123456789eE+-. x"{}:,\\u'
+    for _ in range(2000):
+        blob = bytes(rng.choice(alphabet) for _ in range(rng.randrange(1, 40)))
+        if rng.random() < 0.05:
+            blob += b"7" * rng.choice((299, 300, 301))
+        assert may_overflow(blob) == bool(pattern.search(blob)), blob
+    assert may_overflow(b'{"x": 1e999}') and may_overflow(b'{"x": 2E+308}')
+    assert not may_overflow(b'{"x": 1e99, "t": "2026-03-01T12:00:00.000Z"}')
