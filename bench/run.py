@@ -261,7 +261,21 @@ def _peak_child(mode: str, path: Path) -> None:
     else:
         with path.open(encoding="utf-8") as handle:
             tuple_grade([to_row(json.loads(line)) for line in handle])
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    print(_peak_rss())
+
+
+def _peak_rss() -> int:
+    """This process's peak RSS in bytes.
+
+    Linux keeps ``ru_maxrss`` across ``execve``: a child started by a parent holding a
+    million entries would report the parent's size. ``VmHWM`` belongs to the new address
+    space, so it is the child's own peak.
+    """
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def memory_row(tmp: Path, size: int, rounds: int) -> Row:
