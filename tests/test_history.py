@@ -28,8 +28,9 @@ def test_a_grade_line_is_compact_camel_case_json_with_evaluator_auto(tmp_path: P
     append_grade(result, path)  # type: ignore[arg-type]
     line = path.read_text(encoding="utf-8")
     assert line.endswith("}\n") and line.count("\n") == 1
-    assert ", " not in line and '": ' not in line
     data = json.loads(line)
+    # Compact: exactly what the tightest separators write (sentences inside may hold ", ").
+    assert line == json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n"
     assert list(data) == [
         "sessionId",
         "totalScore",
@@ -39,6 +40,7 @@ def test_a_grade_line_is_compact_camel_case_json_with_evaluator_auto(tmp_path: P
         "timestamp",
         "entryCount",
         "evaluator",
+        "points",
     ]
     assert data["evaluator"] == "auto"
     assert data["timestamp"] == "2026-03-01T13:00:00.000Z"

@@ -13,7 +13,19 @@ from tests.entries import NOW, entry, model, sequence
 
 
 def grade(entries: list[dict[str, Any]]) -> GradeResult:
-    return grade_entries(entries, session_id="s1", now=NOW)
+    result = grade_entries(entries, session_id="s1", now=NOW)
+    check_points(result, len(entries))
+    return result
+
+
+def check_points(result: GradeResult, count: int) -> None:
+    """Every case also checks the ``points`` invariant: each dimension's items sum to its score."""
+    items = (result.model_extra or {}).get("points", [])
+    for name, dimension in result.dimensions.items():
+        total = sum(item["points"] for item in items if item["dimension"] == name)
+        assert total == dimension.score, (name, items)
+    assert {item["dimension"] for item in items} <= set(result.dimensions)
+    assert all(0 <= index < count for item in items for index in item["entries"])
 
 
 def dim(result: GradeResult, name: str) -> tuple[int | float, list[str]]:

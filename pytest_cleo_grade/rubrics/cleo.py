@@ -22,6 +22,12 @@ from pytest_cleo_grade.models import (
     collector_paused,
     order_entries,
 )
+from pytest_cleo_grade.rubrics.points import (
+    POINT_ENTRY_LIMIT,
+    balance,
+    per_violation,
+    point,
+)
 
 # coerce_entries and order_entries live in models; they stay importable from here, where
 # rubric plugins written against earlier releases import them.
@@ -106,6 +112,19 @@ class _Facts:
     not_found_positions: list[int] = field(default_factory=list)
     help_calls: int = 0
     query_calls: int = 0
+    # Where things happened, for the points extra (each list capped at POINT_ENTRY_LIMIT
+    # except the per-violation ones, which are as long as their violations).
+    first_task: int | None = None
+    first_list: int | None = None
+    end_positions: list[int] = field(default_factory=list)
+    find_positions: list[int] = field(default_factory=list)
+    list_positions: list[int] = field(default_factory=list)
+    show_positions: list[int] = field(default_factory=list)
+    help_positions: list[int] = field(default_factory=list)
+    query_positions: list[int] = field(default_factory=list)
+    missing_description_positions: list[int] = field(default_factory=list)
+    unverified_subtask_positions: list[int] = field(default_factory=list)
+    title_positions: list[int] = field(default_factory=list)
 
 
 def _has_value(value: object) -> bool:
@@ -142,6 +161,24 @@ def _all(rows: list[_Row], tally: Counter[_Row], match: Callable[[_Row], bool]) 
     return sorted(chain.from_iterable(_positions(rows, row) for row in tally if match(row)))
 
 
+def _some(rows: list[_Row], tally: Counter[_Row], match: Callable[[_Row], bool]) -> list[int]:
+    """The first POINT_ENTRY_LIMIT positions of the matching rows (a scan stops there)."""
+    found: list[int] = []
+    for row in tally:
+        if not match(row):
+            continue
+        start = 0
+        try:
+            for _ in range(POINT_ENTRY_LIMIT):
+                start = rows.index(row, start)
+                found.append(start)
+                start += 1
+        except ValueError:
+            pass
+    found.sort()
+    return found[:POINT_ENTRY_LIMIT]
+
+
 def _scan(items: Sequence[AuditEntry], rows: list[_Row]) -> _Facts:
     """Collect the facts from one C-level pass plus a tally of the distinct rows.
 
@@ -162,8 +199,15 @@ def _scan(items: Sequence[AuditEntry], rows: list[_Row]) -> _Facts:
     # S1 compares with the first tasks.* entry of any operation, failed or not.
     first_task = _first(rows, tally, lambda r: r[0] == "tasks")
     first_list = _first(rows, tally, lambda r: r[:2] == SESSION_LIST)
+    facts.first_task, facts.first_list = first_task, first_list
     facts.first_task_time = None if first_task is None else items[first_task].timestamp
     facts.first_list_time = None if first_list is None else items[first_list].timestamp
+    facts.end_positions = _some(rows, tally, lambda r: r[:2] == SESSION_END)
+    facts.find_positions = _some(rows, tally, lambda r: r[:2] == TASKS_FIND)
+    facts.list_positions = _some(rows, tally, lambda r: r[:2] == TASKS_LIST)
+    facts.show_positions = _some(rows, tally, lambda r: r[:2] == TASKS_SHOW)
+    facts.help_positions = _some(rows, tally, lambda r: r[:2] in HELP_CALLS)
+    facts.query_positions = _some(rows, tally, lambda r: r[2] in QUERY_GATEWAYS)
     facts.session_end_calls = calls[SESSION_END]
     facts.find_calls = calls[TASKS_FIND]
     facts.list_calls = calls[TASKS_LIST]
@@ -201,16 +245,19 @@ def _note_adds(
         if not present:
             task_id = entry.metadata.task_id
             missing.append("unknown" if task_id is None else task_id)
+            facts.missing_description_positions.append(position)
         if get("parent"):
             facts.subtask_adds += 1
             # The spec says "preceding": an exists later in the session does not verify.
             if first_exists is None or first_exists > position:
                 facts.subtask_without_exists = True
+                facts.unverified_subtask_positions.append(position)
         title = get("title")
         if title is not None:
             key = (title if type(title) is str else str(title)).strip().lower()
             if key:  # a blank title is no title: untitled adds are not duplicates
                 titles.append(key)
+                facts.title_positions.append(position)
 
 
 def _percent_half_up(part: int, whole: int) -> int:
@@ -218,26 +265,46 @@ def _percent_half_up(part: int, whole: int) -> int:
     return (200 * part + whole) // (2 * whole)
 
 
-def _session_discipline(facts: _Facts, flags: list[str]) -> DimensionScore:
+_Points = list[dict[str, Any]]
+
+
+def _calls(count: int, name: str) -> str:
+    return f"{count} {name} call{'' if count == 1 else 's'}"
+
+
+def _session_discipline(facts: _Facts, flags: list[str], points: _Points) -> DimensionScore:
+    dim = "sessionDiscipline"
     score = 0
     evidence: list[str] = []
+    first = [i for i in (facts.first_list, facts.first_task) if i is not None]
     if facts.first_list_time is None:
         flags.append("session.list never called (check existing sessions before starting)")
+        points.append(point(dim, 0, "session.list_first", "session.list was never called"))
     elif facts.first_task_time is None or facts.first_list_time <= facts.first_task_time:
         # No task ops at all counts as "before"; so do equal timestamps.
         score += 10
         evidence.append("session.list called before first task op")
+        points.append(
+            point(dim, 10, "session.list_first", "session.list came before any task op", first)
+        )
     else:
         flags.append("session.list called after task ops (should check sessions first)")
+        points.append(
+            point(dim, 0, "session.list_first", "session.list came after a task op", first)
+        )
     if facts.session_end_calls:
         score += 10
         evidence.append("session.end called")
+        text = f"session.end was called ({_calls(facts.session_end_calls, 'session.end')})"
+        points.append(point(dim, 10, "session.end", text, facts.end_positions))
     else:
         flags.append("session.end never called (always end sessions when done)")
+        points.append(point(dim, 0, "session.end", "session.end was never called"))
     return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
 
 
-def _discovery_efficiency(facts: _Facts, flags: list[str]) -> DimensionScore:
+def _discovery_efficiency(facts: _Facts, flags: list[str], points: _Points) -> DimensionScore:
+    dim = "discoveryEfficiency"
     score = 0
     evidence: list[str] = []
     finds, lists = facts.find_calls, facts.list_calls
@@ -245,42 +312,88 @@ def _discovery_efficiency(facts: _Facts, flags: list[str]) -> DimensionScore:
     if total == 0:
         score += 10
         evidence.append("No discovery calls needed")
+        points.append(point(dim, 10, "discovery.ratio", "No tasks.find or tasks.list calls"))
     elif finds * 5 >= total * 4:  # ratio >= 80 %, compared exactly
         score += 15
         evidence.append(f"find:list ratio {_percent_half_up(finds, total)}% >= 80%")
+        text = f"{_calls(finds, 'tasks.find')} of {total} discovery calls (at least 80%)"
+        points.append(point(dim, 15, "discovery.ratio", text, facts.find_positions))
     else:
         # round(15 * ratio) half up, exactly: 1:5 -> 3, 1:29 -> 1, 7:3 -> 11.
-        score += (30 * finds + total) // (2 * total)
+        earned = (30 * finds + total) // (2 * total)
+        score += earned
         flags.append(f"tasks.list used {lists}x (prefer tasks.find for discovery)")
+        text = (
+            f"{_calls(finds, 'tasks.find')} of {total} discovery calls "
+            f"({_percent_half_up(finds, total)}%, below 80%): {earned} of 15"
+        )
+        points.append(point(dim, earned, "discovery.ratio", text, facts.list_positions))
     if facts.show_calls:
         score += 5
         evidence.append(f"tasks.show used {facts.show_calls}x for detail")
-    return DimensionScore(score=min(score, DIMENSION_MAX), max=DIMENSION_MAX, evidence=evidence)
+        text = f"tasks.show used for detail ({_calls(facts.show_calls, 'tasks.show')})"
+        points.append(point(dim, 5, "discovery.show", text, facts.show_positions))
+    else:
+        points.append(point(dim, 0, "discovery.show", "tasks.show was never used (5 not earned)"))
+    score = min(score, DIMENSION_MAX)
+    balance(points, dim, score, "discovery.cap")
+    return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
 
 
-def _task_hygiene(facts: _Facts, flags: list[str]) -> DimensionScore:
+def _task_hygiene(facts: _Facts, flags: list[str], points: _Points) -> DimensionScore:
+    dim = "taskHygiene"
     score = DIMENSION_MAX
     evidence: list[str] = []
+    points.append(point(dim, DIMENSION_MAX, "hygiene.start", "Task hygiene starts at 20"))
     for task_id in facts.adds_without_description:
         score -= 5
         flags.append(f"tasks.add without description (taskId: {task_id})")
+    points.extend(
+        per_violation(
+            dim,
+            -5,
+            "hygiene.description",
+            [
+                (f"tasks.add without a description (taskId: {task_id})", (position,))
+                for task_id, position in zip(
+                    facts.adds_without_description,
+                    facts.missing_description_positions,
+                    strict=True,
+                )
+            ],
+        )
+    )
     if facts.subtask_adds:
         if facts.subtask_without_exists:
             # A penalty is a flag; evidence lists what earned or kept points (as CLEO does).
             score -= 3
             flags.append("Subtasks created without tasks.exists parent check")
+            points.append(
+                point(
+                    dim,
+                    -3,
+                    "hygiene.subtask_exists",
+                    "A subtask was added with no tasks.exists before it (once per session)",
+                    facts.unverified_subtask_positions,
+                )
+            )
         else:
             evidence.append("Parent existence verified before subtask creation")
     if facts.successful_adds and not facts.adds_without_description:
         evidence.append(f"All {facts.successful_adds} tasks.add calls had descriptions")
-    return DimensionScore(score=max(score, 0), max=DIMENSION_MAX, evidence=evidence)
+    score = max(score, 0)
+    balance(points, dim, score, "hygiene.floor")
+    return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
 
 
 def _error_protocol(
-    entries: Sequence[AuditEntry], facts: _Facts, flags: list[str]
+    entries: Sequence[AuditEntry], facts: _Facts, flags: list[str], points: _Points
 ) -> DimensionScore:
+    dim = "errorProtocol"
     score = DIMENSION_MAX
     evidence: list[str] = []
+    points.append(point(dim, DIMENSION_MAX, "errors.start", "Error protocol starts at 20"))
+    unrecovered: list[tuple[str, tuple[int, ...]]] = []
     for position in facts.not_found_positions:
         window = entries[position + 1 : position + 1 + RECOVERY_WINDOW]
         if any(e.domain == "tasks" and e.operation in RECOVERY_OPS for e in window):
@@ -292,29 +405,54 @@ def _error_protocol(
             flags.append(
                 f"E_NOT_FOUND ({failed.domain}.{failed.operation}) not followed by recovery lookup"
             )
+            unrecovered.append(
+                (
+                    f"E_NOT_FOUND ({failed.domain}.{failed.operation}) with no tasks.find or "
+                    f"tasks.exists in the next {RECOVERY_WINDOW} calls",
+                    (position,),
+                )
+            )
+    points.extend(per_violation(dim, -5, "errors.not_found", unrecovered))
     duplicates = len(facts.titles) - len(set(facts.titles))
     if duplicates:
         score -= 5
         flags.append(f"{duplicates} potentially duplicate task create(s) detected")
+        seen: set[str] = set()
+        repeated: list[int] = []
+        for title, position in zip(facts.titles, facts.title_positions, strict=True):
+            if title in seen:
+                repeated.append(position)
+            seen.add(title)
+        text = f"{duplicates} tasks.add call(s) repeat an earlier title (once per session)"
+        points.append(point(dim, -5, "errors.duplicates", text, repeated))
     if not facts.not_found_positions and not duplicates:
         # As CLEO reads "no violations": no E_NOT_FOUND at all, recovered or not.
         evidence.append("No error protocol violations")
-    return DimensionScore(score=max(score, 0), max=DIMENSION_MAX, evidence=evidence)
+    score = max(score, 0)
+    balance(points, dim, score, "errors.floor")
+    return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
 
 
-def _disclosure_use(facts: _Facts, flags: list[str]) -> DimensionScore:
+def _disclosure_use(facts: _Facts, flags: list[str], points: _Points) -> DimensionScore:
+    dim = "disclosureUse"
     score = 0
     evidence: list[str] = []
     if facts.help_calls:
         score += 10
         evidence.append(f"Progressive disclosure used ({facts.help_calls}x)")
+        text = f"Help or skill lookups used ({_calls(facts.help_calls, 'help')})"
+        points.append(point(dim, 10, "disclosure.help", text, facts.help_positions))
     else:
         flags.append("No admin.help or skill lookup calls (load ct-cleo for guidance)")
+        points.append(point(dim, 0, "disclosure.help", "No admin.help or skill lookup calls"))
     if facts.query_calls:
         score += 10
         evidence.append(f"cleo_query (MCP) used {facts.query_calls}x")
+        text = f"The query gateway was used ({_calls(facts.query_calls, 'query')})"
+        points.append(point(dim, 10, "disclosure.query", text, facts.query_positions))
     else:
         flags.append("No MCP query calls (prefer cleo_query over CLI for programmatic access)")
+        points.append(point(dim, 0, "disclosure.query", "No calls through the query gateway"))
     return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
 
 
@@ -356,12 +494,13 @@ def _grade(
         )
     facts = _scan(ordered, rows)
     flags: list[str] = []
+    points: _Points = []
     scores = (
-        _session_discipline(facts, flags),
-        _discovery_efficiency(facts, flags),
-        _task_hygiene(facts, flags),
-        _error_protocol(ordered, facts, flags),
-        _disclosure_use(facts, flags),
+        _session_discipline(facts, flags, points),
+        _discovery_efficiency(facts, flags, points),
+        _task_hygiene(facts, flags, points),
+        _error_protocol(ordered, facts, flags, points),
+        _disclosure_use(facts, flags, points),
     )
     return GradeResult(
         session_id=session_id,
@@ -372,6 +511,7 @@ def _grade(
         flags=flags,
         timestamp=timestamp,
         entry_count=len(ordered),
+        points=points,
     )
 
 

@@ -1,0 +1,79 @@
+"""The CLEO rubric's ``points`` extra: every point of a grade traced to its rule and entries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_cleo_grade import GradeResult, grade_entries
+from pytest_cleo_grade.rubrics.points import POINT_ENTRY_LIMIT, POINT_ITEM_LIMIT
+from tests.entries import NOW, entry, sequence
+
+
+def items(result: GradeResult, dimension: str) -> list[tuple[str, int | float, list[int]]]:
+    return [(p.rule, p.points, p.entries) for p in result.points if p.dimension == dimension]
+
+
+def grade(entries: list[dict[str, Any]]) -> GradeResult:
+    return grade_entries(entries, session_id="s1", now=NOW)
+
+
+def test_late_session_list_and_partial_discovery_name_their_entries() -> None:
+    result = grade(
+        sequence(("tasks", "find"), ("session", "list"), ("tasks", "list"), ("tasks", "list"))
+    )
+    assert items(result, "sessionDiscipline") == [
+        ("session.list_first", 0, [1, 0]),
+        ("session.end", 0, []),
+    ]
+    # One find of three discovery calls: 15 x 1/3 = 5, caused by the two lists.
+    assert items(result, "discoveryEfficiency") == [
+        ("discovery.ratio", 5, [2, 3]),
+        ("discovery.show", 0, []),
+    ]
+
+
+def test_each_missing_description_is_a_deduction_on_its_own_entry() -> None:
+    adds = [entry("tasks", "add", at=i, params={"title": f"T{i}"}) for i in range(3)]
+    result = grade([entry("session", "list", at=-1), *adds])
+    hygiene = items(result, "taskHygiene")
+    assert hygiene[0] == ("hygiene.start", 20, [])
+    assert hygiene[1:] == [("hygiene.description", -5, [i]) for i in (1, 2, 3)]
+    assert result.dimensions["taskHygiene"].score == 5
+
+
+def test_the_floor_is_an_item_so_the_dimension_still_sums_to_its_score() -> None:
+    adds = [entry("tasks", "add", at=i, params={"title": f"T{i}"}) for i in range(6)]
+    result = grade(adds)
+    hygiene = items(result, "taskHygiene")
+    assert hygiene[-1] == ("hygiene.floor", 10, [])
+    assert sum(p for _, p, _ in hygiene) == result.dimensions["taskHygiene"].score == 0
+
+
+def test_an_unrecovered_not_found_points_at_the_failure() -> None:
+    calls = sequence(
+        ("session", "list"),
+        entry("tasks", "show", success=False, exit_code=4),
+        ("tasks", "list"),
+        ("tasks", "list"),
+        ("tasks", "list"),
+        ("tasks", "list"),
+    )
+    errors = items(grade(calls), "errorProtocol")
+    assert errors == [("errors.start", 20, []), ("errors.not_found", -5, [1])]
+
+
+def test_a_huge_session_keeps_every_item_and_index_list_bounded() -> None:
+    count = POINT_ITEM_LIMIT + 50
+    adds = [entry("tasks", "add", at=i, params={"title": f"T{i}"}) for i in range(count)]
+    result = grade([entry("admin", "help", at=-1), *adds])
+    hygiene = items(result, "taskHygiene")
+    deductions = [item for item in hygiene if item[0] == "hygiene.description"]
+    assert len(deductions) == POINT_ITEM_LIMIT + 1
+    assert deductions[-1][1] == -5 * 50
+    assert len(deductions[-1][2]) == 50
+    query = items(result, "disclosureUse")[-1]
+    assert query[0] == "disclosure.query" and len(query[2]) == POINT_ENTRY_LIMIT
+
+
+def test_an_empty_session_has_no_points() -> None:
+    assert grade([]).points == []
