@@ -99,10 +99,10 @@ def _unknown_rubric(config: pytest.Config, name: str) -> str | None:
 
 def _rubric_file_problem(path: Path) -> str | None:
     """Why the rubric file cannot be used (one line naming the file and field), or None."""
-    from pytest_cleo_grade.rubrics.weighted.spec import load_rubric_file
+    from pytest_cleo_grade.rubrics.rules import check_rubric_file
 
     try:
-        load_rubric_file(path)
+        check_rubric_file(path)
     except CleoGradeError as exc:
         return str(exc)
     return None

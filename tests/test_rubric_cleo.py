@@ -9,12 +9,17 @@ import pytest
 from pytest_cleo_grade import GradeResult, grade_entries
 from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.rubrics.cleo import CLEO_DIMENSIONS, EMPTY_SESSION_FLAG
+from pytest_cleo_grade.rubrics.rules import cleo_rules, grade_rules
 from tests.entries import NOW, entry, model, sequence
 
 
 def grade(entries: list[dict[str, Any]]) -> GradeResult:
     result = grade_entries(entries, session_id="s1", now=NOW)
     check_points(result, len(entries))
+    # Every case also runs through CLEO's rubric written as rules: it must be the same grade.
+    ruled = grade_rules(cleo_rules(), entries, session_id="s1", now=NOW)
+    check_points(ruled, len(entries))
+    assert ruled.model_dump(exclude={"points"}) == result.model_dump(exclude={"points"})
     return result
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_cleo_grade.cli import rubrics as rubric_cmds
 from pytest_cleo_grade.errors import RubricError
+from pytest_cleo_grade.rubrics.cleo import CLEO_DIMENSIONS
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 from tests.entries import NOW, entry
 from tests.fake_judge import FakeJudgeServer, Reply, serve
@@ -55,10 +56,12 @@ def test_rubrics_json_describes_every_rubric(capsys: pytest.CaptureFixture[str])
     assert [(r["name"], r["default"]) for r in data] == [
         ("cleo", True),
         ("comparison", False),
+        ("rules", False),
         ("weighted", False),
     ]
     assert data[1]["dimensions"] == {"structural": 6, "substantive": 30}
-    assert sum(data[2]["dimensions"].values()) == 100
+    assert data[2]["dimensions"] == dict.fromkeys(CLEO_DIMENSIONS, 20)
+    assert sum(data[3]["dimensions"].values()) == 100
 
 
 def test_rubrics_check_validates_a_file_and_shows_its_dimensions(

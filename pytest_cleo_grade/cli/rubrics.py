@@ -9,8 +9,10 @@ from typing import Any
 from pytest_cleo_grade.cli.common import print_json
 from pytest_cleo_grade.judges.connect import DefaultConnector
 from pytest_cleo_grade.judges.redact import redact_url
+from pytest_cleo_grade.rubrics.document import read_document
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC, GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager
+from pytest_cleo_grade.rubrics.rules import is_rule_document, load_rule_file
 from pytest_cleo_grade.rubrics.weighted.rubric import (
     CategoricalDimension,
     WeightedJudgeRubric,
@@ -27,7 +29,7 @@ def register(subparsers: Any) -> None:
         "rubrics",
         help="list the available rubrics, or check a rubric file",
         description="List the registered rubrics (built in, entry points), or validate a "
-        "weighted rubric file.",
+        "rubric file (weighted or rules).",
     )
     rubrics.add_argument(
         "--check", metavar="FILE", help="validate a TOML or JSON rubric file and show it"
@@ -46,7 +48,9 @@ def add_rubric_options(parser: argparse.ArgumentParser) -> None:
         help=f"rubric to grade with (default: {DEFAULT_RUBRIC}; see `cleo-grade rubrics`)",
     )
     group.add_argument(
-        "--rubric-file", metavar="FILE", help="TOML or JSON file configuring the weighted rubric"
+        "--rubric-file",
+        metavar="FILE",
+        help="TOML or JSON file of the weighted or rules rubric",
     )
     group.add_argument("--task", metavar="TEXT", help="what the agent was asked to do (judges)")
     group.add_argument("--judge-url", metavar="URL", help="OpenAI-compatible base URL")
@@ -85,7 +89,22 @@ def grade_context_from_args(args: argparse.Namespace, task_id: str | None = None
     return GradeContext(task=task, task_id=task_id)
 
 
+def _check_rule_file(args: argparse.Namespace) -> int:
+    spec = load_rule_file(args.check)
+    if args.json:
+        print_json(spec.model_dump(mode="json"))
+        return 0
+    print(f"{args.check}: ok (rules {spec.name} {spec.version})")
+    for dimension in spec.dimensions:
+        print(f"  {dimension.name:<24} max {dimension.max:<4} start {dimension.start}")
+        for rule in dimension.rules:
+            print(f"    {rule.id:<28} {rule.kind:<10} {rule.points:+d}")
+    return 0
+
+
 def run_rubrics(args: argparse.Namespace) -> int:
+    if args.check and is_rule_document(read_document(args.check)[0]):
+        return _check_rule_file(args)
     if args.check:
         loaded = load_rubric_file(args.check)
         rubric = WeightedJudgeRubric(loaded.spec, source=loaded.source)

@@ -29,6 +29,7 @@ from pytest_cleo_grade.rubrics.protocol import (
     RubricConfig,
     stamp_rubric,
 )
+from pytest_cleo_grade.rubrics.rules import RulesRubric
 from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
 
 __all__ = [
@@ -79,6 +80,7 @@ class _BuiltinRubrics:
     def cleo_grade_register_rubrics(self, register: Any) -> None:
         register(CleoRubric())
         register(WeightedJudgeRubric())
+        register(RulesRubric())
         register(ComparisonRubric())
 
 

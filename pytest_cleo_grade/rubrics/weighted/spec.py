@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -20,14 +18,12 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from pytest_cleo_grade.errors import RubricError
-from pytest_cleo_grade.files import read_regular_bytes
 from pytest_cleo_grade.judges.protocol import JudgeSettings
+from pytest_cleo_grade.rubrics.document import MAX_NESTING, read_document, validate_document
 
 __all__ = [
     "DEFAULT_SPEC",
@@ -269,99 +265,13 @@ def default_source(spec: RubricSpec) -> bytes:
     return json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()
 
 
-def _describe_loc(loc: Sequence[int | str], data: object) -> str:
-    """``dimensions[2] (tool_efficiency).weight`` from pydantic's location tuple."""
-    parts: list[str] = []
-    node: object = data
-    skip_tag = False
-    for part in loc:
-        if skip_tag:
-            # pydantic puts the discriminator's value after a union member's index.
-            skip_tag = False
-            continue
-        if isinstance(part, int):
-            label = f"[{part}]"
-            child = node[part] if isinstance(node, list) and part < len(node) else None
-            if isinstance(child, dict) and isinstance(child.get("name"), str):
-                label += f" ({child['name']})"
-            parts.append(label)
-            skip_tag = parts[:1] == ["dimensions"] and len(parts) == 2
-            node = child
-        else:
-            parts.append(f".{part}" if parts else part)
-            node = node.get(part) if isinstance(node, dict) else None
-    return "".join(parts) or "rubric"
-
-
-#: Deepest nesting of arrays and tables a rubric file may use. Real rubric files nest 4 levels;
-#: the bound keeps hostile files far from the interpreter's recursion limit.
-MAX_NESTING: Final = 32
-
-
-def _nesting_depth(data: object) -> int:
-    """How deeply lists and mappings nest in ``data``, measured without recursion."""
-    deepest = 0
-    stack: list[tuple[object, int]] = [(data, 0)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Sequence[object] = list(node.values())
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-        if deepest > MAX_NESTING:
-            return deepest
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def _too_deep(where: str) -> RubricError:
-    return RubricError(
-        f"{where}: arrays or tables nested more than {MAX_NESTING} levels deep: not a rubric file"
-    )
-
-
 def validate_spec(data: object, where: str) -> RubricSpec:
     """Validate a rubric mapping; RubricError names ``where`` and the first invalid field."""
-    if _nesting_depth(data) > MAX_NESTING:
-        raise _too_deep(where)
-    try:
-        return RubricSpec.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        message = first["msg"].removeprefix("Value error, ")
-        more = exc.error_count() - 1
-        suffix = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-        raise RubricError(
-            f"{where}: {_describe_loc(first['loc'], data)}: {message}{suffix}"
-        ) from exc
+    return validate_document(RubricSpec, data, where)
 
 
 def load_rubric_file(path: str | Path) -> LoadedSpec:
     """Read and validate a TOML (``.toml``) or JSON (``.json``) rubric file."""
     path = Path(path)
-    try:
-        source = read_regular_bytes(path)  # a device or a FIFO is refused, never read
-    except OSError as exc:
-        raise RubricError(f"{path}: cannot read rubric file: {exc.strerror or exc}") from exc
-    suffix = path.suffix.lower()
-    try:
-        text = source.decode("utf-8")
-        if suffix == ".toml":
-            data: object = tomllib.loads(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        else:
-            raise RubricError(f"{path}: rubric files must end in .toml or .json")
-    except UnicodeDecodeError as exc:
-        raise RubricError(f"{path}: not UTF-8 text: {exc.reason}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise RubricError(f"{path}: invalid TOML: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise RubricError(f"{path}: invalid JSON: {exc.msg} (line {exc.lineno})") from exc
-    except RecursionError as exc:
-        # Both parsers recurse once per level of nesting: a hostile file must not crash them.
-        raise _too_deep(str(path)) from exc
+    data, source = read_document(path)
     return LoadedSpec(validate_spec(data, str(path)), source, path)

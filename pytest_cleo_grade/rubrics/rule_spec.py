@@ -1,0 +1,261 @@
+"""Rule files of the rule rubric (``rules``): the pydantic models and their checks.
+
+A rule file describes a protocol without Python: dimensions with a maximum and a starting
+score, each holding rules of a few kinds (called, before, ratio, penalty, recovery,
+duplicates, forbidden, at_most). Every rule has a stable id, its points, and the evidence
+and flag sentences it adds; ``{placeholders}`` in a sentence are checked when the file is
+loaded, so a typo is an error naming the rule, never a crash while grading.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Annotated, Any, ClassVar, Final, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "AtMost",
+    "Before",
+    "CallPattern",
+    "Called",
+    "Dimension",
+    "Duplicates",
+    "Forbidden",
+    "Penalty",
+    "Ratio",
+    "Recovery",
+    "Rule",
+    "RuleSpec",
+]
+
+_NAME: Final = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+_MAX_TEXT: Final = 500
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class CallPattern(_Model):
+    """Which audit entries a rule looks at; every condition given must hold (empty: all).
+
+    ``calls`` lists ``domain.operation`` names (the operation may itself hold dots:
+    ``tools.skill.show``); ``params_blank`` holds when a parameter is missing, blank or
+    falsy (CLEO's ``!value || !value.trim()``); ``params_set`` when it is present and not.
+    """
+
+    calls: list[Annotated[str, Field(pattern=r"^[^.\s]+\.\S+$")]] = []
+    domains: list[str] = []
+    gateways: list[str] = []
+    success: StrictBool | None = None
+    exit_code: StrictInt | None = None
+    params_blank: list[str] = []
+    params_set: list[str] = []
+
+
+Text = Annotated[str, Field(max_length=_MAX_TEXT)]
+
+
+class _Rule(_Model):
+    """What every rule has. ``points`` is an award (>= 0) or a penalty (<= 0) by kind."""
+
+    #: Placeholders the kind fills in its sentences.
+    fields: ClassVar[frozenset[str]] = frozenset()
+    #: Whether the kind's points are awards (>= 0) or penalties (<= 0).
+    award: ClassVar[bool] = True
+
+    id: Annotated[str, Field(pattern=_NAME, max_length=100)]
+    points: StrictInt
+    evidence: Text | None = None
+    flag: Text | None = None
+    #: Evidence lines of a dimension are listed by this key, then by rule order.
+    evidence_order: StrictInt = 0
+
+    @field_validator("points")
+    @classmethod
+    def _signed(cls, points: int) -> int:
+        name = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()  # AtMost: at_most
+        if cls.award and points < 0:
+            raise ValueError(f"a {name} rule awards points: points must be >= 0")
+        if not cls.award and points > 0:
+            raise ValueError(f"a {name} rule deducts points: points must be <= 0")
+        return points
+
+    @field_validator("evidence", "flag", "flag_missing", "none_evidence", check_fields=False)
+    @classmethod
+    def _template(cls, text: str | None) -> str | None:
+        if text is not None:
+            _check_template(text, cls.fields)
+        return text
+
+
+def _check_template(text: str, allowed: frozenset[str]) -> None:
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (write {{{{ and }}}} for literal braces)") from exc
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if field not in allowed or spec or conversion:
+            choices = ", ".join(f"{{{f}}}" for f in sorted(allowed)) or "none"
+            raise ValueError(f"unknown placeholder {{{field}}}; this kind has {choices}")
+
+
+class Called(_Rule):
+    """Awards ``points`` when ``match`` is called at least ``min`` times; else the flag."""
+
+    fields: ClassVar[frozenset[str]] = frozenset({"count"})
+    kind: Literal["called"]
+    match: CallPattern
+    min: Annotated[StrictInt, Field(ge=1)] = 1
+
+
+class Before(_Rule):
+    """Awards ``points`` when the first ``first`` call is no later than the first ``then``
+    call, by timestamp (no ``then`` call at all counts as before); ``flag_missing`` when
+    ``first`` was never called, ``flag`` when it came later."""
+
+    kind: Literal["before"]
+    first: CallPattern
+    then: CallPattern
+    flag_missing: Text | None = None
+
+
+class Ratio(_Rule):
+    """``match`` ÷ (``match`` + ``other``) calls: ``points`` at or above ``threshold``,
+    below it ``points`` x ratio rounded half up (and the flag); ``none_points`` and
+    ``none_evidence`` when neither was called."""
+
+    fields: ClassVar[frozenset[str]] = frozenset(
+        {"count", "other", "total", "percent", "earned", "threshold"}
+    )
+    kind: Literal["ratio"]
+    match: CallPattern
+    other: CallPattern
+    threshold: Annotated[float, Field(gt=0, le=1, strict=False)]
+    none_points: Annotated[StrictInt, Field(ge=0)] = 0
+    none_evidence: Text | None = None
+
+
+class Penalty(_Rule):
+    """``points`` (<= 0) for each ``match`` call that ``violates`` or has no earlier
+    ``unless_preceded_by`` call (both given: either is a violation); ``once``: one penalty
+    for any number. The evidence is given when there were calls and no violation."""
+
+    fields: ClassVar[frozenset[str]] = frozenset({"count", "domain", "operation", "taskId"})
+    award: ClassVar[bool] = False
+    kind: Literal["penalty"]
+    match: CallPattern
+    violates: CallPattern | None = None
+    unless_preceded_by: CallPattern | None = None
+    once: StrictBool = False
+
+    @model_validator(mode="after")
+    def _needs_condition(self) -> Penalty:
+        if self.violates is None and self.unless_preceded_by is None:
+            raise ValueError("a penalty rule needs violates or unless_preceded_by (or both)")
+        return self
+
+
+class Recovery(_Rule):
+    """``points`` (<= 0) for each ``failure`` call not followed by a ``recover`` call within
+    ``within`` entries; the evidence for each one that was."""
+
+    fields: ClassVar[frozenset[str]] = frozenset({"domain", "operation", "taskId", "within"})
+    award: ClassVar[bool] = False
+    kind: Literal["recovery"]
+    failure: CallPattern
+    recover: CallPattern
+    within: Annotated[StrictInt, Field(ge=1)]
+
+
+class Duplicates(_Rule):
+    """``points`` (<= 0) once when ``match`` calls repeat a value of parameter ``param``
+    (compared trimmed and case-folded; missing and blank values are not compared)."""
+
+    fields: ClassVar[frozenset[str]] = frozenset({"count"})
+    award: ClassVar[bool] = False
+    kind: Literal["duplicates"]
+    match: CallPattern
+    param: Annotated[str, Field(min_length=1, max_length=100)]
+
+
+class Forbidden(_Rule):
+    """``points`` (<= 0) for each ``match`` call (``once``: one penalty for any number)."""
+
+    fields: ClassVar[frozenset[str]] = frozenset({"count", "domain", "operation", "taskId"})
+    award: ClassVar[bool] = False
+    kind: Literal["forbidden"]
+    match: CallPattern
+    once: StrictBool = False
+
+
+class AtMost(_Rule):
+    """``points`` (<= 0) once when ``match`` is called more than ``max`` times."""
+
+    fields: ClassVar[frozenset[str]] = frozenset({"count", "max"})
+    award: ClassVar[bool] = False
+    kind: Literal["at_most"]
+    match: CallPattern
+    max: Annotated[StrictInt, Field(ge=0)]
+
+
+Rule = Annotated[
+    Called | Before | Ratio | Penalty | Recovery | Duplicates | Forbidden | AtMost,
+    Field(discriminator="kind"),
+]
+
+
+class Dimension(_Model):
+    """A dimension: its maximum, the score it starts at, its rules in order.
+
+    The score is clamped to 0..max after the rules; ``evidence_if_clean`` is added last when
+    no rule of the dimension deducted and no recovery rule saw a failure (recovered or not).
+    """
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=100)]
+    max: Annotated[StrictInt, Field(gt=0)]
+    start: Annotated[StrictInt, Field(ge=0)] = 0
+    evidence_if_clean: Text | None = None
+    rules: Annotated[list[Rule], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _start_within_max(self) -> Dimension:
+        if self.start > self.max:
+            raise ValueError(f"start ({self.start}) is above max ({self.max})")
+        return self
+
+
+class RuleSpec(_Model):
+    """A whole rule file."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100)] = "rules"
+    version: Annotated[str, Field(min_length=1, max_length=50)] = "1"
+    empty_flag: Text = "No audit entries found for session"
+    dimensions: Annotated[list[Dimension], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique(self) -> RuleSpec:
+        names = [d.name for d in self.dimensions]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"dimension {name!r} is defined twice")
+        ids = [rule.id for d in self.dimensions for rule in d.rules]
+        for rule_id in ids:
+            if ids.count(rule_id) > 1:
+                raise ValueError(f"rule id {rule_id!r} is used twice")
+        return self
+
+    def maxima(self) -> dict[str, Any]:
+        return {d.name: d.max for d in self.dimensions}
