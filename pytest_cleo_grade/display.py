@@ -9,7 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Final
 
-from pytest_cleo_grade.models import GradeResult, format_timestamp
+from pydantic import ValidationError
+
+from pytest_cleo_grade.models import GradeResult, Point, format_timestamp
 from pytest_cleo_grade.verdict import (
     GradedTest,
     RunGrade,
@@ -22,15 +24,19 @@ __all__ = [
     "failure_message",
     "grade_headline",
     "grade_section",
+    "item_line",
     "judge_line",
     "judge_usage_totals",
     "junit_properties",
+    "lost_point_lines",
     "markdown_cell",
     "markdown_code_cell",
     "markdown_summary",
     "number_text",
+    "points_of",
     "render_grade",
     "score_text",
+    "signed_text",
     "summary_line",
     "summary_lines",
     "terminal_text",
@@ -102,6 +108,54 @@ def grade_headline(result: GradeResult) -> str:
     return f"{score_text(result)} ({result.display_percent}%, grade {result.letter})"
 
 
+#: The most lost-point lines a failure message shows; the rest are counted.
+LOST_LINES: Final = 8
+
+
+def points_of(result: GradeResult) -> list[Point]:
+    """The result's ``points`` items; none when a rubric wrote them malformed."""
+    try:
+        return result.points
+    except ValidationError:
+        return []
+
+
+def signed_text(points: float) -> str:
+    return f"{'+' if points > 0 else ''}{number_text(points)}"
+
+
+def _where(entries: Sequence[int]) -> str:
+    if not entries:
+        return ""
+    shown = ", ".join(f"#{i}" for i in entries[:5])
+    more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+    return f" [{shown}{more}]"
+
+
+def item_line(item: Point, *, dimension: bool = True) -> str:
+    """``  -5 taskHygiene hygiene.description: sentence [#4]`` (without the dimension when
+    the lines are grouped by it)."""
+    where = f"{terminal_text(item.dimension)} " if dimension else ""
+    return (
+        f"{signed_text(item.points):>4} {where}{terminal_text(item.rule)}:"
+        f" {terminal_text(item.text)}{_where(item.entries)}"
+    )
+
+
+def lost_point_lines(result: GradeResult, *, limit: int = LOST_LINES) -> list[str]:
+    """``where points were lost:`` and one line per deduction or missed award (0 points)."""
+    lost = [item for item in points_of(result) if item.points <= 0]
+    if not lost:
+        return []
+    lines = ["where points were lost (entry #: position in the session):"]
+    lines.extend(f"  {item_line(item)}" for item in lost[:limit])
+    if len(lost) > limit:
+        lines.append(
+            f"  ... {len(lost) - limit} more: cleo-grade show {terminal_text(result.session_id)}"
+        )
+    return lines
+
+
 def failure_message(test: GradedTest) -> str:
     """The message of a test failed for its grade: score, percent, letter, threshold, table."""
     result = test.result
@@ -111,7 +165,7 @@ def failure_message(test: GradedTest) -> str:
         f"cleo-grade: {score_text(result)} ({shown}, grade {result.letter}) is below the"
         f" threshold {describe_threshold(test.threshold)} set by {test.threshold_source}"
     )
-    return "\n".join([headline, *_grade_details(result)])
+    return "\n".join([headline, *_grade_details(result), *lost_point_lines(result)])
 
 
 def grade_section(test: GradedTest) -> str:
@@ -130,6 +184,8 @@ def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
         ("cleo_score", score_text(result)),
         ("cleo_percent", result.display_percent),
         ("cleo_entry_count", result.entry_count),
+        # The session a CI failure leads to: `cleo-grade show SESSION` explains every point.
+        ("cleo_session", result.session_id),
         ("cleo_flags", len(result.flags)),
     ]
     rubric = (result.model_extra or {}).get("rubric")

@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     f"{PKG}.baseline": 2,
     f"{PKG}.display_repeats": 2,
     f"{PKG}.display_baseline": 2,
+    f"{PKG}.display_points": 2,
     f"{PKG}.rubrics": 3,
     f"{PKG}.comparison": 3,
     f"{PKG}.judges": 3,

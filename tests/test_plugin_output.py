@@ -49,11 +49,20 @@ def test_each_graded_test_carries_its_grade_as_junit_properties(
     make_suite(pytester, THREE_AGENTS)
     pytester.runpytest("--junitxml=out.xml").assert_outcomes(passed=4)
     cases = junit_cases(pytester.path / "out.xml")
-    assert properties(cases["test_sloppy"]) == [
+    sloppy = properties(cases["test_sloppy"])
+    # cleo_session leads from the CI failure to the graded session (`cleo-grade show`).
+    history = (pytester.path / ".cleo" / "metrics" / "GRADES.jsonl").read_text().splitlines()
+    [session] = [
+        grade["sessionId"]
+        for grade in map(json.loads, history)
+        if grade["testId"].endswith("test_sloppy")
+    ]
+    assert sloppy == [
         ("cleo_grade", "F"),
         ("cleo_score", "40/100"),
         ("cleo_percent", "40"),
         ("cleo_entry_count", "1"),
+        ("cleo_session", session),
         ("cleo_flags", "5"),
         *(("cleo_flag", flag) for flag in FORTY_FLAGS),
         ("cleo_dim_sessionDiscipline", "0/20"),
@@ -382,7 +391,7 @@ def test_a_test_run_twice_in_one_session_is_stored_and_reported_once_with_its_fi
     assert json.loads(line)["totalScore"] == 100
     props = properties(junit_cases(pytester.path / "out.xml")["test_flaky"])
     assert [value for name, value in props if name == "cleo_grade"] == ["A"]
-    assert len(props) == 10
+    assert len(props) == 11
 
 
 def test_an_unwritable_github_step_summary_is_a_warning(

@@ -22,7 +22,7 @@ def test_late_session_list_and_partial_discovery_name_their_entries() -> None:
         sequence(("tasks", "find"), ("session", "list"), ("tasks", "list"), ("tasks", "list"))
     )
     assert items(result, "sessionDiscipline") == [
-        ("session.list_first", 0, [1, 0]),
+        ("session.list_first", 0, [0, 1]),
         ("session.end", 0, []),
     ]
     # One find of three discovery calls: 15 x 1/3 = 5, caused by the two lists.

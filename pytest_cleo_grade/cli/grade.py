@@ -129,30 +129,43 @@ def _entries_from_file(path: str, session_id: str | None) -> tuple[str, list[Aud
     return session_id, [e for e in entries if e.session_id in (None, session_id)]
 
 
-def run_grade(args: argparse.Namespace) -> int:
+def session_source(
+    args: argparse.Namespace, where: str = "cleo-grade grade"
+) -> tuple[str, list[AuditEntry] | None, Path | None]:
+    """The session a command names, from ``--entries``, ``--cleo-db`` or the audit store.
+
+    Returns the session id, its entries (None: the audit store at the third item holds
+    them, to be read by the caller) and the audit store the judge cache may use.
+    """
     session_id = _session_id(args)
     sources = [name for name in ("entries", "cleo_db", "db") if getattr(args, name)]
     if len(sources) > 1:
         options = " and ".join(f"--{name.replace('_', '-')}" for name in sources)
-        raise CommandError(f"cleo-grade grade: {options} cannot be combined")
+        raise CommandError(f"{where}: {options} cannot be combined")
     if args.entries:
         session_id, entries = _entries_from_file(args.entries, session_id)
         cache = db_path(args)
         # The judge cache lives in the audit store; use it only if there already is one.
-        return report(args, _grade(args, entries, session_id, cache if cache.is_file() else None))
+        return session_id, entries, cache if cache.is_file() else None
     if session_id is None:
-        raise CommandError("cleo-grade grade: give SESSION_ID (or --entries FILE)")
+        raise CommandError(f"{where}: give SESSION_ID (or --entries FILE)")
     if args.cleo_db:
         with AuditStore(find_cleo_db(args.cleo_db), read_only=True) as cleo:
-            entries = cleo.session_entries(session_id)
-        # Someone else's database is never written to, not even by the judge cache.
-        return report(args, _grade(args, entries, session_id, None))
-    path = _existing_store(db_path(args))
+            # Someone else's database is never written to, not even by the judge cache.
+            return session_id, cleo.session_entries(session_id), None
+    return session_id, None, _existing_store(db_path(args), where)
+
+
+def run_grade(args: argparse.Namespace) -> int:
+    session_id, entries, store = session_source(args)
+    if entries is not None:
+        return report(args, grade_with_args(args, entries, session_id, store))
+    assert store is not None
     if args.rubric == DEFAULT_RUBRIC:
-        return report(args, grade_from_store(path, session_id), store=path)
-    with AuditStore(path, read_only=True) as audit:
+        return report(args, grade_from_store(store, session_id), store=store)
+    with AuditStore(store, read_only=True) as audit:
         entries = audit.session_entries(session_id)
-    return report(args, _grade(args, entries, session_id, path), store=path)
+    return report(args, grade_with_args(args, entries, session_id, store), store=store)
 
 
 def _existing_store(path: Path, where: str = "cleo-grade grade") -> Path:
@@ -189,9 +202,10 @@ def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> Non
         persist([result], history=history, store=audit)
 
 
-def _grade(
+def grade_with_args(
     args: argparse.Namespace, entries: list[AuditEntry], session_id: str, cache: Path | None
 ) -> GradeResult:
+    """Grade ``entries`` with the ``--rubric`` (and its options) of ``args``."""
     if args.rubric == DEFAULT_RUBRIC:
         # Entries from a file or a store are validated already: skip the generic path.
         return grade_entries(entries, session_id=session_id)

@@ -276,7 +276,7 @@ def _session_discipline(facts: _Facts, flags: list[str], points: _Points) -> Dim
     dim = "sessionDiscipline"
     score = 0
     evidence: list[str] = []
-    first = [i for i in (facts.first_list, facts.first_task) if i is not None]
+    first = sorted(i for i in (facts.first_list, facts.first_task) if i is not None)
     if facts.first_list_time is None:
         flags.append("session.list never called (check existing sessions before starting)")
         points.append(point(dim, 0, "session.list_first", "session.list was never called"))

@@ -1,0 +1,59 @@
+"""``cleo-grade show``: a session's calls, each with the rules it triggered, and every point.
+
+The way to answer "why this grade": the session is graded again (nothing is saved) with the
+rubric the options name, and each call is printed beside the ``points`` items naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pytest_cleo_grade.cli.common import print_json, session_id_arg
+from pytest_cleo_grade.cli.grade import grade_with_args, session_source
+from pytest_cleo_grade.cli.record import add_db_option
+from pytest_cleo_grade.cli.rubrics import add_rubric_options
+from pytest_cleo_grade.display_points import render_session, session_json
+from pytest_cleo_grade.models import order_entries
+from pytest_cleo_grade.store import AuditStore
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    show = subparsers.add_parser(
+        "show",
+        help="show a session's calls and the points each one earned or lost",
+        description="Grade a session again (saving nothing) and print its calls, one per line, "
+        "each with the rules it triggered and their points, then every dimension's points.",
+    )
+    show.add_argument(
+        "session", nargs="?", type=session_id_arg, metavar="SESSION_ID", help="the session"
+    )
+    show.add_argument("--entries", metavar="FILE", help="read entries from a JSON or JSONL file")
+    show.add_argument(
+        "--session-id", dest="session_id", type=session_id_arg, metavar="ID", help="as SESSION_ID"
+    )
+    show.add_argument(
+        "--cleo-db", dest="cleo_db", metavar="PATH", help="read a CLEO database, read-only"
+    )
+    show.add_argument("--json", action="store_true", help="print the grade and calls as JSON")
+    add_db_option(show)
+    add_rubric_options(show)
+    show.set_defaults(handler=run_show)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    session_id, entries, store = session_source(args, "cleo-grade show")
+    if entries is None:
+        assert store is not None
+        with AuditStore(store, read_only=True) as audit:
+            entries = audit.session_entries(session_id)
+    # The order every rubric grades in, so the points' entry indices name these lines.
+    ordered = order_entries([e for e in entries if e.session_id in (None, session_id)])
+    result = grade_with_args(args, ordered, session_id, store)
+    if args.json:
+        print_json(session_json(result, ordered))
+    else:
+        print(render_session(result, ordered))
+    return 0
