@@ -223,8 +223,9 @@ def _add_rubric_options(group: pytest.OptionGroup) -> None:
         metavar="NAME",
         type=_text_arg("--cleo-grade-rubric"),
         default=None,
-        help=f"rubric grading the tests (default: {DEFAULT_RUBRIC}; see `cleo-grade rubrics`; "
-        "ini: cleo_grade_rubric; the cleo_grade marker's rubric beats both)",
+        help=f"rubric grading the tests, or NAME:WEIGHT,NAME:WEIGHT combining rubrics "
+        f"(default: {DEFAULT_RUBRIC}; see `cleo-grade rubrics`; ini: cleo_grade_rubric; the "
+        "cleo_grade marker's rubric beats both)",
     )
     group.addoption(
         "--cleo-grade-rubric-file",

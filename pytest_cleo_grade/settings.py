@@ -32,7 +32,9 @@ __all__ = [
     "parse_capture",
     "parse_flag",
     "parse_mode",
+    "parse_rubric_weights",
     "parse_runs",
+    "rubric_weights_text",
 ]
 
 Mode = Literal["fail", "report"]
@@ -183,6 +185,62 @@ def _marker_text(name: str) -> Callable[[object], str]:
     return validate
 
 
+def parse_rubric_weights(text: str) -> dict[str, float] | None:
+    """The parts of a combined rubric, ``cleo:0.7,trajectory:0.3``; None for one rubric.
+
+    Weights are relative (``cleo:7,rules:3`` is the same combination) and must be positive
+    and finite; a rubric may appear once.
+    """
+    if ":" not in text and "," not in text:
+        return None
+    parts: dict[str, float] = {}
+    for piece in text.split(","):
+        name, sep, weight_text = piece.partition(":")
+        name = name.strip()
+        if not name or not sep:
+            raise ValueError(
+                f"invalid rubric {text!r}: expected NAME or NAME:WEIGHT,NAME:WEIGHT "
+                "(e.g. cleo:0.7,rules:0.3)"
+            )
+        try:
+            weight = float(weight_text)
+        except ValueError:
+            raise ValueError(
+                f"invalid rubric {text!r}: the weight of {name} is not a number"
+            ) from None
+        if not 0 < weight < float("inf"):
+            raise ValueError(f"invalid rubric {text!r}: the weight of {name} must be above 0")
+        if name in parts:
+            raise ValueError(f"invalid rubric {text!r}: {name} is named twice")
+        parts[name] = weight
+    return parts
+
+
+def rubric_weights_text(parts: Mapping[str, float]) -> str:
+    """The canonical text of a combination (weights summing to 1, in the order given)."""
+    total = sum(parts.values())
+    return ",".join(f"{name}:{round(weight / total, 6):g}" for name, weight in parts.items())
+
+
+def _marker_rubric(value: object) -> str:
+    """A rubric name, or ``{"cleo": 0.7, "rules": 0.3}`` combining rubrics by weight."""
+    if isinstance(value, Mapping):
+        if not value:
+            raise ValueError("invalid rubric {}: name at least one rubric")
+        text = ",".join(f"{name}:{weight}" for name, weight in value.items())
+        for name, weight in value.items():
+            if not isinstance(name, str) or not name.strip() or "," in name or ":" in name:
+                raise ValueError(f"invalid rubric {value!r}: {name!r} is not a rubric name")
+            if isinstance(weight, bool) or not isinstance(weight, int | float):
+                raise ValueError(f"invalid rubric {value!r}: the weight of {name} is not a number")
+        parts = parse_rubric_weights(text)
+        assert parts is not None
+        return rubric_weights_text(parts)
+    text = _marker_text("rubric")(value)
+    parts = parse_rubric_weights(text)
+    return text if parts is None else rubric_weights_text(parts)
+
+
 def _marker_thoroughness(value: object) -> str:
     if isinstance(value, str) and value in THOROUGHNESS:
         return value
@@ -193,7 +251,7 @@ def _marker_thoroughness(value: object) -> str:
 MARKER_KWARGS: Final[Mapping[str, Callable[[object], Any]]] = {
     "fail_under": _marker_threshold,
     "mode": _marker_mode,
-    "rubric": _marker_text("rubric"),
+    "rubric": _marker_rubric,
     "task": _marker_text("task"),
     "variant": _marker_text("variant"),
     "query": _marker_text("query"),

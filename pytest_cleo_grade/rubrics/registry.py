@@ -20,6 +20,7 @@ from pytest_cleo_grade.rubrics.cleo import (
     RUBRIC_VERSION,
     grade_entries,
 )
+from pytest_cleo_grade.rubrics.combined import CombinedRubric
 from pytest_cleo_grade.rubrics.hookspecs import PROJECT_NAME, hookimpl
 from pytest_cleo_grade.rubrics.protocol import (
     DEFAULT_RUBRIC,
@@ -31,6 +32,7 @@ from pytest_cleo_grade.rubrics.protocol import (
 )
 from pytest_cleo_grade.rubrics.rules import RulesRubric
 from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
+from pytest_cleo_grade.settings import parse_rubric_weights
 
 __all__ = [
     "BUILTIN_PLUGIN_NAME",
@@ -203,8 +205,22 @@ def rubric_names(manager: pluggy.PluginManager | None = None) -> list[str]:
 
 
 def get_rubric(name: str, *, manager: pluggy.PluginManager | None = None) -> Rubric:
-    """The rubric called ``name``; RubricError listing the available ones if there is none."""
+    """The rubric called ``name``; RubricError listing the available ones if there is none.
+
+    ``cleo:0.7,rules:0.3`` names a combination of registered rubrics (a CombinedRubric).
+    """
     rubrics = collect_rubrics(manager)
+    try:
+        weights = parse_rubric_weights(name)
+    except ValueError as exc:
+        raise RubricError(str(exc)) from None
+    if weights is not None:
+        parts = {part: (_named(rubrics, part), weight) for part, weight in weights.items()}
+        return CombinedRubric(parts)
+    return _named(rubrics, name)
+
+
+def _named(rubrics: Mapping[str, Rubric], name: str) -> Rubric:
     try:
         return rubrics[name]
     except KeyError:
