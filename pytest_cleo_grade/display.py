@@ -40,6 +40,7 @@ __all__ = [
     "summary_line",
     "summary_lines",
     "terminal_text",
+    "trajectory_diff_lines",
 ]
 
 
@@ -156,6 +157,30 @@ def lost_point_lines(result: GradeResult, *, limit: int = LOST_LINES) -> list[st
     return lines
 
 
+def _diffs(extra: Mapping[str, Any]) -> list[list[str]]:
+    """The trajectory diffs of a result's extras (its own, or its combined parts')."""
+    found = []
+    trajectory = extra.get("trajectory")
+    if isinstance(trajectory, Mapping) and isinstance(trajectory.get("diff"), list):
+        found.append([str(line) for line in trajectory["diff"]])
+    parts = extra.get("parts")
+    if isinstance(parts, Mapping):
+        for part in parts.values():
+            result = part.get("result") if isinstance(part, Mapping) else None
+            if isinstance(result, Mapping):
+                found.extend(_diffs(result))
+    return found
+
+
+def trajectory_diff_lines(result: GradeResult) -> list[str]:
+    """``expected vs actual calls:`` and the trajectory rubric's aligned diff, if any."""
+    lines = []
+    for diff in _diffs(result.model_extra or {}):
+        lines.append("expected vs actual calls (= matched, - missing, + unexpected):")
+        lines.extend(f"  {terminal_text(line)}" for line in diff)
+    return lines
+
+
 def failure_message(test: GradedTest) -> str:
     """The message of a test failed for its grade: score, percent, letter, threshold, table."""
     result = test.result
@@ -165,7 +190,8 @@ def failure_message(test: GradedTest) -> str:
         f"cleo-grade: {score_text(result)} ({shown}, grade {result.letter}) is below the"
         f" threshold {describe_threshold(test.threshold)} set by {test.threshold_source}"
     )
-    return "\n".join([headline, *_grade_details(result), *lost_point_lines(result)])
+    details = [*_grade_details(result), *trajectory_diff_lines(result), *lost_point_lines(result)]
+    return "\n".join([headline, *details])
 
 
 def grade_section(test: GradedTest) -> str:

@@ -14,10 +14,18 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pytest_cleo_grade.errors import CleoGradeError, RubricError
+from pytest_cleo_grade.expectations import Call, TrajectoryMode
 from pytest_cleo_grade.models import GradeResult
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
+from pytest_cleo_grade.rubrics.trajectory import TRAJECTORY_RUBRIC
 from pytest_cleo_grade.session import GradeSession, cleo_grader
-from pytest_cleo_grade.settings import DEFAULT_RUBRIC, MarkerOptions, Mode, PluginOptions
+from pytest_cleo_grade.settings import (
+    DEFAULT_RUBRIC,
+    MarkerOptions,
+    Mode,
+    PluginOptions,
+    parse_rubric_weights,
+)
 from pytest_cleo_grade.verdict import GradedTest
 
 if TYPE_CHECKING:
@@ -33,6 +41,7 @@ __all__ = [
     "grade_test",
     "plan_for",
     "threshold_for",
+    "uses_trajectory",
 ]
 
 #: How a comparison test gets its Q-01..Q-06 scores when the test gives none.
@@ -70,6 +79,20 @@ class GradingPlan:
     thoroughness: str | None = None
     #: Keeps judge replies apart in the cache (a repeated test's run index), or None.
     cache_scope: str | None = None
+    #: The trajectory rubric's expected calls and mode (the marker's expect=, mode=).
+    expect: tuple[Call, ...] | None = None
+    expect_mode: TrajectoryMode | None = None
+
+    def context_extra(self) -> dict[str, Any]:
+        """What rubrics read from GradeContext.extra: the cache scope, the expectations."""
+        extra: dict[str, Any] = {}
+        if self.cache_scope:
+            extra["cacheScope"] = self.cache_scope
+        if self.expect is not None:
+            extra["expect"] = self.expect
+        if self.expect_mode is not None:
+            extra["expectMode"] = self.expect_mode
+        return extra
 
     @property
     def label(self) -> str:
@@ -185,10 +208,7 @@ class TestGrader:
             session_id=session.id,
             now=now,
             config=plan.config,
-            context=GradeContext(
-                task=plan.task,
-                extra={"cacheScope": plan.cache_scope} if plan.cache_scope else {},
-            ),
+            context=GradeContext(task=plan.task, extra=plan.context_extra()),
             manager=self.manager,
         )
 
@@ -251,6 +271,8 @@ def plan_for(
     docstring (the default task a judge is told about).
     """
     rubric = marker.rubric or options.rubric
+    if marker.expect is not None and marker.rubric is None and not uses_trajectory(rubric):
+        rubric = TRAJECTORY_RUBRIC  # expect= alone grades the trajectory
     if marker.variant is None and rubric == DEFAULT_RUBRIC:
         return GradingPlan()
     from pytest_cleo_grade.judges.connect import DefaultConnector
@@ -275,4 +297,15 @@ def plan_for(
         variant=marker.variant,
         query=marker.query or name,
         thoroughness=marker.thoroughness,
+        expect=marker.expect,
+        expect_mode=marker.expect_mode,
     )
+
+
+def uses_trajectory(rubric: str) -> bool:
+    """Whether ``rubric`` (a name or a combination) includes the trajectory rubric."""
+    try:
+        parts = parse_rubric_weights(rubric)
+    except ValueError:
+        return False
+    return TRAJECTORY_RUBRIC in (parts or {rubric: 1.0})

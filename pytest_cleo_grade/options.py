@@ -36,9 +36,11 @@ __all__ = ["MARKER_DOC", "add_options", "load_options", "marker_options"]
 MARKER_DOC: Final = (
     "cleo_grade(fail_under=GRADE, mode='fail'|'report', rubric=NAME, task=TEXT, variant=NAME, "
     "query=NAME, thoroughness='quick'|'medium'|'thorough', allow_empty=True, runs=N, "
-    "min_pass_rate=RATE, pass_k=(K, RATE), judge_cache_across_runs=True): how a test using the "
+    "min_pass_rate=RATE, pass_k=(K, RATE), judge_cache_across_runs=True, expect=[CALL, ...], "
+    "expect_mode='exact'|'in_order'|'any_order'|'subset'|'superset'): how a test using the "
     "graded_session fixture is graded (GRADE: letter A-F or percentage such as 85 or '85%'; "
-    "mode= also accepts a thoroughness; runs=N runs it N times, decided over its runs by the mean, "
+    "mode= also accepts a thoroughness or a trajectory mode; expect= grades with the trajectory "
+    "rubric; runs=N runs it N times, decided over its runs by the mean, "
     "the pass rate or pass^k)"
 )
 
@@ -408,7 +410,7 @@ def marker_options(item: pytest.Item) -> MarkerOptions:
         for given, value in mark.kwargs.items():
             key = marker_key(given, value)
             if key in seen:
-                raise _usage(where, f"{seen[key]}= and {given}= both set the thoroughness; use one")
+                raise _usage(where, f"{seen[key]}= and {given}= both set {key}; use one")
             seen[key] = given
             validate = MARKER_KWARGS.get(key)
             if validate is None:

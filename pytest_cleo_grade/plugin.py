@@ -237,6 +237,18 @@ def _check_marker(item: pytest.Item, marker: MarkerOptions) -> None:
         problem = _unknown_rubric(item.config, marker.rubric)
         if problem is not None:
             raise pytest.UsageError(f"{where}(rubric=...): {problem}")
+    if marker.expect_mode is not None and marker.expect is None:
+        raise pytest.UsageError(f"{where}: a trajectory mode needs expect=[...] (the calls)")
+    if marker.expect is not None and marker.rubric is not None:
+        from pytest_cleo_grade.grading import uses_trajectory
+
+        if not uses_trajectory(marker.rubric):
+            raise pytest.UsageError(
+                f"{where}: expect= is graded by the trajectory rubric, and "
+                f"rubric={marker.rubric!r} "
+                "does not include it: drop rubric= or combine, e.g. "
+                "rubric={'cleo': 0.7, 'trajectory': 0.3}"
+            )
     if marker.variant is None:
         for name in ("query", "thoroughness"):
             if getattr(marker, name) is not None:

@@ -11,6 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from pytest_cleo_grade.expectations import (
+    TRAJECTORY_MODES,
+    Call,
+    TrajectoryMode,
+    parse_expectations,
+    parse_trajectory_mode,
+)
 from pytest_cleo_grade.scale import THRESHOLD_FORMS, parse_grade_threshold
 
 __all__ = [
@@ -104,6 +111,9 @@ class MarkerOptions:
     min_pass_rate: float | None = None
     pass_k: tuple[int, float] | None = None
     judge_cache_across_runs: bool | None = None
+    #: Trajectory expectations (the trajectory rubric): the calls expected, and how compared.
+    expect: tuple[Call, ...] | None = None
+    expect_mode: TrajectoryMode | None = None
 
 
 def parse_runs(value: object) -> int:
@@ -261,14 +271,19 @@ MARKER_KWARGS: Final[Mapping[str, Callable[[object], Any]]] = {
     "min_pass_rate": _marker_pass_rate,
     "pass_k": _marker_pass_k,
     "judge_cache_across_runs": _marker_flag,
+    "expect": parse_expectations,
+    "expect_mode": parse_trajectory_mode,
 }
 
 
 def marker_key(key: str, value: object) -> str:
-    """``mode=`` means two things: fail|report (the grading mode, since the first release)
-    and, as issue 6 spells the comparison marker, quick|medium|thorough. The value sets are
-    disjoint, so a thoroughness given as ``mode=`` is read as ``thoroughness=``.
+    """``mode=`` means three things: fail|report (the grading mode, since the first release),
+    as issue 6 spells the comparison marker quick|medium|thorough, and a trajectory mode
+    (exact, in_order, any_order, subset, superset). The value sets are disjoint, so
+    ``mode=`` is read as ``thoroughness=`` or ``expect_mode=`` by its value.
     """
     if key == "mode" and isinstance(value, str) and value in THOROUGHNESS:
         return "thoroughness"
+    if key == "mode" and isinstance(value, str) and value in TRAJECTORY_MODES:
+        return "expect_mode"
     return key

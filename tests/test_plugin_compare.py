@@ -307,7 +307,7 @@ def test_the_query_defaults_to_the_test_function_and_mode_report_combines_with_i
         ),
         pytest.param(
             "variant='a', mode='quick', thoroughness='medium'",
-            "*@pytest.mark.cleo_grade: mode= and thoroughness= both set the thoroughness; use one",
+            "*@pytest.mark.cleo_grade: mode= and thoroughness= both set thoroughness; use one",
             id="both-thoroughness",
         ),
         pytest.param(

@@ -200,7 +200,7 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             "",
             "",
             "ERROR: cleo-grade: --cleo-grade-rubric: unknown rubric 'wieghted'; "
-            "available rubrics: cleo, comparison, rules, weighted",
+            "available rubrics: cleo, comparison, rules, trajectory, weighted",
             id="cli-rubric",
         ),
         pytest.param(
@@ -208,7 +208,7 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             "cleo_grade_rubric = nope",
             "",
             "ERROR: cleo-grade: ini cleo_grade_rubric: unknown rubric 'nope'; "
-            "available rubrics: cleo, comparison, rules, weighted",
+            "available rubrics: cleo, comparison, rules, trajectory, weighted",
             id="ini-rubric",
         ),
         pytest.param(
@@ -216,7 +216,7 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             "",
             "rubric='nope'",
             "ERROR: cleo-grade: test_agent.py::test_agent: @pytest.mark.cleo_grade(rubric=...): "
-            "unknown rubric 'nope'; available rubrics: cleo, comparison, rules, weighted",
+            "unknown rubric 'nope'; available rubrics: cleo, comparison, rules, trajectory, weighted",
             id="marker-rubric",
         ),
         pytest.param(
@@ -405,7 +405,7 @@ def test_a_rubric_defined_in_a_conftest_grades_tests_by_name(pytester: pytest.Py
     assert (props["cleo_rubric"], props["cleo_score"]) == ("steps", "20/100")
     listed = pytester.runpytest("--cleo-grade-rubric=stpes")
     listed.stderr.fnmatch_lines(
-        ["*unknown rubric 'stpes'; available rubrics: cleo, comparison, rules, steps, weighted"]
+        ["*unknown rubric 'stpes'; available rubrics: cleo, comparison, rules, steps, trajectory, weighted"]
     )
 
 

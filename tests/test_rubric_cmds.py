@@ -57,11 +57,13 @@ def test_rubrics_json_describes_every_rubric(capsys: pytest.CaptureFixture[str])
         ("cleo", True),
         ("comparison", False),
         ("rules", False),
+        ("trajectory", False),
         ("weighted", False),
     ]
     assert data[1]["dimensions"] == {"structural": 6, "substantive": 30}
     assert data[2]["dimensions"] == dict.fromkeys(CLEO_DIMENSIONS, 20)
-    assert sum(data[3]["dimensions"].values()) == 100
+    assert data[3]["dimensions"] == {"trajectory": 100}
+    assert sum(data[4]["dimensions"].values()) == 100
 
 
 def test_rubrics_check_validates_a_file_and_shows_its_dimensions(

@@ -100,7 +100,7 @@ def manager() -> pluggy.PluginManager:
 def test_cleo_is_the_built_in_default_and_weighted_is_built_in(
     manager: pluggy.PluginManager,
 ) -> None:
-    assert rubric_names(manager) == ["cleo", "comparison", "rules", "weighted"]
+    assert rubric_names(manager) == ["cleo", "comparison", "rules", "trajectory", "weighted"]
     assert isinstance(get_rubric("cleo", manager=manager), CleoRubric)
     assert isinstance(get_rubric("weighted", manager=manager), WeightedJudgeRubric)
 
@@ -156,7 +156,7 @@ def test_an_unknown_rubric_is_an_error_listing_the_available_ones(
     with pytest.raises(RubricError) as info:
         get_rubric("weigthed", manager=manager)
     assert str(info.value) == (
-        "unknown rubric 'weigthed'; available rubrics: cleo, comparison, rules, weighted"
+        "unknown rubric 'weigthed'; available rubrics: cleo, comparison, rules, trajectory, weighted"
     )
 
 
@@ -166,7 +166,7 @@ def test_a_conftest_module_registers_a_rubric_without_the_marker(
     module = plugin_module(ConstantRubric())
     register_plugin(manager, module)
     register_plugin(manager, module)  # again: a no-op
-    assert rubric_names(manager) == ["cleo", "comparison", "constant", "rules", "weighted"]
+    assert rubric_names(manager) == ["cleo", "comparison", "constant", "rules", "trajectory", "weighted"]
     result = grade_with_rubric("constant", SESSION, session_id="s1", now=NOW, manager=manager)
     assert result.total_score == 7
     data = result.to_json_dict()
@@ -181,7 +181,7 @@ def test_an_object_with_a_marked_hook_registers_rubrics(manager: pluggy.PluginMa
             register(ConstantRubric("second"))
 
     register_plugin(manager, Plugin(), name="two-rubrics")
-    assert rubric_names(manager) == ["cleo", "comparison", "first", "rules", "second", "weighted"]
+    assert rubric_names(manager) == ["cleo", "comparison", "first", "rules", "second", "trajectory", "weighted"]
 
 
 def test_two_rubrics_with_one_name_are_an_error_naming_both(
@@ -215,7 +215,7 @@ def test_a_misspelled_marked_hook_is_rejected_when_registered(
 
     with pytest.raises(RubricError, match="cleo_grade_register_rubric"):
         register_plugin(manager, Typo(), name="typo")
-    assert rubric_names(manager) == ["cleo", "comparison", "rules", "weighted"]
+    assert rubric_names(manager) == ["cleo", "comparison", "rules", "trajectory", "weighted"]
 
 
 def test_a_crashing_rubric_becomes_a_rubric_error(manager: pluggy.PluginManager) -> None:
@@ -298,7 +298,7 @@ def test_a_rubric_published_under_the_entry_point_group_is_discovered(tmp_path: 
     done = run_python(code, env)
     assert done.returncode == 0, done.stderr
     names, result = (json.loads(line) for line in done.stdout.splitlines())
-    assert names == ["cleo", "calls-budget", "comparison", "rules", "weighted"]
+    assert names == ["cleo", "calls-budget", "comparison", "rules", "trajectory", "weighted"]
     assert result["totalScore"] == 100
     assert (result["rubric"], result["rubricVersion"]) == ("calls-budget", "1.0.0")
 
@@ -369,4 +369,4 @@ def test_only_candidates_defining_a_rubric_hook_are_registered(
     assert register_plugins_with_hooks(manager, candidates) == 1
     assert register_plugins_with_hooks(manager, candidates) == 0
     assert not manager.is_registered(without_hook)
-    assert rubric_names(manager) == ["cleo", "comparison", "constant", "rules", "weighted"]
+    assert rubric_names(manager) == ["cleo", "comparison", "constant", "rules", "trajectory", "weighted"]

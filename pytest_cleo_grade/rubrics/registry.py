@@ -31,6 +31,7 @@ from pytest_cleo_grade.rubrics.protocol import (
     stamp_rubric,
 )
 from pytest_cleo_grade.rubrics.rules import RulesRubric
+from pytest_cleo_grade.rubrics.trajectory import TrajectoryRubric
 from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
 from pytest_cleo_grade.settings import parse_rubric_weights
 
@@ -83,6 +84,7 @@ class _BuiltinRubrics:
         register(CleoRubric())
         register(WeightedJudgeRubric())
         register(RulesRubric())
+        register(TrajectoryRubric())
         register(ComparisonRubric())
 
 

@@ -1,0 +1,257 @@
+"""The trajectory rubric: each mode's F1 on hand-computed cases, matchers, diff, marker."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from pytest_cleo_grade.errors import RubricError
+from pytest_cleo_grade.expectations import Call, parse_expectations
+from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.rubrics.trajectory import align, grade_trajectory
+from tests.entries import NOW, entry
+
+#: session.list, admin.help, tasks.list, tasks.find, tasks.show(T2)
+ACTUAL = [
+    entry("session", "list", at=0),
+    entry("admin", "help", at=1),
+    entry("tasks", "list", at=2),
+    entry("tasks", "find", at=3),
+    entry("tasks", "show", at=4, params={"taskId": "T2", "verbose": True}),
+]
+EXPECT = ["session.list", "tasks.find", ("tasks.show", {"taskId": "T1"}), "session.end"]
+
+
+def grade(expect: Any, mode: str, entries: list[dict[str, Any]] = ACTUAL) -> GradeResult:
+    result = grade_trajectory(entries, expect, mode=mode, session_id="s1", now=NOW)
+    assert sum(p.points for p in result.points) == result.total_score  # every point explained
+    return result
+
+
+@pytest.mark.parametrize(
+    ("mode", "score", "precision", "recall"),
+    [
+        # 2 matched of 4 expected and 5 actual: F1 = 2*2/(4+5).
+        ("exact", 44.44, 0.4, 0.5),
+        # Only calls of expected kinds count: session.list, tasks.find, tasks.show (3).
+        ("in_order", 57.14, 0.6667, 0.5),
+        ("any_order", 44.44, 0.4, 0.5),
+        # Recall is 1 by definition: F1 = 2*2/(2+5).
+        ("subset", 57.14, 0.4, 1.0),
+        # Precision is 1 by definition: F1 = 2*2/(4+2).
+        ("superset", 66.67, 1.0, 0.5),
+    ],
+)
+def test_each_mode_scores_the_f1_of_its_precision_and_recall(
+    mode: str, score: float, precision: float, recall: float
+) -> None:
+    result = grade(EXPECT, mode)
+    assert result.total_score == score
+    trajectory = (result.model_extra or {})["trajectory"]
+    assert (trajectory["precision"], trajectory["recall"]) == (precision, recall)
+
+
+@pytest.mark.parametrize(
+    ("mode", "actual"),
+    [
+        ("exact", ["a.x", "b.y"]),
+        ("in_order", ["a.x", "c.z", "b.y"]),
+        ("any_order", ["b.y", "a.x"]),
+        ("subset", ["b.y"]),
+        ("superset", ["c.z", "b.y", "a.x", "d.w"]),
+    ],
+)
+def test_full_marks_exactly_when_the_modes_condition_holds(mode: str, actual: list[str]) -> None:
+    entries = [entry(*name.split("."), at=i) for i, name in enumerate(actual)]
+    result = grade(["a.x", "b.y"], mode, entries)
+    assert (result.total_score, result.flags) == (100, [])
+
+
+@pytest.mark.parametrize("mode", ["exact", "in_order"])
+def test_ordered_modes_see_a_swap_as_out_of_order(mode: str) -> None:
+    entries = [entry("b", "y", at=0), entry("a", "x", at=1)]
+    result = grade(["a.x", "b.y"], mode, entries)
+    assert result.total_score == 50  # one of two in order: F1 = 2*1/(2+2)
+    assert result.flags == ["Expected call b.y was made out of order (entry #0)"]
+    assert grade(["a.x", "b.y"], "any_order", entries).total_score == 100
+
+
+def test_argument_matchers_exact_subset_ignore_and_callable() -> None:
+    show = [entry("tasks", "show", params={"taskId": "T2", "verbose": True})]
+    assert grade([("tasks.show", {"taskId": "T2"})], "exact", show).total_score == 100
+    exact = {"call": "tasks.show", "params": {"taskId": "T2"}, "match": "exact"}
+    assert grade([exact], "exact", show).total_score == 0
+    ignore = {"call": "tasks.show", "params": {"taskId": "T9"}, "match": "ignore"}
+    assert grade([ignore], "exact", show).total_score == 100
+    assert (
+        grade([("tasks.show", lambda p: p["taskId"].startswith("T"))], "exact", show).total_score
+        == 100
+    )
+    where = Call("tasks.show", {"verbose": True}, where=lambda p: p["taskId"] == "T1")
+    assert grade([where], "exact", show).total_score == 0
+
+
+def test_the_diff_aligns_expected_and_actual_calls() -> None:
+    diff = (grade(EXPECT, "in_order").model_extra or {})["trajectory"]["diff"]
+    assert diff == [
+        "  expected                  actual (in_order)",
+        "= session.list              #0 session.list",
+        ".                           #1 admin.help  (not counted)",
+        ".                           #2 tasks.list  (not counted)",
+        "= tasks.find                #3 tasks.find",
+        "+                           #4 tasks.show",
+        "- tasks.show (taskId='T1')",
+        "- session.end",
+    ]
+
+
+def test_the_matching_is_maximal_when_matchers_overlap() -> None:
+    # A greedy matcher gives the first show to the broad expectation and loses the narrow one.
+    entries = [
+        entry("tasks", "show", at=0, params={"taskId": "T1"}),
+        entry("tasks", "show", at=1, params={"taskId": "T2"}),
+    ]
+    result = grade(["tasks.show", ("tasks.show", {"taskId": "T1"})], "any_order", entries)
+    assert result.total_score == 100
+
+
+def test_points_name_the_entries_of_each_match_and_miss() -> None:
+    result = grade(EXPECT, "exact")
+    by_rule = [(p.rule, p.points, p.entries) for p in result.points]
+    assert by_rule[0] == ("trajectory.f1", 44.44, [0, 3])
+    assert ("trajectory.unexpected", 0, [4]) in by_rule
+    assert ("trajectory.missing", 0, []) in by_rule
+
+
+@pytest.mark.parametrize(
+    ("expect", "message"),
+    [
+        ([], "invalid expect []: expected a non-empty list of calls"),
+        ("tasks.find", "expected a non-empty list of calls"),
+        (["tasks"], "expect[0]: expected call 'tasks' is not domain.operation"),
+        ([("tasks.show", 3)], "expect[0]: params of expected call tasks.show must be a dict"),
+        ([{"call": "a.b", "match": "fuzzy"}], "expect[0]: match of expected call a.b must be"),
+        ([{"call": "a.b", "args": {}}], "expect[0]: unknown key 'args'"),
+        ([42], "expect[0]: 42 is not an expected call"),
+    ],
+)
+def test_bad_expectations_name_the_position(expect: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=None) as caught:
+        parse_expectations(expect)
+    assert message in str(caught.value)
+    with pytest.raises(RubricError):
+        grade(expect, "exact")
+
+
+def test_an_unknown_mode_is_a_rubric_error() -> None:
+    with pytest.raises(RubricError, match="invalid trajectory mode 'strict'"):
+        grade(["a.b"], "strict")
+
+
+def test_a_long_trajectory_against_fifty_expected_calls_aligns_quickly() -> None:
+    expected = [Call(f"tool.step{i}") for i in range(50)]
+    actual = [(f"tool.step{i % 60}", {}) for i in range(10_000)]
+    started = time.perf_counter()
+    alignment = align(expected, actual, "in_order")
+    elapsed = time.perf_counter() - started
+    assert alignment.matched == 50
+    # Not a timing test: a generous bound only catches an accidental quadratic blow-up.
+    assert elapsed < 30
+
+
+def test_an_alignment_over_the_pair_limit_is_refused() -> None:
+    expected = [Call("tool.x")] * 1000
+    actual = [("tool.x", {})] * 10_001
+    with pytest.raises(RubricError, match="trajectory too long to align"):
+        align(expected, actual, "exact")
+
+
+def test_hostile_call_names_stay_on_their_line_in_the_failure_message(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cleo_grade(expect=["session.list", "tasks.find"], mode="exact", fail_under="A")
+        def test_agent(graded_session):
+            graded_session.record("session", "list")
+            graded_session.record("tasks", "x\\x1b[31m\\nFORGED")
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "\x1b[31m" not in out
+    assert not any(line.startswith("FORGED") for line in out.splitlines())
+    result.stdout.fnmatch_lines(
+        [
+            "*50/100 (50%, grade D) is below the threshold 90% (A)*",
+            "expected vs actual calls (= matched, - missing, + unexpected):",
+            "    expected      actual (exact)",
+            "  = session.list  #0 session.list",
+            "  +               #1 tasks.x\\x1b[31m\\nFORGED",
+            "  - tasks.find",
+        ]
+    )
+
+
+def test_the_marker_expect_grades_with_the_trajectory_rubric(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def agent(s):
+            s.record("session", "list")
+            s.record("admin", "help")
+            s.record("tasks", "find", {"query": "login"})
+
+        @pytest.mark.cleo_grade(expect=["session.list", ("tasks.find", {"query": "login"})])
+        def test_in_order(graded_session):
+            agent(graded_session)
+
+        @pytest.mark.cleo_grade(expect=["tasks.find", "session.list"], mode="exact", fail_under=60)
+        def test_exact(graded_session):
+            agent(graded_session)
+
+        @pytest.mark.cleo_grade(
+            rubric={"cleo": 0.5, "trajectory": 0.5}, expect=["session.list"], mode="superset"
+        )
+        def test_combined(graded_session):
+            agent(graded_session)
+        """
+    )
+    result = pytester.runpytest("--junitxml=out.xml")
+    # in_order: admin.help is not counted: 100. exact: 1 of 2, F1 = 2/(2+3) = 40 %.
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_in_order *100/100*", "*test_exact *40/100*"])
+    junit = (pytester.path / "out.xml").read_text()
+    assert 'name="cleo_rubric" value="trajectory"' in junit
+    assert 'name="cleo_dim_trajectory.trajectory" value="100/100"' in junit
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("expect='tasks.find'", "(expect=...): invalid expect 'tasks.find'"),
+        ("mode='exact'", "a trajectory mode needs expect=[...]"),
+        ("rubric='cleo', expect=['a.b']", "expect= is graded by the trajectory rubric"),
+    ],
+)
+def test_bad_trajectory_markers_are_usage_errors(
+    pytester: pytest.Pytester, marker: str, message: str
+) -> None:
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        @pytest.mark.cleo_grade({marker})
+        def test_agent(graded_session):
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
