@@ -77,9 +77,8 @@ def test_an_unknown_rubric_is_a_usage_error_listing_the_available_ones(tmp_path:
     )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
-    assert (
-        "unknown rubric 'nope'; available rubrics: cleo, comparison, rules, trajectory, weighted" in done.stderr
-    )
+    available = "cleo, comparison, rules, trajectory, weighted"
+    assert f"unknown rubric 'nope'; available rubrics: {available}" in done.stderr
     assert not (tmp_path / ".cleo").exists()
 
 

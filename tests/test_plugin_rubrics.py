@@ -216,7 +216,8 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             "",
             "rubric='nope'",
             "ERROR: cleo-grade: test_agent.py::test_agent: @pytest.mark.cleo_grade(rubric=...): "
-            "unknown rubric 'nope'; available rubrics: cleo, comparison, rules, trajectory, weighted",
+            "unknown rubric 'nope'; available rubrics: "
+            "cleo, comparison, rules, trajectory, weighted",
             id="marker-rubric",
         ),
         pytest.param(
@@ -405,7 +406,10 @@ def test_a_rubric_defined_in_a_conftest_grades_tests_by_name(pytester: pytest.Py
     assert (props["cleo_rubric"], props["cleo_score"]) == ("steps", "20/100")
     listed = pytester.runpytest("--cleo-grade-rubric=stpes")
     listed.stderr.fnmatch_lines(
-        ["*unknown rubric 'stpes'; available rubrics: cleo, comparison, rules, steps, trajectory, weighted"]
+        [
+            "*unknown rubric 'stpes'; available rubrics: "
+            "cleo, comparison, rules, steps, trajectory, weighted"
+        ]
     )
 
 

@@ -156,7 +156,8 @@ def test_an_unknown_rubric_is_an_error_listing_the_available_ones(
     with pytest.raises(RubricError) as info:
         get_rubric("weigthed", manager=manager)
     assert str(info.value) == (
-        "unknown rubric 'weigthed'; available rubrics: cleo, comparison, rules, trajectory, weighted"
+        "unknown rubric 'weigthed'; available rubrics: "
+        "cleo, comparison, rules, trajectory, weighted"
     )
 
 
@@ -166,7 +167,14 @@ def test_a_conftest_module_registers_a_rubric_without_the_marker(
     module = plugin_module(ConstantRubric())
     register_plugin(manager, module)
     register_plugin(manager, module)  # again: a no-op
-    assert rubric_names(manager) == ["cleo", "comparison", "constant", "rules", "trajectory", "weighted"]
+    assert rubric_names(manager) == [
+        "cleo",
+        "comparison",
+        "constant",
+        "rules",
+        "trajectory",
+        "weighted",
+    ]
     result = grade_with_rubric("constant", SESSION, session_id="s1", now=NOW, manager=manager)
     assert result.total_score == 7
     data = result.to_json_dict()
@@ -181,7 +189,15 @@ def test_an_object_with_a_marked_hook_registers_rubrics(manager: pluggy.PluginMa
             register(ConstantRubric("second"))
 
     register_plugin(manager, Plugin(), name="two-rubrics")
-    assert rubric_names(manager) == ["cleo", "comparison", "first", "rules", "second", "trajectory", "weighted"]
+    assert rubric_names(manager) == [
+        "cleo",
+        "comparison",
+        "first",
+        "rules",
+        "second",
+        "trajectory",
+        "weighted",
+    ]
 
 
 def test_two_rubrics_with_one_name_are_an_error_naming_both(
@@ -369,4 +385,11 @@ def test_only_candidates_defining_a_rubric_hook_are_registered(
     assert register_plugins_with_hooks(manager, candidates) == 1
     assert register_plugins_with_hooks(manager, candidates) == 0
     assert not manager.is_registered(without_hook)
-    assert rubric_names(manager) == ["cleo", "comparison", "constant", "rules", "trajectory", "weighted"]
+    assert rubric_names(manager) == [
+        "cleo",
+        "comparison",
+        "constant",
+        "rules",
+        "trajectory",
+        "weighted",
+    ]
