@@ -31,3 +31,28 @@ def test_every_text_in_the_rules_table_is_the_rubrics_own(text: str) -> None:
     # <N>, <id> and <op> stand for values; the literal parts must be in the rubric's code.
     for part in re.split(r"<[A-Za-z]+>", text):
         assert part.strip() in RUBRIC, f"{part!r} is not in rubrics/cleo.py"
+
+
+def _block_after(page: str, command: str) -> str:
+    """The output shown under ``$ command`` in a fenced block of the page."""
+    after = page.split(f"$ {command}\n", 1)[1]
+    return after.split("\n```", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cleo-grade show --entries examples/sessions/agent-session.jsonl",
+        "cleo-grade show --entries examples/sessions/support-session.jsonl --rubric rules "
+        "--rubric-file examples/rubrics/support-rules.toml",
+    ],
+)
+def test_the_show_transcripts_in_the_rubrics_page_are_real_output(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_cleo_grade.cli import main
+
+    page = (ROOT / "docs" / "rubrics.md").read_text(encoding="utf-8")
+    monkeypatch.chdir(ROOT)
+    assert main(command.split()[1:]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == _block_after(page, command)

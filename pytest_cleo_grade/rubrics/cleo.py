@@ -396,8 +396,22 @@ def _error_protocol(
     unrecovered: list[tuple[str, tuple[int, ...]]] = []
     for position in facts.not_found_positions:
         window = entries[position + 1 : position + 1 + RECOVERY_WINDOW]
-        if any(e.domain == "tasks" and e.operation in RECOVERY_OPS for e in window):
+        found = next(
+            (
+                k
+                for k, e in enumerate(window)
+                if e.domain == "tasks" and e.operation in RECOVERY_OPS
+            ),
+            None,
+        )
+        if found is not None:
             evidence.append("E_NOT_FOUND followed by recovery lookup")
+            failed, lookup = entries[position], window[found]
+            text = (
+                f"E_NOT_FOUND ({failed.domain}.{failed.operation}) recovered by "
+                f"{lookup.domain}.{lookup.operation} (no deduction)"
+            )
+            points.append(point(dim, 0, "errors.recovered", text, (position, position + 1 + found)))
         else:
             score -= 5
             failed = entries[position]

@@ -287,8 +287,12 @@ def _recovery(entries: Sequence[AuditEntry], rule: Recovery, dim: _Dimension) ->
         dim.clean = False
         window = entries[index + 1 : index + 1 + rule.within]
         values = {**_about(entries[index]), "within": rule.within}
-        if any(map(recover, window)):
-            dim.note(rule, _say(rule.evidence, **values))
+        found = next((k for k, e in enumerate(window) if recover(e)), None)
+        if found is not None:
+            text = _say(rule.evidence, **values)
+            dim.note(rule, text)
+            where = (index, index + 1 + found)
+            dim.award(rule, 0, text or "A failure followed by a recovery call", where)
         else:
             text = _say(rule.flag, **values)
             dim.flag(text)
@@ -350,7 +354,9 @@ def _score(
     dim = _Dimension(spec, flags, [], score=spec.start)
     if spec.start:
         dim.points.append(
-            point(spec.name, spec.start, f"{spec.name}.start", f"Starts at {spec.start}")
+            point(
+                spec.name, spec.start, f"{spec.name}.start", f"{spec.name} starts at {spec.start}"
+            )
         )
     for rule in spec.rules:
         _KINDS[type(rule)](entries, rule, dim)
