@@ -47,6 +47,11 @@ def test_grading_through_the_context_gives_the_comparison_extras() -> None:
         "haiku",
     )
     assert sum(rubric.dimensions.values()) == stamped["maxScore"]
+    # Every point explained: one item per structural check and per substantive metric.
+    for name, dimension in result.dimensions.items():
+        items = [p for p in result.points if p.dimension == name]
+        assert sum(p.points for p in items) == dimension.score
+    assert [p.rule for p in result.points][-6:] == [f"substantive.Q-0{i}" for i in range(1, 7)]
 
 
 def test_a_configured_judge_scores_when_the_test_gives_no_scores() -> None:

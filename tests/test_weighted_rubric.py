@@ -44,7 +44,14 @@ class Recorder:
 
 def grade(judge: Any, entries: list[dict[str, Any]] | None = None, **kwargs: Any) -> GradeResult:
     rubric = WeightedJudgeRubric(judge=judge)
-    return rubric.grade(ENTRIES if entries is None else entries, session_id="s1", now=NOW, **kwargs)
+    result = rubric.grade(
+        ENTRIES if entries is None else entries, session_id="s1", now=NOW, **kwargs
+    )
+    # Every judged point is explained: one item per dimension, its score.
+    assert [(p.dimension, p.points) for p in result.points] == [
+        (name, dimension.score) for name, dimension in result.dimensions.items()
+    ]
+    return result
 
 
 def without(name: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from pytest_cleo_grade.models import (
     format_validation_error,
     order_entries,
 )
+from pytest_cleo_grade.rubrics.points import point
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
 
 __all__ = ["COMPARISON_DIMENSIONS", "RUBRIC_NAME", "ComparisonRubric", "comparison_grade"]
@@ -136,6 +137,26 @@ def comparison_grade(
             "substantive": values,
             "structural": {check.id: check.passed for check in checks},
             "operational": operational.as_dict(),
+            "points": [
+                *(
+                    point(
+                        "structural",
+                        1 if check.passed else 0,
+                        f"structural.{check.id}",
+                        f"{check.label}: {'PASS' if check.passed else 'FAIL'}",
+                    )
+                    for check in checks
+                ),
+                *(
+                    point(
+                        "substantive",
+                        values[metric],
+                        f"substantive.{metric}",
+                        f"{name}: {values[metric]}/5",
+                    )
+                    for metric, name in METRICS
+                ),
+            ],
         }
     )
 

@@ -50,6 +50,7 @@ from pytest_cleo_grade.models import (
     order_entries,
 )
 from pytest_cleo_grade.rubrics.cleo import EMPTY_SESSION_FLAG
+from pytest_cleo_grade.rubrics.points import point
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.weighted.spec import (
     DEFAULT_SPEC,
@@ -661,6 +662,17 @@ class WeightedJudgeRubric:
                 "rubric": self.name,
                 "rubricVersion": self.version,
                 "overallQuality": round(overall, 6),
+                # The judge read the whole session: its points name no single entry.
+                "points": [
+                    point(
+                        name,
+                        dimension.score,
+                        f"{name}.judge",
+                        f"The judge scored {name} {dimension.score:g} of {dimension.max:g}"
+                        + (f": {dimension.evidence[0]}" if dimension.evidence else ""),
+                    )
+                    for name, dimension in dimensions.items()
+                ],
                 **extra,
                 "judgeUsage": usage.as_extra(),
             }
