@@ -372,3 +372,18 @@ def test_a_broken_rule_file_is_one_usage_error(pytester: pytest.Pytester, tmp_pa
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     line = f"ERROR: cleo-grade: rubric file {bad}: dimensions[1] (safety).rules[3] (retry).within:"
     assert result.stderr.str().startswith(line)
+
+
+def test_the_kinds_other_spellings_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "aliases.toml"
+    text = SUPPORT.replace('kind = "penalty"', 'kind = "per_violation"')
+    text = text.replace('kind = "recovery"', 'kind = "recovery_window"')
+    path.write_text(text.replace('kind = "at_most"', 'kind = "at_most_n"'), encoding="utf-8")
+    spec = load_rule_file(path)
+    assert [rule.kind for rule in spec.dimensions[1].rules] == [
+        "forbidden",
+        "penalty",
+        "at_most",
+        "recovery",
+        "duplicates",
+    ]

@@ -217,6 +217,17 @@ Rule = Annotated[
 ]
 
 
+#: Other spellings of the rule kinds, as people write them (the issue's and DESIGN's names).
+KIND_ALIASES: Final = {
+    "per_violation": "penalty",
+    "per_violation_penalty": "penalty",
+    "recovery_window": "recovery",
+    "duplicate": "duplicates",
+    "at_most_n": "at_most",
+    "max_calls": "at_most",
+}
+
+
 class Dimension(_Model):
     """A dimension: its maximum, the score it starts at, its rules in order.
 
@@ -229,6 +240,22 @@ class Dimension(_Model):
     start: Annotated[StrictInt, Field(ge=0)] = 0
     evidence_if_clean: Text | None = None
     rules: Annotated[list[Rule], Field(min_length=1)]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_aliases(cls, data: Any) -> Any:
+        rules = data.get("rules") if isinstance(data, dict) else None
+        if isinstance(rules, list):
+            data = {
+                **data,
+                "rules": [
+                    {**rule, "kind": KIND_ALIASES[rule["kind"]]}
+                    if isinstance(rule, dict) and rule.get("kind") in KIND_ALIASES
+                    else rule
+                    for rule in rules
+                ],
+            }
+        return data
 
     @model_validator(mode="after")
     def _start_within_max(self) -> Dimension:
