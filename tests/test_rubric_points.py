@@ -77,3 +77,15 @@ def test_a_huge_session_keeps_every_item_and_index_list_bounded() -> None:
 
 def test_an_empty_session_has_no_points() -> None:
     assert grade([]).points == []
+
+
+def test_recovered_errors_are_explained_within_the_item_limit() -> None:
+    calls: list[dict[str, Any]] = []
+    for i in range(POINT_ITEM_LIMIT + 20):
+        calls.append(entry("tasks", "show", at=2 * i, success=False, exit_code=4))
+        calls.append(entry("tasks", "find", at=2 * i + 1))
+    recovered = [p for p in grade(calls).points if p.rule == "errors.recovered"]
+    assert len(recovered) == POINT_ITEM_LIMIT + 1
+    assert (recovered[0].points, recovered[0].entries) == (0, [0, 1])
+    assert recovered[0].text == "E_NOT_FOUND (tasks.show) recovered by tasks.find (no deduction)"
+    assert recovered[-1].text == "20 more like the above"

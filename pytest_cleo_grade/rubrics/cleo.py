@@ -24,6 +24,7 @@ from pytest_cleo_grade.models import (
 )
 from pytest_cleo_grade.rubrics.points import (
     POINT_ENTRY_LIMIT,
+    POINT_ITEM_LIMIT,
     balance,
     per_violation,
     point,
@@ -394,6 +395,7 @@ def _error_protocol(
     evidence: list[str] = []
     points.append(point(dim, DIMENSION_MAX, "errors.start", "Error protocol starts at 20"))
     unrecovered: list[tuple[str, tuple[int, ...]]] = []
+    recovered: list[tuple[str, tuple[int, ...]]] = []
     for position in facts.not_found_positions:
         window = entries[position + 1 : position + 1 + RECOVERY_WINDOW]
         found = next(
@@ -404,28 +406,32 @@ def _error_protocol(
             ),
             None,
         )
+        failed = entries[position]
         if found is not None:
             evidence.append("E_NOT_FOUND followed by recovery lookup")
-            failed, lookup = entries[position], window[found]
-            text = (
-                f"E_NOT_FOUND ({failed.domain}.{failed.operation}) recovered by "
-                f"{lookup.domain}.{lookup.operation} (no deduction)"
-            )
-            points.append(point(dim, 0, "errors.recovered", text, (position, position + 1 + found)))
+            # Only the items per_violation keeps get a sentence (a session may hold 50,000).
+            text = ""
+            if len(recovered) < POINT_ITEM_LIMIT:
+                lookup = window[found]
+                text = (
+                    f"E_NOT_FOUND ({failed.domain}.{failed.operation}) recovered by "
+                    f"{lookup.domain}.{lookup.operation} (no deduction)"
+                )
+            recovered.append((text, (position, position + 1 + found)))
         else:
             score -= 5
-            failed = entries[position]
             # The CLEO spec gives no text; this is CLEO's, naming the call that failed.
             flags.append(
                 f"E_NOT_FOUND ({failed.domain}.{failed.operation}) not followed by recovery lookup"
             )
-            unrecovered.append(
-                (
+            text = ""
+            if len(unrecovered) < POINT_ITEM_LIMIT:
+                text = (
                     f"E_NOT_FOUND ({failed.domain}.{failed.operation}) with no tasks.find or "
-                    f"tasks.exists in the next {RECOVERY_WINDOW} calls",
-                    (position,),
+                    f"tasks.exists in the next {RECOVERY_WINDOW} calls"
                 )
-            )
+            unrecovered.append((text, (position,)))
+    points.extend(per_violation(dim, 0, "errors.recovered", recovered))
     points.extend(per_violation(dim, -5, "errors.not_found", unrecovered))
     duplicates = len(facts.titles) - len(set(facts.titles))
     if duplicates:

@@ -32,7 +32,8 @@ def point(
 def per_violation(
     dimension: str, each: int | float, rule: str, texts: Sequence[tuple[str, Iterable[int]]]
 ) -> list[dict[str, Any]]:
-    """An item per violation (``each`` points), the ones past POINT_ITEM_LIMIT in one item."""
+    """An item per violation (``each`` points), the ones past POINT_ITEM_LIMIT in one item
+    (whose sentences are never read: a caller may leave them empty)."""
     items = [point(dimension, each, rule, text, where) for text, where in texts[:POINT_ITEM_LIMIT]]
     rest = texts[POINT_ITEM_LIMIT:]
     if rest:

@@ -283,6 +283,7 @@ def _forbidden(entries: Sequence[AuditEntry], rule: Forbidden, dim: _Dimension) 
 def _recovery(entries: Sequence[AuditEntry], rule: Recovery, dim: _Dimension) -> None:
     recover = _compile(rule.recover)
     unrecovered: list[tuple[str, Iterable[int]]] = []
+    recovered: list[tuple[str, Iterable[int]]] = []
     for index in _where(entries, rule.failure):
         dim.clean = False
         window = entries[index + 1 : index + 1 + rule.within]
@@ -291,12 +292,14 @@ def _recovery(entries: Sequence[AuditEntry], rule: Recovery, dim: _Dimension) ->
         if found is not None:
             text = _say(rule.evidence, **values)
             dim.note(rule, text)
-            where = (index, index + 1 + found)
-            dim.award(rule, 0, text or "A failure followed by a recovery call", where)
+            recovered.append(
+                (text or "A failure followed by a recovery call", (index, index + 1 + found))
+            )
         else:
             text = _say(rule.flag, **values)
             dim.flag(text)
             unrecovered.append((text or "A failure with no recovery call after it", (index,)))
+    dim.points.extend(per_violation(dim.spec.name, 0, rule.id, recovered))
     items = per_violation(dim.spec.name, rule.points, rule.id, unrecovered)
     dim.points.extend(items)
     dim.score += sum(item["points"] for item in items)
