@@ -118,6 +118,8 @@ class BaselineGate:
         for test in comparison.missing_tests:
             xml.add_global_property("cleo_baseline_missing_test", test)
 
+    # The step summary leads with the regressions: this block is written before the others.
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.options.save_baseline is not None and self.results:
             from pytest_cleo_grade.baseline import write_baseline

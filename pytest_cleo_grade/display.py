@@ -302,18 +302,45 @@ def markdown_cell(text: str) -> str:
     return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in _one_line(text))
 
 
-def markdown_code_cell(text: str) -> str:
-    """``text`` as a code span in a table cell, shown exactly (backslashes and backticks too).
+def markdown_code_cell(text: str, *, in_table: bool = True) -> str:
+    """``text`` as a code span, shown exactly (backslashes and backticks too).
 
-    Inside a code span a backslash is literal, so only the table's ``|`` is escaped (GFM
-    splits cells before parsing spans); the fence is one backtick longer than the longest run
-    in the text, padded with spaces when the text starts or ends with a backtick.
+    Inside a code span a backslash is literal, so in a table only the table's ``|`` is escaped
+    (GFM splits cells before parsing spans), and outside one nothing is; the fence is one
+    backtick longer than the longest run in the text, padded with spaces when the text starts
+    or ends with a backtick.
     """
     line = _one_line(text)
     longest = max((len(run) for run in re.findall(r"`+", line)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if line.startswith("`") or line.endswith("`") else ""
-    return f"{fence}{pad}{line.replace('|', chr(92) + '|')}{pad}{fence}"
+    if in_table:
+        line = line.replace("|", chr(92) + "|")
+    return f"{fence}{pad}{line}{pad}{fence}"
+
+
+#: The most flag texts the step summary lists for one test below its threshold.
+SUMMARY_FLAGS: Final = 10
+
+
+def _below_threshold(run: RunGrade) -> list[str]:
+    """The step summary's flag texts of the tests below their threshold."""
+    below = [t for t in run.tests if t.threshold is not None and not t.passed and not t.excluded]
+    if not below:
+        return []
+    lines = ["", "#### Below the threshold", ""]
+    for test in below:
+        result = test.result
+        assert test.threshold is not None
+        lines.append(
+            f"- {markdown_code_cell(test.nodeid, in_table=False)}: "
+            f"{percent_below(result.percent, test.threshold)} ({result.letter}), below "
+            f"{describe_threshold(test.threshold)}"
+        )
+        lines.extend(f"  - {markdown_cell(flag)}" for flag in result.flags[:SUMMARY_FLAGS])
+        if len(result.flags) > SUMMARY_FLAGS:
+            lines.append(f"  - ... and {len(result.flags) - SUMMARY_FLAGS} more flags")
+    return lines
 
 
 def markdown_summary(run: RunGrade) -> str:
@@ -333,6 +360,7 @@ def markdown_summary(run: RunGrade) -> str:
                 _verdict_cell(test),
             ]
             lines.append("| " + " | ".join(cells) + " |")
+        lines.extend(_below_threshold(run))
         lines.append("")
     lines.append(f"**{run.run_line()[0].upper()}{run.run_line()[1:]}**")
     judge = judge_line(run)

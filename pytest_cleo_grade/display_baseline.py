@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pytest_cleo_grade.baseline import BaselineComparison, Change
+from pytest_cleo_grade.display import markdown_cell, markdown_code_cell
 
 __all__ = ["baseline_lines", "baseline_markdown", "baseline_verdict", "change_text"]
 
@@ -40,14 +41,10 @@ def baseline_lines(comparison: BaselineComparison, *, gated: bool) -> list[str]:
     return lines
 
 
-def _cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
 def baseline_markdown(comparison: BaselineComparison, *, gated: bool) -> str:
     rows = [
         "### Against the baseline\n",
-        f"**{_cell(baseline_verdict(comparison, gated=gated))}**\n",
+        f"**{markdown_cell(baseline_verdict(comparison, gated=gated))}**\n",
         "| Test | Metric | Baseline | Now | Change | Status |",
         "|---|---|---|---|---|---|",
     ]
@@ -55,15 +52,16 @@ def baseline_markdown(comparison: BaselineComparison, *, gated: bool) -> str:
     for change in ordered:
         if not (change.regressed or change.note or change.metric == "total"):
             continue
-        status = "**REGRESSION**" if change.regressed else (change.note or "ok")
+        status = "**REGRESSION**" if change.regressed else markdown_cell(change.note or "ok")
         rows.append(
-            f"| `{_cell(change.test_id)}` | {change.metric} | {change.baseline:.1f}% | "
-            f"{change.current:.1f}% | {change.delta:+.1f} | {_cell(status)} |"
+            f"| {markdown_code_cell(change.test_id)} | {markdown_cell(change.metric)} | "
+            f"{change.baseline:.1f}% | {change.current:.1f}% | {change.delta:+.1f} | {status} |"
         )
     for problem in comparison.problems:
-        rows.append(f"\nProblem: {_cell(problem)}")
+        rows.append(f"\nProblem: {markdown_cell(problem)}")
     for test in comparison.new_tests:
-        rows.append(f"\nNew test (not in baseline): `{_cell(test)}`")
+        rows.append(f"\nNew test (not in baseline): {markdown_code_cell(test, in_table=False)}")
     for test in comparison.missing_tests:
-        rows.append(f"\nMissing from this run (in baseline): `{_cell(test)}`")
+        code = markdown_code_cell(test, in_table=False)
+        rows.append(f"\nMissing from this run (in baseline): {code}")
     return "\n".join(rows) + "\n"

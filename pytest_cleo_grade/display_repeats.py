@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pytest_cleo_grade.display import markdown_cell, markdown_code_cell
 from pytest_cleo_grade.verdict import describe_percent, describe_threshold
 
 if TYPE_CHECKING:
@@ -141,10 +142,6 @@ def repeat_lines(tests: Sequence[TestRuns]) -> list[str]:
     return lines
 
 
-def _cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
 def repeat_markdown(tests: Sequence[TestRuns]) -> str:
     """The step summary's table of repeated tests (failing, then flaky ones first)."""
     rows = [
@@ -154,9 +151,9 @@ def repeat_markdown(tests: Sequence[TestRuns]) -> str:
     ]
     for runs in _ordered(tests):
         stats = runs.stats
-        name = _cell(runs.info.test_id)
+        name = markdown_code_cell(runs.info.test_id)
         if stats is None:
-            rows.append(f"| `{name}` | not decided | - | - | - | - | - |")
+            rows.append(f"| {name} | not decided | - | - | - | - | - |")
             continue
         mean = "-"
         if stats.mean is not None:
@@ -164,9 +161,9 @@ def repeat_markdown(tests: Sequence[TestRuns]) -> str:
             if stats.mean_interval is not None:
                 mean += f" ({_interval(*stats.mean_interval, percent=True)})"
         failed = "**FAIL**" if runs.info.mode == "fail" else "below (report mode)"
-        decision = ("pass" if stats.decided_pass else failed) + f": {_cell(rule(stats))}"
+        decision = ("pass" if stats.decided_pass else failed) + f": {markdown_cell(rule(stats))}"
         rows.append(
-            f"| `{name}` | {stats.verdict} | {decision} | {stats.passed}/{stats.runs} | {mean} | "
+            f"| {name} | {stats.verdict} | {decision} | {stats.passed}/{stats.runs} | {mean} | "
             f"{stats.k}: {_fraction(stats.pass_hat_k)} | {stats.k}: {_fraction(stats.pass_at_k)} |"
         )
     rows.append(f"\n{ESTIMATOR_NOTE}.\n")

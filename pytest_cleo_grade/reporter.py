@@ -223,6 +223,8 @@ class Reporter:
 
     # -- output --------------------------------------------------------------------------
 
+    # Written after the regressions (baseline) and the repeated tests (flaky ones first).
+    @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._sync()
         path = os.environ.get("GITHUB_STEP_SUMMARY")
