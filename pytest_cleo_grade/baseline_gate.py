@@ -100,6 +100,22 @@ class BaselineGate:
             session.testsfailed += 1
         return result
 
+    @property
+    def failed(self) -> bool:
+        """Whether the baseline gate fails the run (a regression, or a required baseline
+        missing)."""
+        if self.comparison is not None:
+            return self.gated and self.comparison.failed
+        return self.failed_without_baseline
+
+    def verdict_text(self) -> str | None:
+        """The gate's one verdict line (None when nothing was compared or noted)."""
+        if self.comparison is not None:
+            from pytest_cleo_grade.display_baseline import baseline_verdict
+
+            return baseline_verdict(self.comparison, gated=self.gated)
+        return self.note or None
+
     def _junit(self, config: pytest.Config, comparison: BaselineComparison) -> None:
         """The verdict as <testsuite> properties: it belongs to the run, not to one test."""
         from _pytest.junitxml import xml_key

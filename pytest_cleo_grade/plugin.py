@@ -136,6 +136,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
             gate = BaselineGate(repeat_options, options.history_path)
             config.pluginmanager.register(gate, "cleo_grade_baseline")
+        if config.pluginmanager.hasplugin("html"):
+            # pytest-html's hooks exist only when it is installed: register ours only then.
+            from pytest_cleo_grade.html_columns import HtmlReportColumns
+
+            baseline = config.pluginmanager.get_plugin("cleo_grade_baseline")
+            columns = HtmlReportColumns(reporter, baseline)
+            config.pluginmanager.register(columns, "cleo_grade_html_columns")
 
 
 def _configure_capture(config: pytest.Config, options: PluginOptions) -> None:
@@ -180,7 +187,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if reporter is not None:
         del config.stash[REPORTER_KEY]
         config.pluginmanager.unregister(reporter)
-        for name in ("cleo_grade_repeats", "cleo_grade_baseline"):
+        for name in ("cleo_grade_repeats", "cleo_grade_baseline", "cleo_grade_html_columns"):
             plugin = config.pluginmanager.get_plugin(name)
             if plugin is not None:
                 config.pluginmanager.unregister(plugin)

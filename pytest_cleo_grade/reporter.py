@@ -174,7 +174,7 @@ class Reporter:
         tests = self.graded.values()
         return tuple(sorted(tests, key=lambda test: self._order.get(test.nodeid, last)))
 
-    def _current_run(self) -> RunGrade | None:
+    def current_run(self) -> RunGrade | None:
         """The run's grade, or None when there is nothing to show (no grades, no gate)."""
         if self._run is not None:
             return self._run
@@ -213,7 +213,7 @@ class Reporter:
         result = yield
         # Decided once, after every report arrived (under xdist the controller's loop ends
         # when all workers are done); the summary prints these same verdicts.
-        self._run = self._current_run()
+        self._run = self.current_run()
         if self._run is not None and self._run.gate_failed:
             session.testsfailed += 1
         self._compare()
@@ -231,7 +231,7 @@ class Reporter:
         if not path:
             return
         blocks = []
-        run = self._current_run()
+        run = self.current_run()
         if run is not None:
             from pytest_cleo_grade.display import markdown_summary
 
@@ -257,7 +257,7 @@ class Reporter:
         return f"### Model comparison: {candidate} vs {baseline}\n\n{self.comparison_problem}\n"
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        run = self._current_run()
+        run = self.current_run()
         if run is not None:
             from pytest_cleo_grade.display import summary_line, summary_lines
 

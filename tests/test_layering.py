@@ -58,6 +58,7 @@ LAYERS: dict[str, int] = {
     f"{PKG}.plugin": 7,
     f"{PKG}.options": 7,
     f"{PKG}.reporter": 7,
+    f"{PKG}.html_columns": 7,
     f"{PKG}.repeats": 7,
     f"{PKG}.repeat_options": 7,
     f"{PKG}.baseline_gate": 7,

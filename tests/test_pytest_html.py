@@ -1,0 +1,99 @@
+"""pytest-html: the report shows each test's grade, score and flags, and the run's grade and
+gate verdict in its summary, so a gate failure never looks like an all-green report."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytest_html", reason="pytest-html is a development dependency")
+
+SUITE = """
+import pytest
+
+def test_careful_agent(graded_session):
+    for call in [("session", "list"), ("admin", "help"), ("tasks", "find"), ("tasks", "show")]:
+        graded_session.record(*call, gateway="cleo_query")
+    graded_session.record("session", "end", gateway="cleo_mutate")
+
+@pytest.mark.cleo_grade(fail_under="C", mode="report")
+def test_hasty_agent(graded_session):
+    graded_session.record("tasks", "list", gateway="cleo_query")
+    graded_session.record("tasks", "add", {"title": "x"}, task_id="<script>alert(1)</script>")
+
+def test_plain():
+    pass
+"""
+
+
+def report(pytester: pytest.Pytester, *args: str) -> tuple[int, str, dict[str, Any]]:
+    pytester.makepyfile(test_agent=SUITE)
+    result = pytester.runpytest("--html=report.html", "--self-contained-html", *args)
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    blob = re.search(r'data-jsonblob="([^"]*)"', page)
+    assert blob is not None
+    return int(result.ret), page, json.loads(html.unescape(blob.group(1)))
+
+
+def row(data: dict[str, Any], test: str) -> list[str]:
+    cells: list[str] = data["tests"][f"test_agent.py::{test}"][0]["resultsTableRow"]
+    return cells
+
+
+def test_each_graded_test_gets_grade_score_and_flag_columns(pytester: pytest.Pytester) -> None:
+    _, page, data = report(pytester)
+    assert '<th class="sortable" data-column-type="cleoGrade">Grade</th>' in page
+    careful = row(data, "test_careful_agent")
+    assert careful[2:5] == [
+        '<td class="col-cleoGrade">A</td>',
+        '<td class="col-cleoPercent">100% (100/100)</td>',
+        '<td class="col-cleoFlags">0</td>',
+    ]
+    hasty = row(data, "test_hasty_agent")
+    assert hasty[2] == '<td class="col-cleoGrade">D below threshold</td>'
+    assert "<li>tasks.list used 1x (prefer tasks.find for discovery)</li>" in hasty[4]
+    # Agent text is escaped: the report cannot be scripted by the agent.
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in hasty[4]
+    assert "<script>alert(1)" not in json.dumps(data)
+    # An ungraded test keeps the table's shape, with empty cells.
+    assert row(data, "test_plain")[2:5] == [
+        '<td class="col-cleoGrade"></td>',
+        '<td class="col-cleoPercent"></td>',
+        '<td class="col-cleoFlags"></td>',
+    ]
+
+
+def test_a_failed_gate_is_the_first_thing_the_summary_says(pytester: pytest.Pytester) -> None:
+    status, page, _ = report(pytester, "--cleo-grade-gate=A")
+    assert status == 1  # no test failed: only the gate
+    summary = page.split('<div class="additional-summary prefix">', 1)[1]
+    assert summary.lstrip().startswith('<div class="cleo-grade failed"')
+    assert "cleo-grade gate FAILED: mean 72.5% is below 90% (A)" in summary
+    assert "the run exits with status 1 even where no test failed" in summary
+
+
+def test_a_passed_gate_says_so_without_alarm(pytester: pytest.Pytester) -> None:
+    status, page, _ = report(pytester, "--cleo-grade-gate=F")
+    assert status == 0
+    assert '<div class="cleo-grade passed"' in page
+    assert "cleo-grade gate passed: mean 72.5% reaches 0% (F)" in page
+
+
+def test_a_failed_baseline_gate_shows_in_the_summary(pytester: pytest.Pytester) -> None:
+    baseline = Path(pytester.path / "baseline.json")
+    pytester.makepyfile(test_agent=SUITE)
+    pytester.runpytest(f"--cleo-grade-save-baseline={baseline}")
+    # The careful agent stops checking sessions first: 90 %, 10 points below its baseline.
+    worse = SUITE.replace('("session", "list"), ', "")
+    pytester.makepyfile(test_agent=worse)
+    args = ["--html=report.html", "--self-contained-html", f"--cleo-grade-baseline={baseline}"]
+    result = pytester.runpytest(*args, "--cleo-grade-fail-on-regression=total:5")
+    assert result.ret == 1
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    assert '<div class="cleo-grade failed"' in page
+    assert "<p>cleo-grade baseline gate FAILED: 1 regression</p>" in page
