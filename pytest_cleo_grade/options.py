@@ -24,6 +24,7 @@ from pytest_cleo_grade.settings import (
     PluginOptions,
     marker_key,
     parse_capture,
+    parse_exports,
     parse_flag,
     parse_mode,
 )
@@ -117,6 +118,13 @@ def _capture_arg(value: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _export_arg(value: str) -> tuple[str, ...]:
+    try:
+        return parse_exports(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_options(parser: pytest.Parser) -> None:
     """Register every option in one group, each with its ini twin."""
     group = parser.getgroup("cleo-grade", "grade AI agents' audit logs (pytest-cleo-grade)")
@@ -192,7 +200,18 @@ def add_options(parser: pytest.Parser) -> None:
         "'* = GATEWAY' sets the default gateway; replaces the ini's lines (ini: "
         "cleo_grade_tool_map, one per line)",
     )
+    group.addoption(
+        "--cleo-grade-export",
+        dest="cleo_grade_export",
+        metavar="KINDS",
+        type=_export_arg,
+        default=None,
+        help="also send every grade to: langfuse (scores, keys from LANGFUSE_* variables), "
+        "otel (gen_ai.evaluation.result events), comma-separated, or none; never fails the "
+        "run (ini: cleo_grade_export)",
+    )
     parser.addini("cleo_grade_capture", "capture adapters for every graded test: otel or none")
+    parser.addini("cleo_grade_export", "where grades are also sent: langfuse, otel or none")
     parser.addini(
         "cleo_grade_tool_map",
         "tool mapping, one 'TOOL = DOMAIN.OPERATION [GATEWAY]' per line ('* = GATEWAY': the "
@@ -364,6 +383,7 @@ def load_options(config: pytest.Config) -> PluginOptions:
         history_path=_path(config, "cleo_grade_history", "cleo_grade_history", DEFAULT_HISTORY),
         allow_empty=allow_empty,
         capture=_setting(config, "cleo_grade_capture", _capture_arg)[0] or (),
+        exports=_setting(config, "cleo_grade_export", _export_arg)[0] or (),
         tool_map=tuple(
             str(line)
             for line in config.getoption("cleo_grade_tool_map")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -409,7 +410,30 @@ def _grade_item(item: pytest.Item, session: GradeSession) -> GradedTest | str:
         extra = {"testId": repeat.test_id, "run": repeat.run, "runs": repeat.runs}
         graded = dataclasses.replace(graded, result=graded.result.model_copy(update=extra))
     item.stash[GRADED_KEY] = graded
+    if "otel" in options.exports:
+        _export_otel(item, graded)
     return graded
+
+
+def _export_otel(item: pytest.Item, graded: GradedTest) -> None:
+    """The grade as an OpenTelemetry event, where the test ran (its span is current here)."""
+    try:
+        from pytest_cleo_grade.exports.otel import export_grade
+
+        export_grade(graded.result, item.nodeid)
+    except Exception as exc:  # an export never fails a run
+        _export_problem(item.config, f"cleo-grade: otel export failed: {type(exc).__name__}: {exc}")
+
+
+def _export_problem(config: pytest.Config, message: str) -> None:
+    reporter = config.stash.get(REPORTER_KEY, None)
+    if reporter is not None:
+        reporter.problem(message)
+        return
+    # An xdist worker has no summary of its own: a warning reaches the controller; -W error
+    # must not turn an export problem into a failed test.
+    with contextlib.suppress(Warning):
+        warnings.warn(message, CleoGradeWarning, stacklevel=1)
 
 
 def _skipped_by_unittest(item: pytest.Item) -> bool:

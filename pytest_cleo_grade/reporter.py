@@ -119,7 +119,7 @@ class Reporter:
             store = self.store()
         except CleoGradeError as exc:
             store = None
-            self._problem(f"cleo-grade: grades table not written: {exc}")
+            self.problem(f"cleo-grade: grades table not written: {exc}")
         try:
             persist(
                 [graded.result],
@@ -129,12 +129,12 @@ class Reporter:
                 sync=False,
             )
         except PersistError as exc:
-            self._problem(f"cleo-grade: {exc}")
+            self.problem(f"cleo-grade: {exc}")
             if "grade history" in exc.problems:
                 return
         self._history_written = True
 
-    def _problem(self, message: str) -> None:
+    def problem(self, message: str) -> None:
         # Every test meets the same broken path: say it once.
         if message not in self.problems:
             self.problems.append(message)
@@ -151,7 +151,7 @@ class Reporter:
         try:
             sync_history(self.options.history_path)
         except CleoGradeError as exc:
-            self._problem(f"cleo-grade: {exc}")
+            self.problem(f"cleo-grade: {exc}")
 
     # -- the run's grade -----------------------------------------------------------------
 
@@ -245,7 +245,7 @@ class Reporter:
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write("".join(blocks))
         except OSError as exc:
-            self._problem(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
+            self.problem(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
 
     def _comparison_markdown(self) -> str:
         if self.comparison is not None:

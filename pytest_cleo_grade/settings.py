@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_DB",
     "DEFAULT_HISTORY",
     "DEFAULT_RUBRIC",
+    "EXPORT_KINDS",
     "MARKER_KWARGS",
     "MAX_RUNS",
     "MODES",
@@ -37,6 +38,7 @@ __all__ = [
     "PluginOptions",
     "marker_key",
     "parse_capture",
+    "parse_exports",
     "parse_flag",
     "parse_mode",
     "parse_rubric_weights",
@@ -54,6 +56,8 @@ CACHE_MODES: Final[tuple[JudgeCacheMode, ...]] = ("on", "off", "refresh")
 DEFAULT_RUBRIC: Final = "cleo"
 #: What ``--cleo-grade-capture`` can install for every graded test.
 CAPTURE_KINDS: Final = ("otel",)
+#: Where ``--cleo-grade-export`` can send every grade (off by default).
+EXPORT_KINDS: Final = ("langfuse", "otel")
 #: The audit store, under pytest's rootdir (plugin) or the current directory (CLI).
 DEFAULT_DB: Final = Path(".cleo") / "audit.db"
 #: The grade history, likewise.
@@ -92,6 +96,8 @@ class PluginOptions:
     capture: tuple[str, ...] = ()
     #: The user's tool mapping, ini lines ``TOOL = DOMAIN.OPERATION [GATEWAY]``.
     tool_map: tuple[str, ...] = ()
+    #: Where every grade is also sent (``--cleo-grade-export``): langfuse, otel.
+    exports: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +158,17 @@ def parse_capture(value: str) -> tuple[str, ...]:
     unknown = [kind for kind in kinds if kind not in CAPTURE_KINDS]
     if unknown or not kinds:
         raise ValueError(f"invalid capture {value!r}: expected {', '.join(CAPTURE_KINDS)} or none")
+    return kinds
+
+
+def parse_exports(value: str) -> tuple[str, ...]:
+    """Comma-separated exports (``langfuse``, ``otel``), or ``none``; ValueError otherwise."""
+    kinds = tuple(dict.fromkeys(part.strip().lower() for part in value.split(",") if part.strip()))
+    if kinds == ("none",):
+        return ()
+    unknown = [kind for kind in kinds if kind not in EXPORT_KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"invalid export {value!r}: expected {', '.join(EXPORT_KINDS)} or none")
     return kinds
 
 

@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     f"{PKG}.sources": 4,
     f"{PKG}.audit": 4,
     f"{PKG}.capture": 4,
+    f"{PKG}.exports": 4,
     f"{PKG}.session": 5,
     # Compatibility modules: earlier import paths, each at the layer of what it re-exports.
     f"{PKG}.rubrics.judge": 4,
