@@ -74,6 +74,8 @@ class Reporter:
         # its final grade, so every graded test is stored exactly once.
         self.graded: dict[str, GradedTest] = {}
         self.problems: list[str] = []
+        #: Lines for the end of the terminal summary (what an export did).
+        self.notes: list[str] = []
         #: Graded tests whose last attempt has not finished yet (see pytest_runtest_logfinish).
         self._unsaved: dict[str, GradedTest] = {}
         self._history_written = False
@@ -227,6 +229,8 @@ class Reporter:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._sync()
+        if "langfuse" in self.options.exports:
+            self._export_langfuse()
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if not path:
             return
@@ -246,6 +250,32 @@ class Reporter:
                 handle.write("".join(blocks))
         except OSError as exc:
             self.problem(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
+
+    def _export_langfuse(self) -> None:
+        """Every final grade as Langfuse scores; a note, never a failed run."""
+        from pytest_cleo_grade.exports.langfuse import keys_from
+
+        keys = keys_from(os.environ)
+        results = [test.result for test in self.in_collection_order()]
+        if keys is None:
+            self.notes.append(
+                "cleo-grade: langfuse export skipped: LANGFUSE_PUBLIC_KEY and "
+                "LANGFUSE_SECRET_KEY are not set"
+            )
+            return
+        if not results:
+            return
+        public, secret, base = keys
+        try:
+            from pytest_cleo_grade.exports.langfuse import export_grades
+
+            summary = export_grades(results, public_key=public, secret_key=secret, base_url=base)
+        except Exception as exc:  # an export never fails the run
+            text = " ".join(str(exc).split())[:300]
+            self.problem(f"cleo-grade: langfuse export failed: {type(exc).__name__}: {text}")
+            return
+        sessions = len({result.session_id for result in results})
+        self.notes.append(f"cleo-grade: {summary.line(sessions, base)}")
 
     def _comparison_markdown(self) -> str:
         if self.comparison is not None:
@@ -270,6 +300,11 @@ class Reporter:
                     terminalreporter.write_line(line, **_gate_markup(line))
         if self._compared:
             self._comparison_summary(terminalreporter)
+        if self.notes:
+            from pytest_cleo_grade.display import terminal_text
+
+            for note in self.notes:
+                terminalreporter.write_line(terminal_text(note))
         for problem in self.problems:
             try:
                 warnings.warn(CleoGradeWarning(problem), stacklevel=1)

@@ -1,0 +1,80 @@
+"""``cleo-grade export langfuse``: the grade history as Langfuse scores (the langfuse extra)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from typing import Any
+
+from pytest_cleo_grade.cli.common import (
+    CommandError,
+    add_history_option,
+    history_path,
+    session_id_arg,
+    warnings_to_stderr,
+)
+from pytest_cleo_grade.cli.export import latest_by_session
+from pytest_cleo_grade.display import terminal_text
+from pytest_cleo_grade.history import read_grades
+
+__all__ = ["register"]
+
+KEYS_HINT = (
+    "set LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY (and LANGFUSE_HOST for a self-hosted Langfuse)"
+)
+
+
+def register(subparsers: Any) -> None:
+    export = subparsers.add_parser(
+        "export",
+        help="send the grade history to Langfuse as scores",
+        description="Create the rubric's score configs in Langfuse (once), then send one score "
+        "per dimension and the overall score of each graded session (its latest grade). Keys "
+        "come from LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY and LANGFUSE_HOST.",
+    )
+    export.add_argument("target", choices=("langfuse",), help="where to send the grades")
+    export.add_argument(
+        "--session-id", dest="session_id", type=session_id_arg, metavar="ID", help="only this one"
+    )
+    export.add_argument(
+        "--all", action="store_true", help="every grade, not only each session's latest"
+    )
+    add_history_option(export)
+    export.set_defaults(handler=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.exports.langfuse import keys_from
+
+    keys = keys_from(os.environ)
+    if keys is None:
+        raise CommandError(f"cleo-grade export langfuse: {KEYS_HINT}")
+    with warnings_to_stderr():
+        grades = read_grades(history_path(args), session_id=args.session_id)
+    if not args.all:
+        grades = latest_by_session(grades)
+    if not grades:
+        print(terminal_text(f"langfuse: no grades in {history_path(args)}: nothing sent"))
+        return 0
+    if importlib.util.find_spec("langfuse") is None:
+        raise CommandError(
+            "cleo-grade export langfuse: needs the langfuse extra "
+            "(pip install 'pytest-cleo-grade[langfuse]')"
+        )
+    from pytest_cleo_grade.exports.langfuse import export_grades
+
+    public, secret, base = keys
+    try:
+        summary = export_grades(grades, public_key=public, secret_key=secret, base_url=base)
+    except Exception as exc:  # the SDK's HTTP and API errors: one line, never a traceback
+        raise CommandError(
+            f"cleo-grade export langfuse: {type(exc).__name__}: {_short(exc)}", status=1
+        ) from None
+    sessions = len({grade.session_id for grade in grades})
+    print(terminal_text(summary.line(sessions, base)))
+    return 1 if summary.rejected else 0
+
+
+def _short(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300]

@@ -1,0 +1,120 @@
+"""A local stand-in for Langfuse's public API (score configs and scores), for the export tests:
+it keeps the configs it was asked to create and records every request with its JSON body."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    auth: str | None
+    body: Any
+
+
+@dataclass
+class FakeLangfuse:
+    """Serves /api/public/score-configs (GET, POST) and /api/public/scores (POST)."""
+
+    keys: tuple[str, str] = ("pk-test", "sk-test")
+    page_size: int = 2  # small, so listing the configs takes several pages
+    configs: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    refuse_scores: bool = False
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "LANGFUSE_PUBLIC_KEY": self.keys[0],
+            "LANGFUSE_SECRET_KEY": self.keys[1],
+            "LANGFUSE_HOST": self.base_url,
+        }
+
+    def __enter__(self) -> FakeLangfuse:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def scores(self) -> list[dict[str, Any]]:
+        return [s for r in self.requests if r.path == "/api/public/scores" for s in r.body]
+
+    def _answer(self, method: str, url: str, auth: str | None, body: Any) -> tuple[int, Any]:
+        path = urlsplit(url).path
+        with self._lock:
+            self.requests.append(Request(method, path, auth, body))
+            expected = "Basic " + base64.b64encode(":".join(self.keys).encode()).decode()
+            if auth != expected:
+                return 401, {"message": "Unauthorized"}
+            if path == "/api/public/score-configs" and method == "GET":
+                query = parse_qs(urlsplit(url).query)
+                page = int(query.get("page", ["1"])[0])
+                limit = min(int(query.get("limit", ["50"])[0]), self.page_size)
+                data = self.configs[(page - 1) * limit : page * limit]
+                pages = max(1, -(-len(self.configs) // limit))
+                meta = {"page": page, "limit": limit, "totalItems": len(self.configs),
+                        "totalPages": pages}  # fmt: skip
+                return 200, {"data": data, "meta": meta}
+            if path == "/api/public/score-configs" and method == "POST":
+                config = {
+                    "id": f"cfg-{len(self.configs) + 1}",
+                    "createdAt": "2026-11-24T00:00:00.000Z",
+                    "updatedAt": "2026-11-24T00:00:00.000Z",
+                    "projectId": "project-1",
+                    "isArchived": False,
+                    **{k: v for k, v in body.items() if v is not None},
+                }
+                self.configs.append(config)
+                return 200, config
+            if path == "/api/public/scores" and method == "POST":
+                if self.refuse_scores:
+                    return 400, {"message": "invalid request"}
+                return 202, {"accepted": len(body), "rejected": 0, "errors": []}
+            return 404, {"message": f"no route {method} {path}"}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw) if raw else None
+                status, answer = fake._answer(
+                    self.command, self.path, self.headers.get("Authorization"), body
+                )
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _serve
+
+        return Handler

@@ -1,0 +1,192 @@
+"""Langfuse export with the real SDK against a local Langfuse stand-in: score configs made
+once from the rubric, one score per dimension and the overall score per graded session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langfuse", reason="needs the langfuse extra (the Langfuse SDK)")
+
+from pytest_cleo_grade import append_grade, grade_entries
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.exports.langfuse import export_grades, plan
+from pytest_cleo_grade.models import DimensionScore, GradeResult
+from tests.entries import NOW, sequence
+from tests.fake_langfuse import FakeLangfuse
+
+GRADE = grade_entries(sequence(("session", "list"), ("tasks", "find")), session_id="s1", now=NOW)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLangfuse]:
+    with FakeLangfuse() as server:
+        yield server
+
+
+def send(fake: FakeLangfuse, *grades: GradeResult) -> str:
+    summary = export_grades(
+        grades, public_key="pk-test", secret_key="sk-test", base_url=fake.base_url
+    )
+    return summary.line(len({g.session_id for g in grades}), "here")
+
+
+def test_a_cleo_grade_becomes_seven_scores_with_their_configs(fake: FakeLangfuse) -> None:
+    assert (
+        send(fake, GRADE)
+        == "langfuse: 7 scores for 1 session sent to here (7 score configs created, 0 existed)"
+    )
+    configs = {c["name"]: c for c in fake.configs}
+    assert configs["sessionDiscipline"] == {
+        **configs["sessionDiscipline"],
+        "dataType": "NUMERIC",
+        "minValue": 0.0,
+        "maxValue": 20.0,
+    }
+    assert configs["cleo_total"]["maxValue"] == 100.0
+    assert configs["cleo_grade"]["dataType"] == "CATEGORICAL"
+    assert configs["cleo_grade"]["categories"] == [
+        {"label": "A", "value": 4}, {"label": "B", "value": 3}, {"label": "C", "value": 2},
+        {"label": "D", "value": 1}, {"label": "F", "value": 0},
+    ]  # fmt: skip
+    scores = {s["name"]: s for s in fake.scores()}
+    assert scores["discoveryEfficiency"]["value"] == 15.0
+    assert scores["cleo_total"]["value"] == 75.0
+    # A categorical score is sent as its label, with its config.
+    assert (scores["cleo_grade"]["value"], scores["cleo_grade"]["dataType"]) == ("B", "CATEGORICAL")
+    assert scores["cleo_grade"]["configId"] == configs["cleo_grade"]["id"]
+    assert {s["sessionId"] for s in scores.values()} == {"s1"}
+    assert all(r.auth and r.auth.startswith("Basic ") for r in fake.requests)
+
+
+def test_a_second_export_creates_no_config_and_rewrites_the_same_score_ids(
+    fake: FakeLangfuse,
+) -> None:
+    send(fake, GRADE)
+    first = [s["id"] for s in fake.scores()]
+    line = send(fake, GRADE)
+    assert line.endswith("(0 score configs created, 7 existed)")
+    assert len(fake.configs) == 7
+    assert [s["id"] for s in fake.scores()][7:] == first  # upserts, not duplicates
+
+
+def test_the_weighted_rubric_sends_the_designs_seven_scores() -> None:
+    judged = GradeResult.model_validate(
+        {
+            "sessionId": "s2",
+            "totalScore": 67.17,
+            "maxScore": 100,
+            "dimensions": {
+                "goal_achievement": DimensionScore(score=20, max=30, evidence=["closed it"]),
+                "tool_efficiency": DimensionScore(score=14, max=20),
+            },
+            "flags": [],
+            "timestamp": NOW,
+            "entryCount": 3,
+            "rubric": "weighted",
+            "judgeScores": {"goal_achievement": "complete", "tool_efficiency": 0.7},
+            "overallQuality": 0.6717,
+        }
+    )
+    scores = {s.config.name: s for s in plan(judged)}
+    assert list(scores) == ["goal_achievement", "tool_efficiency", "overall_quality"]
+    goal = scores["goal_achievement"]
+    assert (goal.value, goal.config.data_type) == ("complete", "CATEGORICAL")
+    assert goal.config.categories[2] == ("complete", 2)
+    assert (scores["tool_efficiency"].value, scores["overall_quality"].value) == (0.7, 0.6717)
+
+
+def test_names_langfuse_refuses_are_made_safe() -> None:
+    combined = GRADE.model_copy(update={"rubric": "cleo:0.7,trajectory:0.3"})
+    names = [s.config.name for s in plan(combined)]
+    assert "cleo_0.7_trajectory_0.3_total" in names
+    assert all(len(name) <= 35 for name in names)
+
+
+def test_the_cli_sends_each_sessions_latest_grade(
+    fake: FakeLangfuse,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    append_grade(GRADE, history)
+    append_grade(GRADE.model_copy(update={"session_id": "s9"}), history)
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    assert main(["export", "langfuse", "--history", str(history)]) == 0
+    out = capsys.readouterr().out
+    sent = f"langfuse: 14 scores for 2 sessions sent to {fake.base_url}"
+    assert out == f"{sent} (7 score configs created, 0 existed)\n"
+
+
+def test_the_cli_without_keys_says_which_to_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LANGFUSE_PUBLIC_KEY", raising=False)
+    monkeypatch.delenv("LANGFUSE_SECRET_KEY", raising=False)
+    assert main(["export", "langfuse", "--history", str(tmp_path / "G.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "set LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY" in err and err.count("\n") == 1
+
+
+def test_the_cli_reports_a_refusing_server_in_one_line(
+    fake: FakeLangfuse,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    append_grade(GRADE, history)
+    for key, value in {**fake.env(), "LANGFUSE_SECRET_KEY": "wrong"}.items():
+        monkeypatch.setenv(key, value)
+    assert main(["export", "langfuse", "--history", str(history)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("cleo-grade: cleo-grade export langfuse: ") or "export langfuse:" in err
+    assert err.count("\n") == 1 and "wrong" not in err
+
+
+SUITE = """
+def test_agent(graded_session):
+    graded_session.record("session", "list", gateway="cleo_query")
+    graded_session.record("tasks", "find", gateway="cleo_query")
+"""
+
+
+def test_the_plugin_exports_at_the_end_of_the_run(
+    fake: FakeLangfuse, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--cleo-grade-export=langfuse")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["cleo-grade: langfuse: 7 scores for 1 session sent to *"])
+    assert {s["metadata"]["testId"] for s in fake.scores()} == {
+        "test_the_plugin_exports_at_the_end_of_the_run.py::test_agent"
+    }
+
+
+def test_the_plugin_without_keys_is_a_quiet_no_op(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LANGFUSE_PUBLIC_KEY", raising=False)
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--cleo-grade-export=langfuse")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["cleo-grade: langfuse export skipped: LANGFUSE_PUBLIC_KEY*"])
+
+
+def test_a_langfuse_refusing_the_scores_never_fails_the_run(
+    fake: FakeLangfuse, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.refuse_scores = True
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--cleo-grade-export=langfuse", "-W", "error")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*cleo-grade: langfuse export failed: *"])
+    assert len(fake.configs) == 7  # the configs were made; the scores' request was refused
