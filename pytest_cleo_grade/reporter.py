@@ -225,6 +225,7 @@ class Reporter:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._sync()
+        self._write_html()
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if not path:
             return
@@ -244,6 +245,24 @@ class Reporter:
                 handle.write("".join(blocks))
         except OSError as exc:
             self._problem(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
+
+    def _write_html(self) -> None:
+        """--cleo-grade-html: the page of this run's grades with their history (controller
+        only, after the history is synced, so the trend ends with this run)."""
+        path = self.options.html_path
+        run = self._current_run()
+        if path is None or run is None:
+            return
+        from pytest_cleo_grade.errors import warnings_shown_not_raised
+        from pytest_cleo_grade.history import read_grades
+        from pytest_cleo_grade.html_report import write_html_report
+
+        try:
+            with warnings_shown_not_raised():  # a corrupt history line is skipped, said once
+                history = read_grades(self.options.history_path)
+            write_html_report(path, run, history, db=self.options.db_path, source="this pytest run")
+        except CleoGradeError as exc:
+            self._problem(f"cleo-grade: {exc}")
 
     def _comparison_markdown(self) -> str:
         if self.comparison is not None:

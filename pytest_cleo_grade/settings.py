@@ -92,6 +92,8 @@ class PluginOptions:
     capture: tuple[str, ...] = ()
     #: The user's tool mapping, ini lines ``TOOL = DOMAIN.OPERATION [GATEWAY]``.
     tool_map: tuple[str, ...] = ()
+    #: Where the controller writes the HTML report at the end of the run (``--cleo-grade-html``).
+    html_path: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pytest_cleo_grade.cli import baseline, compare, export, grade, record, rubrics, show
+from pytest_cleo_grade.cli import (
+    baseline,
+    compare,
+    export,
+    grade,
+    record,
+    report,
+    rubrics,
+    show,
+)
 from pytest_cleo_grade.cli.common import CommandError, Handler
 from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.errors import CleoGradeError
@@ -14,7 +23,7 @@ from pytest_cleo_grade.errors import CleoGradeError
 __all__ = ["build_parser", "main"]
 
 # Each module adds its subcommands; a subparser stores its handler as ``handler``.
-_COMMAND_MODULES = (grade, show, record, export, rubrics, compare, baseline)
+_COMMAND_MODULES = (grade, show, record, export, rubrics, compare, baseline, report)
 
 
 class _Parser(argparse.ArgumentParser):
