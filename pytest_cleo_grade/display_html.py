@@ -132,7 +132,8 @@ def build_report(
     for key, graded in current.items():
         lines = past.get(key, [])
         before = [result for result in lines if _identity(result) not in now]
-        missing = [t.result for t in graded if _identity(t.result) not in {*map(_identity, lines)}]
+        known = {_identity(result) for result in lines}
+        missing = [test.result for test in graded if _identity(test.result) not in known]
         previous, source_name = _previous(key, before, baseline)
         session = graded[-1].result.session_id
         tests.append(

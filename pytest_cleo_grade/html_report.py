@@ -80,7 +80,10 @@ def write_report(path: Path, text: str) -> None:
     try:
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise NotADirectoryError(20, f"{path.parent} is not a directory") from None
         fd, partial = exclusive_temp_file(path)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
