@@ -44,14 +44,11 @@ def test_key(result: GradeResult) -> str:
     return str(extra.get("testId") or result.session_id)
 
 
-def _identity(result: GradeResult) -> tuple[str, str, str, object]:
+def _identity(result: GradeResult, key: str) -> tuple[str, object, str, object]:
+    """What tells one grade line from another: this run's grades are found in the history
+    (the plugin appended them before the report is written) by it."""
     extra = result.model_extra or {}
-    return (
-        result.session_id,
-        format_timestamp(result.timestamp),
-        test_key(result),
-        extra.get("run"),
-    )
+    return (result.session_id, result.timestamp, key, extra.get("run"))
 
 
 def _version(result: GradeResult) -> tuple[str, ...]:
@@ -122,18 +119,25 @@ def build_report(
     current: dict[str, list[GradedTest]] = {}
     for test in run.tests:
         current.setdefault(test_key(test.result), []).append(test)
-    now = {_identity(test.result) for test in run.tests}
+    now = {_identity(test.result, key) for key, tests in current.items() for test in tests}
     past: dict[str, list[GradeResult]] = {}
+    earlier: dict[str, list[GradeResult]] = {}
+    seen: set[tuple[str, object, str, object]] = set()
     for result in history:
         key = test_key(result)
         if key in current:
             past.setdefault(key, []).append(result)
+            identity = _identity(result, key)
+            if identity in now:
+                seen.add(identity)
+            else:
+                earlier.setdefault(key, []).append(result)
     tests: list[HtmlTest] = []
     for key, graded in current.items():
         lines = past.get(key, [])
-        before = [result for result in lines if _identity(result) not in now]
-        known = {_identity(result) for result in lines}
-        missing = [test.result for test in graded if _identity(test.result) not in known]
+        # A grade the history could not take (a full disk) still ends its trend.
+        missing = [t.result for t in graded if _identity(t.result, key) not in seen]
+        before = earlier.get(key, [])
         previous, source_name = _previous(key, before, baseline)
         session = graded[-1].result.session_id
         tests.append(
@@ -346,8 +350,9 @@ def trend_svg(history: Sequence[GradeResult]) -> str:
     )
     line = _points_attr((x(i), y(r.percent)) for i, r in enumerate(shown))
     marks = []
+    versions = [_version(result) for result in shown]
     for i in range(1, n):
-        old, new = _version(shown[i - 1]), _version(shown[i])
+        old, new = versions[i - 1], versions[i]
         if old != new:
             what = "; ".join(
                 f"{key} {a or '-'} → {b or '-'}"
