@@ -410,9 +410,12 @@ def _points(result: GradeResult, calls: Mapping[int, str] | None) -> str:
             f"{_entries(item, calls) or '<p>no entries</p>'}</details></li>"
             for item in dim_items
         )
+        # Where points were lost is what a reader came for: those dimensions start open.
+        lost = dim is not None and dim.score < dim.max
+        count = f"{len(dim_items)} item{'' if len(dim_items) == 1 else 's'}"
         blocks.append(
-            f"<details class='dimension'><summary>{_e(name)}{_e(score)} "
-            f"({len(dim_items)} items)</summary><ul class='points'>{rows}</ul></details>"
+            f"<details class='dimension'{' open' if lost else ''}><summary>{_e(name)}"
+            f"{_e(score)} ({count})</summary><ul class='points'>{rows}</ul></details>"
         )
     return f"<h3>Points</h3>\n{''.join(blocks)}\n"
 

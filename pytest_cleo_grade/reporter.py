@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -84,6 +85,8 @@ class Reporter:
         self.comparison_problem: str | None = None
         self.comparison_failed = False
         self._compared = False
+        #: Where --cleo-grade-html wrote the report (said in the terminal summary).
+        self.html_written: Path | None = None
 
     # -- collecting and persisting -----------------------------------------------------
 
@@ -263,6 +266,8 @@ class Reporter:
             write_html_report(path, run, history, db=self.options.db_path, source="this pytest run")
         except CleoGradeError as exc:
             self._problem(f"cleo-grade: {exc}")
+            return
+        self.html_written = path
 
     def _comparison_markdown(self) -> str:
         if self.comparison is not None:
@@ -287,6 +292,12 @@ class Reporter:
                     terminalreporter.write_line(line, **_gate_markup(line))
         if self._compared:
             self._comparison_summary(terminalreporter)
+        if self.html_written is not None:
+            from pytest_cleo_grade.display import terminal_text
+
+            terminalreporter.write_line(
+                f"cleo-grade: HTML report {terminal_text(self.html_written)}"
+            )
         for problem in self.problems:
             try:
                 warnings.warn(CleoGradeWarning(problem), stacklevel=1)

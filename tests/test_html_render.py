@@ -186,8 +186,12 @@ def test_points_drill_down_names_the_entries_calls_or_their_indices() -> None:
     assert "<code>D2</code> used list" in with_calls
     without = render_html(build_report(run_of(result), [result]))
     assert "<li>#2</li>" in without
-    # Closed by default, readable without a script: plain <details> elements.
-    assert with_calls.count("<details") == 3 and "<details open" not in with_calls
+    # Plain <details> elements, readable without a script; a dimension that lost points
+    # starts open, and each item's entries start closed.
+    assert with_calls.count("<details") == 3
+    assert with_calls.count("<details class='dimension' open>") == 1
+    full = grade("t::a", 100, points=[{**points[1], "points": 20}])
+    assert "<details class='dimension'>" in render_html(build_report(run_of(full), [full]))
 
 
 def test_the_page_loads_nothing_from_anywhere() -> None:

@@ -43,6 +43,7 @@ def test_a_run_writes_its_report_with_every_graded_test_and_the_gate(
     make_suite(pytester, SUITE)
     first = pytester.runpytest("--cleo-grade-gate=B", "--cleo-grade-html=out/report.html")
     first.assert_outcomes(passed=6)
+    first.stdout.fnmatch_lines([f"cleo-grade: HTML report {pytester.path / 'out' / 'report.html'}"])
     page = (pytester.path / "out" / "report.html").read_text()
     assert "gate FAILED: mean 71.67% is below 75% (B)" in page
     assert page.count("<tr data-index=") == 6
