@@ -371,11 +371,15 @@ def trend_svg(history: Sequence[GradeResult]) -> str:
             for i, r in enumerate(shown)
         )
     cut = f", last {n} of {len(history)}" if len(history) > n else ""
+    legend = f"{n} grade{'' if n == 1 else 's'}{cut}" + (
+        "; dashed: rubric or model changed" if marks else ""
+    )
     return (
         f"<svg class='trend' viewBox='0 0 {_W:.0f} {_H:.0f}' width='{_W:.0f}' "
         f"height='{_H:.0f}' role='img' data-points='{n}' data-changes='{len(marks)}'>"
         f"<title>percentage over {n} grades{cut}; dashed lines: rubric or model changed"
-        f"</title>{grid}{''.join(marks)}<polyline class='line' points='{line}'/>{dots}</svg>"
+        f"</title>{grid}{''.join(marks)}<polyline class='line' points='{line}'/>{dots}"
+        f"<text x='{_PAD}' y='{_H - 8:.0f}'>{_e(legend)}</text></svg>"
     )
 
 
