@@ -13,11 +13,12 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from pytest_cleo_grade.display import number_text, points_of, score_text, signed_text
 from pytest_cleo_grade.models import GradeResult, Point, format_timestamp
+from pytest_cleo_grade.scale import letter_for
 from pytest_cleo_grade.stats import verdict_for
 from pytest_cleo_grade.verdict import GradedTest, RunGrade, describe_percent
 
@@ -98,7 +99,6 @@ class HtmlReport:
     title: str = "cleo-grade report"
     #: Where the grades came from (a path, "this pytest run"), shown under the title.
     source: str = ""
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def build_report(
@@ -189,7 +189,6 @@ def render_html(report: HtmlReport) -> str:
     if report.source:
         parts.append(f"<p class='source'>{_e(report.source)}</p>\n")
     parts.append(_verdict(report.run))
-    parts.extend(f"<p class='note'>{_e(note)}</p>\n" for note in report.notes)
     parts.append(_table(report.tests))
     parts.extend(_section(index, test) for index, test in enumerate(report.tests))
     parts.append(f"<script>{_SCRIPT}</script>\n</body>\n</html>\n")
@@ -230,7 +229,7 @@ def _table(tests: Sequence[HtmlTest]) -> str:
 def _row(index: int, test: HtmlTest) -> str:
     result = test.shown
     percent = test.percent
-    letter = result.letter if len(test.tests) == 1 else _letter_of(percent)
+    letter = result.letter if len(test.tests) == 1 else letter_for(percent)
     change, change_value = _change(test)
     runs = test.repeat_verdict or (f"{len(test.tests)} runs" if len(test.tests) > 1 else "")
     flags = len(result.flags)
@@ -244,12 +243,6 @@ def _row(index: int, test: HtmlTest) -> str:
     )
     body = "".join(f"<td data-sort='{_e(value)}'>{content}</td>" for value, content in cells)
     return f"<tr data-index='{index}'>{body}</tr>\n"
-
-
-def _letter_of(percent: float) -> str:
-    from pytest_cleo_grade.scale import letter_for
-
-    return letter_for(percent)
 
 
 def _change(test: HtmlTest) -> tuple[str, str]:
@@ -427,7 +420,7 @@ def _points(result: GradeResult, calls: Mapping[int, str] | None) -> str:
 _CSS: Final = """
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.5em;margin:0 0 .2em}h2{font-size:1.15em;margin:0 0 .3em}h3{font-size:1em}
-.source,.note{color:#555;margin:.2em 0}
+.source{color:#555;margin:.2em 0}
 .verdict{padding:.6em 1em;border-radius:4px;margin:.8em 0;border:2px solid #999}
 .verdict.pass{background:#e7f6ea;border-color:#2e7d32}
 .verdict.fail{background:#fdeaea;border-color:#c62828}

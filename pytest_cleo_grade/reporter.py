@@ -251,19 +251,32 @@ class Reporter:
 
     def _write_html(self) -> None:
         """--cleo-grade-html: the page of this run's grades with their history (controller
-        only, after the history is synced, so the trend ends with this run)."""
+        only, after the history is synced, so the trend ends with this run). Written even
+        when nothing was graded: a CI step uploading it should find it."""
         path = self.options.html_path
-        run = self._current_run()
-        if path is None or run is None:
+        if path is None:
             return
         from pytest_cleo_grade.errors import warnings_shown_not_raised
         from pytest_cleo_grade.history import read_grades
         from pytest_cleo_grade.html_report import write_html_report
+        from pytest_cleo_grade.verdict import RunGrade
 
+        run = self._current_run() or RunGrade((), self.options.gate)
+        # With --cleo-grade-baseline, changes are against the baseline the gate compared with.
+        gate = self.config.pluginmanager.get_plugin("cleo_grade_baseline")
+        grades = getattr(gate, "baseline", None)
+        baseline = None if grades is None else {key: grades[key].totals for key in grades}
         try:
             with warnings_shown_not_raised():  # a corrupt history line is skipped, said once
                 history = read_grades(self.options.history_path)
-            write_html_report(path, run, history, db=self.options.db_path, source="this pytest run")
+            write_html_report(
+                path,
+                run,
+                history,
+                db=self.options.db_path,
+                baseline=baseline,
+                source="this pytest run",
+            )
         except CleoGradeError as exc:
             self._problem(f"cleo-grade: {exc}")
             return

@@ -10,6 +10,7 @@ import pytest
 
 from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.history import append_grades
+from pytest_cleo_grade.html_report import write_report
 from pytest_cleo_grade.models import DimensionScore, GradeResult
 from tests.plugin_suites import make_suite
 
@@ -91,6 +92,29 @@ def test_an_unwritable_report_path_is_one_warning_and_the_run_keeps_its_outcome(
     result.stdout.fnmatch_lines(
         ["*CleoGradeWarning: cleo-grade: HTML report *taken: Is a directory"]
     )
+
+
+def test_with_a_baseline_the_change_is_against_it(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, SUITE)
+    pytester.runpytest("--cleo-grade-save-baseline=base.json").assert_outcomes(passed=6)
+    result = pytester.runpytest("--cleo-grade-baseline=base.json", "--cleo-grade-html=r.html")
+    result.assert_outcomes(passed=6)
+    page = (pytester.path / "r.html").read_text()
+    assert page.count("±0 vs baseline") == 6 and "previous run" not in page
+
+
+def test_a_run_that_graded_nothing_still_writes_its_page(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, "def test_plain():\n    pass\n")
+    pytester.runpytest("--cleo-grade-html=r.html").assert_outcomes(passed=1)
+    page = (pytester.path / "r.html").read_text()
+    assert "no gate set" in page and "no graded tests" in page
+    assert "<tr data-index=" not in page
+
+
+def test_text_that_is_not_unicode_is_written_as_its_escape(tmp_path: Path) -> None:
+    # A lone surrogate (an undecodable byte in a test id) cannot be UTF-8.
+    write_report(tmp_path / "r.html", "<p>t::\udc80</p>")
+    assert (tmp_path / "r.html").read_text(encoding="utf-8") == "<p>t::\\udc80</p>"
 
 
 # -- cleo-grade report ------------------------------------------------------------------
