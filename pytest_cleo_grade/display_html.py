@@ -232,11 +232,15 @@ def _row(index: int, test: HtmlTest) -> str:
     letter = result.letter if len(test.tests) == 1 else letter_for(percent)
     change, change_value = _change(test)
     runs = test.repeat_verdict or (f"{len(test.tests)} runs" if len(test.tests) > 1 else "")
+    excluded = test.tests[-1].excluded
+    if excluded is not None:
+        runs = f"{runs}; {excluded}, not counted" if runs else f"{excluded}, not counted"
+    score = score_text(result) if len(test.tests) == 1 else f"mean of {len(test.tests)} runs"
     flags = len(result.flags)
     cells = (
         (test.test_id, f"<a href='#t{index}'>{_e(test.test_id)}</a>"),
         (repr(percent), f"<span class='letter {letter}'>{letter}</span>"),
-        (repr(percent), f"{_e(score_text(result))} ({_e(describe_percent(percent))})"),
+        (repr(percent), f"{_e(score)} ({_e(describe_percent(percent))})"),
         (change_value, _e(change)),
         (runs, _e(runs)),
         (str(flags), str(flags)),
@@ -253,13 +257,17 @@ def _change(test: HtmlTest) -> tuple[str, str]:
     return f"{sign}{_num(delta)} vs {test.previous_source}", repr(delta)
 
 
+def _last_of(test: HtmlTest) -> str:
+    return f"run {len(test.tests)} of {len(test.tests)}: " if len(test.tests) > 1 else ""
+
+
 def _section(index: int, test: HtmlTest) -> str:
     result = test.shown
     flags = "".join(f"<li>{_e(flag)}</li>" for flag in result.flags) or "<li>none</li>"
     return (
         f"<section id='t{index}' class='test'>\n<h2>{_e(test.test_id)} "
         f"<span class='letter {result.letter}'>{result.letter}</span></h2>\n"
-        f"<p>{_e(score_text(result))} ({result.display_percent}%), session "
+        f"<p>{_last_of(test)}{_e(score_text(result))} ({result.display_percent}%), session "
         f"<code>{_e(result.session_id)}</code>, {result.entry_count} audit entries, graded "
         f"{_e(format_timestamp(result.timestamp))}</p>\n"
         f"<div class='charts'>{radar_svg(result)}{trend_svg(test.history)}</div>\n"

@@ -170,7 +170,15 @@ def test_a_repeated_tests_row_shows_its_flaky_verdict() -> None:
     runs = [grade("t::a", p, minute=i, run=i + 1, runs=3) for i, p in enumerate((90, 50, 80))]
     page = render_html(build_report(run_of(*runs, threshold=75), runs))
     assert "flaky (2/3 passed)" in page
-    assert "73.33%" in page  # the row's percentage is the runs' mean
+    assert "mean of 3 runs (73.33%)" in page  # the row's percentage is the runs' mean
+    assert "run 3 of 3: 80/100 (80%)" in page  # the radar and points are the last run's
+
+
+def test_an_expected_failure_is_shown_as_not_counted() -> None:
+    result = grade("t::a", 30)
+    run = RunGrade((GradedTest("t::a", result, None, None, "fail", excluded="xfailed"),), None)
+    page = render_html(build_report(run, [result]))
+    assert "xfailed, not counted" in page and "no graded tests (1 xfail/xpass not counted)" in page
 
 
 def test_points_drill_down_names_the_entries_calls_or_their_indices() -> None:

@@ -103,6 +103,24 @@ def test_with_a_baseline_the_change_is_against_it(pytester: pytest.Pytester) -> 
     assert page.count("±0 vs baseline") == 6 and "previous run" not in page
 
 
+def test_a_repeated_test_is_one_row_with_its_flaky_verdict(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+        calls = []
+
+        @pytest.mark.cleo_grade(runs=3, fail_under="B", mode="report")
+        def test_sometimes(graded_session):
+            calls.append(1)
+            (perfect if len(calls) % 2 else forty)(graded_session)
+        """,
+    )
+    pytester.runpytest("-p", "no:randomly", "--cleo-grade-html=r.html").assert_outcomes(passed=3)
+    page = (pytester.path / "r.html").read_text()
+    assert page.count("<tr data-index=") == 1
+    assert "flaky (2/3 passed)" in page and "mean of 3 runs (80%)" in page
+
+
 def test_a_run_that_graded_nothing_still_writes_its_page(pytester: pytest.Pytester) -> None:
     make_suite(pytester, "def test_plain():\n    pass\n")
     pytester.runpytest("--cleo-grade-html=r.html").assert_outcomes(passed=1)
