@@ -28,7 +28,7 @@ __all__ = [
     "HtmlTest",
     "build_report",
     "render_html",
-    "test_key",
+    "grade_test_id",
 ]
 
 #: The most history points one trend line draws (the most recent ones): a test graded on
@@ -39,7 +39,7 @@ MAX_TREND_POINTS: Final = 500
 _VERSION_KEYS: Final = ("rubric", "rubricVersion", "model", "judgeModel")
 
 
-def test_key(result: GradeResult) -> str:
+def grade_test_id(result: GradeResult) -> str:
     """The test a grade belongs to: its ``testId`` extra, else its session id (as baselines)."""
     extra = result.model_extra or {}
     return str(extra.get("testId") or result.session_id)
@@ -118,13 +118,13 @@ def build_report(
     """
     current: dict[str, list[GradedTest]] = {}
     for test in run.tests:
-        current.setdefault(test_key(test.result), []).append(test)
+        current.setdefault(grade_test_id(test.result), []).append(test)
     now = {_identity(test.result, key) for key, tests in current.items() for test in tests}
     past: dict[str, list[GradeResult]] = {}
     earlier: dict[str, list[GradeResult]] = {}
     seen: set[tuple[str, object, str, object]] = set()
     for result in history:
-        key = test_key(result)
+        key = grade_test_id(result)
         if key in current:
             past.setdefault(key, []).append(result)
             identity = _identity(result, key)

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pytest_cleo_grade.display_html import build_report, render_html, test_key
+from pytest_cleo_grade.display_html import build_report, render_html, grade_test_id
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import exclusive_temp_file
 from pytest_cleo_grade.models import GradeResult, order_entries
@@ -31,7 +31,7 @@ def latest_run(
     series of runs), in the order the tests last appear."""
     latest: dict[str, list[GradeResult]] = {}
     for result in reversed(history):
-        key = test_key(result)
+        key = grade_test_id(result)
         series = latest.get(key)
         if series is None:
             latest[key] = [result]
