@@ -27,8 +27,8 @@ __all__ = [
     "HtmlReport",
     "HtmlTest",
     "build_report",
-    "render_html",
     "grade_test_id",
+    "render_html",
 ]
 
 #: The most history points one trend line draws (the most recent ones): a test graded on

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pytest_cleo_grade.display_html import build_report, render_html, grade_test_id
+from pytest_cleo_grade.display_html import build_report, grade_test_id, render_html
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import exclusive_temp_file
 from pytest_cleo_grade.models import GradeResult, order_entries
