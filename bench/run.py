@@ -33,6 +33,7 @@ from floors import (
 )
 from grade import synthetic
 from harness import Row, alternate, table
+from report_page import report_row
 
 from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.cli import main as cli_main
@@ -382,6 +383,7 @@ def main() -> None:
             memory_row(tmp, large, 2),
             import_row(tmp, large // 10, rounds),
             read_row(tmp, large // 10, rounds),
+            report_row(tmp, 1_000 if args.quick else 10_000, 20 if args.quick else 200, rounds),
         ]
     print(table(rows))
 

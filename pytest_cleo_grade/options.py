@@ -210,6 +210,15 @@ def add_options(parser: pytest.Parser) -> None:
         "otel (gen_ai.evaluation.result events), comma-separated, or none; never fails the "
         "run (ini: cleo_grade_export)",
     )
+    group.addoption(
+        "--cleo-grade-html",
+        dest="cleo_grade_html",
+        metavar="PATH",
+        default=None,
+        help="write one self-contained HTML report of the run's grades, their history and "
+        "points to PATH at the end of the run (ini: cleo_grade_html)",
+    )
+    parser.addini("cleo_grade_html", "HTML report written at the end of the run")
     parser.addini("cleo_grade_capture", "capture adapters for every graded test: otel or none")
     parser.addini("cleo_grade_export", "where grades are also sent: langfuse, otel or none")
     parser.addini(
@@ -389,6 +398,7 @@ def load_options(config: pytest.Config) -> PluginOptions:
             for line in config.getoption("cleo_grade_tool_map")
             or config.getini("cleo_grade_tool_map")
         ),
+        html_path=_optional_path(config, "cleo_grade_html"),
         **_rubric_options(config),
     )
 

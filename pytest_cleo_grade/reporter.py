@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -86,6 +87,8 @@ class Reporter:
         self.comparison_problem: str | None = None
         self.comparison_failed = False
         self._compared = False
+        #: Where --cleo-grade-html wrote the report (said in the terminal summary).
+        self.html_written: Path | None = None
 
     # -- collecting and persisting -----------------------------------------------------
 
@@ -229,6 +232,7 @@ class Reporter:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self._sync()
+        self._write_html()
         if "langfuse" in self.options.exports:
             self._export_langfuse()
         path = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -277,6 +281,39 @@ class Reporter:
         sessions = len({result.session_id for result in results})
         self.notes.append(f"cleo-grade: {summary.line(sessions, base)}")
 
+    def _write_html(self) -> None:
+        """--cleo-grade-html: the page of this run's grades with their history (controller
+        only, after the history is synced, so the trend ends with this run). Written even
+        when nothing was graded: a CI step uploading it should find it."""
+        path = self.options.html_path
+        if path is None:
+            return
+        from pytest_cleo_grade.errors import warnings_shown_not_raised
+        from pytest_cleo_grade.history import read_grades
+        from pytest_cleo_grade.html_report import write_html_report
+        from pytest_cleo_grade.verdict import RunGrade
+
+        run = self.current_run() or RunGrade((), self.options.gate)
+        # With --cleo-grade-baseline, changes are against the baseline the gate compared with.
+        gate = self.config.pluginmanager.get_plugin("cleo_grade_baseline")
+        grades = getattr(gate, "baseline", None)
+        baseline = None if grades is None else {key: grades[key].totals for key in grades}
+        try:
+            with warnings_shown_not_raised():  # a corrupt history line is skipped, said once
+                history = read_grades(self.options.history_path)
+            write_html_report(
+                path,
+                run,
+                history,
+                db=self.options.db_path,
+                baseline=baseline,
+                source="this pytest run",
+            )
+        except CleoGradeError as exc:
+            self.problem(f"cleo-grade: {exc}")
+            return
+        self.html_written = path
+
     def _comparison_markdown(self) -> str:
         if self.comparison is not None:
             from pytest_cleo_grade.comparison import render_markdown
@@ -300,10 +337,13 @@ class Reporter:
                     terminalreporter.write_line(line, **_gate_markup(line))
         if self._compared:
             self._comparison_summary(terminalreporter)
-        if self.notes:
+        notes = list(self.notes)
+        if self.html_written is not None:
+            notes.insert(0, f"cleo-grade: HTML report {self.html_written}")
+        if notes:
             from pytest_cleo_grade.display import terminal_text
 
-            for note in self.notes:
+            for note in notes:
                 terminalreporter.write_line(terminal_text(note))
         for problem in self.problems:
             try:

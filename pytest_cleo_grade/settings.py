@@ -98,6 +98,8 @@ class PluginOptions:
     tool_map: tuple[str, ...] = ()
     #: Where every grade is also sent (``--cleo-grade-export``): langfuse, otel.
     exports: tuple[str, ...] = ()
+    #: Where the controller writes the HTML report at the end of the run (``--cleo-grade-html``).
+    html_path: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

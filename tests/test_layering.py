@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     f"{PKG}.display_repeats": 2,
     f"{PKG}.display_baseline": 2,
     f"{PKG}.display_points": 2,
+    f"{PKG}.display_html": 2,
     f"{PKG}.rubrics": 3,
     f"{PKG}.comparison": 3,
     f"{PKG}.judges": 3,
@@ -50,6 +51,7 @@ LAYERS: dict[str, int] = {
     f"{PKG}.audit": 4,
     f"{PKG}.capture": 4,
     f"{PKG}.exports": 4,
+    f"{PKG}.html_report": 4,
     f"{PKG}.session": 5,
     # Compatibility modules: earlier import paths, each at the layer of what it re-exports.
     f"{PKG}.rubrics.judge": 4,

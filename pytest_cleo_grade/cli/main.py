@@ -12,6 +12,7 @@ from pytest_cleo_grade.cli import (
     export,
     grade,
     record,
+    report,
     rubrics,
     send,
     show,
@@ -23,7 +24,7 @@ from pytest_cleo_grade.errors import CleoGradeError
 __all__ = ["build_parser", "main"]
 
 # Each module adds its subcommands; a subparser stores its handler as ``handler``.
-_COMMAND_MODULES = (grade, show, record, export, send, rubrics, compare, baseline)
+_COMMAND_MODULES = (grade, show, record, export, send, rubrics, compare, baseline, report)
 
 
 class _Parser(argparse.ArgumentParser):

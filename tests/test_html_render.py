@@ -1,0 +1,210 @@
+"""The HTML report's pure renderer: escaping, fixed radar axes, trend marks, the drill-down."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+
+from pytest_cleo_grade.display_html import (
+    MAX_TREND_POINTS,
+    build_report,
+    radar_svg,
+    render_html,
+    trend_svg,
+)
+from pytest_cleo_grade.models import DimensionScore, GradeResult
+from pytest_cleo_grade.verdict import GradedTest, RunGrade
+
+HOSTILE = "<script>alert(1)</script></details></svg>\"'&"
+
+
+def grade(
+    test_id: str,
+    total: float,
+    *,
+    minute: int = 0,
+    flags: tuple[str, ...] = (),
+    points: list[dict[str, object]] | None = None,
+    dims: dict[str, tuple[float, float]] | None = None,
+    **extra: object,
+) -> GradeResult:
+    dimensions = dims or {"sessionDiscipline": (total / 5, 20), "discovery": (total / 5, 20)}
+    return GradeResult.model_validate(
+        {
+            "sessionId": f"s-{test_id}-{minute}",
+            "totalScore": total,
+            "maxScore": 100,
+            "dimensions": {
+                name: DimensionScore(score=score, max=top)
+                for name, (score, top) in dimensions.items()
+            },
+            "flags": list(flags),
+            "timestamp": datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=minute),
+            "entryCount": 3,
+            "testId": test_id,
+            **({"points": points} if points is not None else {}),
+            **extra,
+        }
+    )
+
+
+def run_of(
+    *results: GradeResult, gate: float | None = None, threshold: float | None = None
+) -> RunGrade:
+    tests = tuple(
+        GradedTest(str((r.model_extra or {})["testId"]), r, threshold, None, "fail")
+        for r in results
+    )
+    return RunGrade(tests, gate)
+
+
+class _Tags(HTMLParser):
+    """Counts start tags and collects text, as a browser's parser would see the page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: dict[str, int] = {}
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(page: str) -> _Tags:
+    parser = _Tags()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def test_hostile_test_ids_flags_and_points_are_text_never_markup() -> None:
+    hostile = grade(
+        HOSTILE,
+        40,
+        flags=(HOSTILE,),
+        points=[
+            {"dimension": HOSTILE, "points": -5, "rule": HOSTILE, "text": HOSTILE, "entries": [0]}
+        ],
+        dims={HOSTILE: (8, 20)},
+        sessionId=HOSTILE,
+    )
+    page = render_html(
+        build_report(run_of(hostile), [hostile], calls={HOSTILE: {0: HOSTILE}}, source=HOSTILE)
+    )
+    tags = parse(page)
+    # The page's own markup only: one script (the sorter), its details and its SVGs.
+    assert tags.tags["script"] == 1
+    assert tags.tags["svg"] == 2
+    assert "<script>alert" not in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;&lt;/details&gt;") >= 8
+    # Every occurrence reads back as the original text.
+    assert "".join(tags.text).count(HOSTILE) >= 8
+
+
+def test_the_verdict_comes_first_and_says_what_the_gate_decided() -> None:
+    failing = run_of(grade("t::a", 40), grade("t::b", 60), gate=75)
+    page = render_html(build_report(failing, []))
+    assert page.index("id='verdict'") < page.index("id='grades'")
+    assert "data-state='fail'" in page
+    assert "gate FAILED: mean 50% is below 75% (B)" in page
+    passing = render_html(build_report(run_of(grade("t::a", 90), gate=75), []))
+    assert "data-state='pass'" in passing and "gate passed: mean 90% reaches 75% (B)" in passing
+    assert "data-state='none'" in render_html(build_report(run_of(grade("t::a", 90)), []))
+
+
+def test_the_radar_axes_are_fixed_at_each_dimensions_max() -> None:
+    full = grade("t::a", 100, dims={"a": (20, 20), "b": (10, 10), "c": (5, 5), "d": (7, 7)})
+    half = grade("t::a", 50, dims={"a": (10, 20), "b": (5, 10), "c": (2.5, 5), "d": (3.5, 7)})
+    outer = re.findall(r"class='ring' points='([^']*)'", radar_svg(full))[-1]
+    score = re.search(r"class='score' points='([^']*)'", radar_svg(full))
+    assert score is not None and score.group(1) == outer  # a perfect grade fills the frame
+    half_score = re.search(r"class='score' points='([^']*)'", radar_svg(half))
+    middle = re.findall(r"class='ring' points='([^']*)'", radar_svg(half))[1]
+    assert half_score is not None and half_score.group(1) == middle  # half on every axis
+    # The frame does not move with the scores.
+    assert re.findall(r"class='ring'[^>]*", radar_svg(full)) == re.findall(
+        r"class='ring'[^>]*", radar_svg(half)
+    )
+
+
+def test_the_trend_marks_each_rubric_or_model_change_and_only_those() -> None:
+    history = [
+        grade("t::a", 50, minute=0, rubric="cleo", rubricVersion="1"),
+        grade("t::a", 60, minute=1, rubric="cleo", rubricVersion="1"),
+        grade("t::a", 65, minute=2, rubric="cleo", rubricVersion="2"),
+        grade("t::a", 70, minute=3, rubric="cleo", rubricVersion="2", model="m1"),
+        grade("t::a", 75, minute=4, rubric="cleo", rubricVersion="2", model="m1"),
+    ]
+    svg = trend_svg(history)
+    assert "data-points='5'" in svg and "data-changes='2'" in svg
+    assert "rubricVersion 1 → 2" in svg and "model - → m1" in svg
+    ys = [float(y) for y in re.findall(r"<circle cx='[^']*' cy='([^']*)'", svg)]
+    assert ys == sorted(ys, reverse=True)  # rising percentages are drawn higher up
+
+
+def test_a_long_history_draws_only_its_recent_points() -> None:
+    history = [grade("t::a", i % 100, minute=i) for i in range(MAX_TREND_POINTS + 300)]
+    svg = trend_svg(history)
+    assert f"data-points='{MAX_TREND_POINTS}'" in svg
+    assert f"last {MAX_TREND_POINTS} of {MAX_TREND_POINTS + 300}" in svg
+    assert "<circle" not in svg  # no dots on a long line
+
+
+def test_change_is_against_the_previous_run_or_the_baseline() -> None:
+    old = grade("t::a", 50, minute=0)
+    new = grade("t::a", 80, minute=1)
+    fresh = grade("t::b", 70, minute=1)
+    report = build_report(run_of(new, fresh), [old, new, fresh])
+    page = render_html(report)
+    assert "+30 vs previous run" in page and ">new<" in page
+    assert [len(t.history) for t in report.tests] == [2, 1]
+    against = render_html(build_report(run_of(new), [old, new], baseline={"t::a": [90.0, 100.0]}))
+    assert "-15 vs baseline" in against
+
+
+def test_a_repeated_tests_row_shows_its_flaky_verdict() -> None:
+    runs = [grade("t::a", p, minute=i, run=i + 1, runs=3) for i, p in enumerate((90, 50, 80))]
+    page = render_html(build_report(run_of(*runs, threshold=75), runs))
+    assert "flaky (2/3 passed)" in page
+    assert "mean of 3 runs (73.33%)" in page  # the row's percentage is the runs' mean
+    assert "run 3 of 3: 80/100 (80%)" in page  # the radar and points are the last run's
+
+
+def test_an_expected_failure_is_shown_as_not_counted() -> None:
+    result = grade("t::a", 30)
+    run = RunGrade((GradedTest("t::a", result, None, None, "fail", excluded="xfailed"),), None)
+    page = render_html(build_report(run, [result]))
+    assert "xfailed, not counted" in page and "no graded tests (1 xfail/xpass not counted)" in page
+
+
+def test_points_drill_down_names_the_entries_calls_or_their_indices() -> None:
+    points = [
+        {"dimension": "discovery", "points": -5, "rule": "D2", "text": "used list", "entries": [2]},
+        {"dimension": "discovery", "points": 10, "rule": "D1", "text": "found", "entries": []},
+    ]
+    result = grade("t::a", 60, points=points)
+    with_calls = render_html(
+        build_report(run_of(result), [result], calls={result.session_id: {2: "tasks.list"}})
+    )
+    assert "<li>#2 <code>tasks.list</code></li>" in with_calls
+    assert "<code>D2</code> used list" in with_calls
+    without = render_html(build_report(run_of(result), [result]))
+    assert "<li>#2</li>" in without
+    # Plain <details> elements, readable without a script; a dimension that lost points
+    # starts open, and each item's entries start closed.
+    assert with_calls.count("<details") == 3
+    assert with_calls.count("<details class='dimension' open>") == 1
+    full = grade("t::a", 100, points=[{**points[1], "points": 20}])
+    assert "<details class='dimension'>" in render_html(build_report(run_of(full), [full]))
+
+
+def test_the_page_loads_nothing_from_anywhere() -> None:
+    result = grade("t::a", 60)
+    page = render_html(build_report(run_of(result), [result]))
+    assert not re.search(r"(src|href)=['\"](?!#)", page)
+    assert "@import" not in page and "url(" not in page and "http" not in page
+    assert "@media print" in page

@@ -1,0 +1,221 @@
+"""--cleo-grade-html in real pytest runs (serial and under pytest-xdist), and
+``cleo-grade report --html`` over a real grade history."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.history import append_grades
+from pytest_cleo_grade.html_report import write_report
+from pytest_cleo_grade.models import DimensionScore, GradeResult
+from tests.plugin_suites import make_suite
+
+SUITE = """
+@pytest.mark.parametrize("agent", [perfect, seventy_five, forty], ids=["a", "b", "f"])
+@pytest.mark.parametrize("n", range(2))
+@pytest.mark.cleo_grade(mode="report")
+def test_agent(graded_session, agent, n):
+    agent(graded_session)
+"""
+
+#: Each worker looks for the report once its own session is over, before the controller's
+#: ends (before the worker tells the controller it is done).
+WORKER_PROBE = """
+import os
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        seen = os.path.exists(os.path.join(str(session.config.rootpath), "out", "report.html"))
+        with open(f"probe-{worker}.txt", "w") as handle:
+            handle.write(str(seen))
+"""
+
+
+def test_a_run_writes_its_report_with_every_graded_test_and_the_gate(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    first = pytester.runpytest("--cleo-grade-gate=B", "--cleo-grade-html=out/report.html")
+    first.assert_outcomes(passed=6)
+    first.stdout.fnmatch_lines([f"cleo-grade: HTML report {pytester.path / 'out' / 'report.html'}"])
+    page = (pytester.path / "out" / "report.html").read_text()
+    assert "gate FAILED: mean 71.67% is below 75% (B)" in page
+    assert page.count("<tr data-index=") == 6
+    assert page.count("class='score'") == 6  # one radar per test
+    assert "test_agent.py::test_agent[0-a]" in page and ">new<" in page
+    # Entries are named by their calls from the audit store.
+    assert "<code>session.list</code>" in page
+    second = pytester.runpytest("--cleo-grade-html=out/report.html")
+    second.assert_outcomes(passed=6)
+    page = (pytester.path / "out" / "report.html").read_text()
+    assert page.count("±0 vs previous run") == 6
+    assert page.count("data-points='2'") == 6  # each trend holds both runs
+    assert sorted(os.listdir(pytester.path / "out")) == ["report.html"]  # no partial files
+
+
+def test_the_ini_key_sets_the_path_relative_to_the_ini_file(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, SUITE, ini="cleo_grade_html = reports/grades.html\n")
+    pytester.runpytest().assert_outcomes(passed=6)
+    assert "<tr data-index=" in (pytester.path / "reports" / "grades.html").read_text()
+
+
+def test_under_xdist_only_the_controller_writes_the_one_report(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, SUITE)
+    pytester.makeconftest(WORKER_PROBE)
+    result = pytester.runpytest_subprocess(
+        "-p", "xdist", "-n", "2", "--cleo-grade-html=out/report.html"
+    )
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*2 workers [[]6 items[]]*"])
+    probes = sorted(p.read_text() for p in pytester.path.glob("probe-gw*.txt"))
+    assert probes == ["False", "False"]  # no worker wrote it
+    assert sorted(os.listdir(pytester.path / "out")) == ["report.html"]
+    page = (pytester.path / "out" / "report.html").read_text()
+    assert page.count("<tr data-index=") == 6  # both workers' tests, from the controller
+
+
+def test_an_unwritable_report_path_is_one_warning_and_the_run_keeps_its_outcome(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    (pytester.path / "taken").mkdir()
+    result = pytester.runpytest("--cleo-grade-html=taken", "-W", "ignore::DeprecationWarning")
+    result.assert_outcomes(passed=6, warnings=1)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["*CleoGradeWarning: cleo-grade: HTML report *taken: Is a directory"]
+    )
+
+
+def test_with_a_baseline_the_change_is_against_it(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, SUITE)
+    pytester.runpytest("--cleo-grade-save-baseline=base.json").assert_outcomes(passed=6)
+    result = pytester.runpytest("--cleo-grade-baseline=base.json", "--cleo-grade-html=r.html")
+    result.assert_outcomes(passed=6)
+    page = (pytester.path / "r.html").read_text()
+    assert page.count("±0 vs baseline") == 6 and "previous run" not in page
+
+
+def test_a_repeated_test_is_one_row_with_its_flaky_verdict(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+        calls = []
+
+        @pytest.mark.cleo_grade(runs=3, fail_under="B", mode="report")
+        def test_sometimes(graded_session):
+            calls.append(1)
+            (perfect if len(calls) % 2 else forty)(graded_session)
+        """,
+    )
+    pytester.runpytest("-p", "no:randomly", "--cleo-grade-html=r.html").assert_outcomes(passed=3)
+    page = (pytester.path / "r.html").read_text()
+    assert page.count("<tr data-index=") == 1
+    assert "flaky (2/3 passed)" in page and "mean of 3 runs (80%)" in page
+
+
+def test_a_run_that_graded_nothing_still_writes_its_page(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, "def test_plain():\n    pass\n")
+    pytester.runpytest("--cleo-grade-html=r.html").assert_outcomes(passed=1)
+    page = (pytester.path / "r.html").read_text()
+    assert "no gate set" in page and "no graded tests" in page
+    assert "<tr data-index=" not in page
+
+
+def test_text_that_is_not_unicode_is_written_as_its_escape(tmp_path: Path) -> None:
+    # A lone surrogate (an undecodable byte in a test id) cannot be UTF-8.
+    write_report(tmp_path / "r.html", "<p>t::\udc80</p>")
+    assert (tmp_path / "r.html").read_text(encoding="utf-8") == "<p>t::\\udc80</p>"
+
+
+# -- cleo-grade report ------------------------------------------------------------------
+
+
+def grade(test_id: str, total: int, minute: int, **extra: object) -> GradeResult:
+    return GradeResult.model_validate(
+        {
+            "sessionId": f"s-{test_id}-{minute}",
+            "totalScore": total,
+            "maxScore": 100,
+            "dimensions": {"sessionDiscipline": DimensionScore(score=total / 5, max=20)},
+            "timestamp": f"2026-01-01T00:{minute:02d}:00Z",
+            "entryCount": 3,
+            "testId": test_id,
+            **extra,
+        }
+    )
+
+
+def test_the_report_command_renders_the_latest_run_of_a_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    append_grades(
+        [
+            grade("t::a", 50, 0, rubric="cleo", rubricVersion="1"),
+            grade("t::b", 90, 1, rubric="cleo", rubricVersion="1"),
+            grade("t::a", 70, 2, rubric="cleo", rubricVersion="2"),
+            grade("t::b", 60, 3, rubric="cleo", rubricVersion="2"),
+        ],
+        history,
+    )
+    out = tmp_path / "site" / "report.html"
+    args = ["report", "--html", str(out), "--history", str(history), "--gate", "C"]
+    assert main([*args, "--db", str(tmp_path / "none.db")]) == 0
+    assert capsys.readouterr().out == f"cleo-grade: wrote {out} (2 grades)\n"
+    page = out.read_text()
+    assert "gate passed: mean 65% reaches 60% (C)" in page
+    assert "+20 vs previous run" in page and "-30 vs previous run" in page
+    assert page.count("data-changes='1'") == 2  # rubric version 1 -> 2 on both trends
+    assert "<li>#" not in page  # these grades carry no points
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["report"], "cleo-grade report: the following arguments are required: --html"),
+        (
+            ["report", "--html", "r.html", "--history", "missing.jsonl"],
+            "cleo-grade report: missing.jsonl: no grade history there",
+        ),
+        (
+            ["report", "--html", "r.html", "--history", "empty.jsonl"],
+            "cleo-grade report: empty.jsonl: no grades in the history",
+        ),
+        (
+            ["report", "--html", "dir", "--history", "h.jsonl"],
+            "cleo-grade: error: HTML report dir: Is a directory",
+        ),
+        (
+            ["report", "--html", "file/r.html", "--history", "h.jsonl"],
+            "cleo-grade: error: HTML report file/r.html: file is not a directory",
+        ),
+        (
+            ["report", "--html", "r.html", "--history", "h.jsonl", "--baseline", "nope.json"],
+            "cleo-grade report: nope.json: No such file or directory",
+        ),
+    ],
+)
+def test_bad_paths_are_one_line_errors(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    append_grades([grade("t::a", 50, 0)], tmp_path / "h.jsonl")
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == message + "\n"
+    assert not (tmp_path / "r.html").exists()
