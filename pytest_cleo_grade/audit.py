@@ -16,6 +16,7 @@ from typing import Any, Final, ParamSpec, Protocol, TypeVar
 
 from pydantic import ValidationError
 
+from pytest_cleo_grade import faults
 from pytest_cleo_grade.errors import (
     CleoGradeError,
     CleoGradeWarning,
@@ -73,6 +74,7 @@ class Recorder(Protocol):
         source: str = "mcp",
         task_id: str | None = None,
         error: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> AuditEntry | None: ...
 
 
@@ -89,8 +91,12 @@ def make_entry(
     source: str = "mcp",
     task_id: str | None = None,
     error: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> AuditEntry:
-    """Build (and validate) the entry of one call made now; EntryError names the bad field."""
+    """Build (and validate) the entry of one call made now; EntryError names the bad field.
+
+    ``metadata`` adds keys to the entry's metadata (e.g. ``injected``), never replacing the
+    ones above."""
     try:
         return AuditEntry(
             timestamp=datetime.now(UTC),
@@ -103,7 +109,12 @@ def make_entry(
                 "exit_code": exit_code,
                 "duration": 0 if duration is None else duration,
             },
-            metadata={"source": source, "gateway": gateway, "task_id": task_id},
+            metadata={
+                **(metadata or {}),
+                "source": source,
+                "gateway": gateway,
+                "task_id": task_id,
+            },
             error=error,
         )
     except ValidationError as exc:
@@ -213,6 +224,7 @@ def record(
     source: str = "mcp",
     task_id: str | None = None,
     error: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> AuditEntry | None:
     """Record one call into the graded session the environment names.
 
@@ -244,6 +256,7 @@ def record(
         source=source,
         task_id=task_id,
         error=error,
+        metadata=metadata,
     )
     return _deliver(entry, session_id, path)
 
@@ -405,10 +418,18 @@ class AuditedDispatcher:
     environment names).
     """
 
-    def __init__(self, *, recorder: Recorder | None = None, source: str = "mcp") -> None:
+    def __init__(
+        self,
+        *,
+        recorder: Recorder | None = None,
+        source: str = "mcp",
+        session_id: str | None = None,
+    ) -> None:
         self._handlers: dict[tuple[str, str], Handler] = {}
         self._recorder = recorder
         self.source = source
+        #: Whose injected faults apply (None: the session the environment names).
+        self._session_id = session_id
 
     def register(
         self, domain: str, operation: str, handler: Handler | None = None
@@ -437,6 +458,17 @@ class AuditedDispatcher:
         call_params = dict(params) if params is not None else {}
         handler = self._handlers.get((domain, operation))
         started = time.perf_counter()
+        session_id = self._session_id
+        if session_id is None:
+            active = active_session()
+            session_id = active[0] if active else None
+        fault = faults.take(session_id, domain, operation)
+        if fault is not None:
+            # An injected failure: the handler never runs; the call is recorded like a real
+            # failure and marked, and the caller gets the exception a failing handler gives.
+            injected = faults.InjectedFault(fault)
+            self._emit(gateway, domain, operation, call_params, started, injected)
+            raise injected
         try:
             if handler is None:
                 raise UnknownOperationError(f"no handler registered for {domain}.{operation}")
@@ -470,4 +502,9 @@ class AuditedDispatcher:
             source=self.source,
             task_id=task_id if isinstance(task_id, str) else None,
             error=None if failure is None else _error_text(failure),
+            **(
+                {"metadata": {faults.INJECTED_KEY: True}}
+                if isinstance(failure, faults.InjectedFault)
+                else {}
+            ),
         )

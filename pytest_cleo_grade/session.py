@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from pytest_cleo_grade import faults
 from pytest_cleo_grade.audit import (
     ENV_AUDIT_DB,
     ENV_GRADE,
@@ -29,6 +30,7 @@ from pytest_cleo_grade.audit import (
     make_entry,
 )
 from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.faults import Fault
 from pytest_cleo_grade.history import append_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, coerce_entries, order_entries
 from pytest_cleo_grade.rubrics.cleo import grade_ordered
@@ -244,6 +246,7 @@ class GradeSession:
             self._restore()
 
     def _restore(self) -> None:
+        faults.clear(self.id)
         hold_in_process(self.id, None)
         if self._saved_env is not None:
             for name, value in self._saved_env.items():
@@ -328,6 +331,7 @@ class GradeSession:
         source: str = "mcp",
         task_id: str | None = None,
         error: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> AuditEntry:
         """Record one call into this session (always: a graded session records everything).
 
@@ -347,6 +351,7 @@ class GradeSession:
             source=source,
             task_id=task_id,
             error=error,
+            metadata=metadata,
         )
         if self._store is None:
             raise CleoGradeError(f"session {self.id} is not started")
@@ -357,8 +362,28 @@ class GradeSession:
     def dispatcher(self) -> AuditedDispatcher:
         """An audited dispatcher that records into this session."""
         if self._dispatcher is None:
-            self._dispatcher = AuditedDispatcher(recorder=self.record)
+            self._dispatcher = AuditedDispatcher(recorder=self.record, session_id=self.id)
         return self._dispatcher
+
+    def inject(
+        self,
+        domain_operation: str,
+        *,
+        exit_code: int = 4,
+        error: str | None = None,
+        times: int = 1,
+    ) -> Fault:
+        """Make the next ``times`` calls of ``domain_operation`` fail before they run.
+
+        Every adapter that can intercept a call (this session's dispatcher, the MCP client
+        wrapper and middleware, the pydantic-ai hooks, the LangChain middleware) fails it the
+        way its framework fails a tool, and records it like a real failure, marked
+        ``metadata.injected``. The default is CLEO's not-found (exit code 4). FaultError for
+        bad arguments.
+        """
+        return faults.inject(
+            self.id, domain_operation, exit_code=exit_code, error=error, times=times
+        )
 
     def ingest(
         self, source: str | os.PathLike[str] | Iterable[AuditEntry | Mapping[str, Any]]

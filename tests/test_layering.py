@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     # Stdlib-only primitives for opening untrusted files safely, shared by the rubric loaders
     # and the I/O edge.
     f"{PKG}.files": 0,
+    f"{PKG}.faults": 3,
     f"{PKG}.expectations": 0,
     f"{PKG}.models": 1,
     f"{PKG}.verdict": 2,

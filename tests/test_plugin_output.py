@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -337,16 +338,20 @@ def test_a_run_that_grades_nothing_loads_neither_pydantic_nor_sqlite(tmp_path: P
         "def pytest_unconfigure(config):\n"
         "    heavy = ('pydantic', 'sqlite_utils', 'sqlite3')\n"
         "    loaded = sorted(m for m in heavy if m in sys.modules)\n"
-        "    open('loaded.txt', 'w').write(repr(loaded))\n"
+        "    plugin = 'pytest_cleo_grade.plugin' in sys.modules\n"
+        "    open('loaded.txt', 'w').write(repr((plugin, loaded)))\n"
     )
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
+    # Only this plugin: others installed beside it (langsmith's, with the langchain extra)
+    # may load pydantic themselves.
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "cleo_grade"],
         cwd=tmp_path,
         capture_output=True,
         check=True,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
-    assert (tmp_path / "loaded.txt").read_text() == "[]"
+    assert (tmp_path / "loaded.txt").read_text() == "(True, [])"
     assert not (tmp_path / ".cleo").exists()
 
 

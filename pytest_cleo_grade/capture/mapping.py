@@ -36,7 +36,7 @@ from typing import Any, Final, Literal, Protocol
 
 from pydantic import ValidationError
 
-from pytest_cleo_grade import audit
+from pytest_cleo_grade import audit, faults
 from pytest_cleo_grade.errors import (
     CleoGradeError,
     CleoGradeWarning,
@@ -605,6 +605,52 @@ def record_call(call: Call, *, mapping: ToolMapping | None = None) -> AuditEntry
             warnings.warn(f"cleo-grade: {exc}", CleoGradeWarning, stacklevel=2)
         return None
     return audit.record_entry(entry)
+
+
+def injected_fault(
+    tool: str,
+    arguments: Any = None,
+    *,
+    read_only: bool | None = None,
+    mapping: ToolMapping | None = None,
+) -> faults.Fault | None:
+    """The fault ``graded_session.inject()`` queued for this call, used up; None if none.
+
+    An adapter asks before running the tool; with a fault it fails the call its framework's
+    way and records it with :func:`record_injected`.
+    """
+    active = audit.active_session()
+    session_id = active[0] if active else None
+    if not faults.any_pending(session_id):
+        return None
+    try:
+        target = map_tool_call(tool, arguments, read_only=read_only, mapping=mapping)
+    except CleoGradeError:
+        return None
+    return faults.take(session_id, target.domain, target.operation)
+
+
+def record_injected(
+    fault: faults.Fault,
+    tool: str,
+    arguments: Any = None,
+    *,
+    read_only: bool | None = None,
+    source: str = "mcp",
+    mapping: ToolMapping | None = None,
+) -> AuditEntry | None:
+    """Record an injected failure like a real one, marked ``metadata.injected``."""
+    failure = Failure(tool=tool, exception=faults.InjectedFault(fault))
+    call = Call(
+        tool=tool,
+        arguments=arguments,
+        failure=failure,
+        read_only=read_only,
+        duration_ms=0.0,
+        source=source,
+        extra={faults.INJECTED_KEY: True},
+    )
+    return record_call(call, mapping=mapping)
 
 
 def elapsed_ms(started_ns: int) -> float:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 try:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -23,6 +23,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pytest_cleo_grade.capture.mcp needs the MCP SDK 2.x: pip install 'pytest-cleo-grade[mcp]'"
     ) from exc
 
+from pydantic import BaseModel
+
 from pytest_cleo_grade.capture.direct import direct_call
 from pytest_cleo_grade.capture.mapping import (
     Call,
@@ -30,8 +32,11 @@ from pytest_cleo_grade.capture.mapping import (
     ToolMapping,
     elapsed_ms,
     envelope_failure,
+    injected_fault,
     record_call,
+    record_injected,
 )
+from pytest_cleo_grade.faults import Fault
 
 __all__ = ["AuditMiddleware", "audit_middleware", "audited_client", "result_failure"]
 
@@ -114,6 +119,13 @@ def audited_client(
         return listing
 
     async def call_tool(name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
+        fault = injected_fault(name, arguments, read_only=hints.get(name), mapping=mapping)
+        if fault is not None:
+            # The server is never asked: the client sees the tool error a server would send.
+            record_injected(
+                fault, name, arguments, read_only=hints.get(name), source=source, mapping=mapping
+            )
+            return _error_result(fault)
         started, clock = datetime.now(UTC), time.perf_counter_ns()
         try:
             with direct_call():
@@ -134,6 +146,14 @@ def audited_client(
         # object.__setattr__: Client is a dataclass and may refuse plain assignment later.
         object.__setattr__(client, attribute, value)
     return client
+
+
+def _error_result(fault: Fault) -> BaseModel:
+    """A ``tools/call`` result with ``isError``, as a server reports a failing tool."""
+    from mcp.types import CallToolResult, TextContent
+
+    result = CallToolResult(content=[TextContent(type="text", text=fault.error)], is_error=True)
+    return cast(BaseModel, result)
 
 
 def _record(
@@ -221,6 +241,20 @@ class AuditMiddleware:
         if not isinstance(name, str):
             return await call_next(ctx)
         arguments = ctx.params.get("arguments")
+        fault = injected_fault(
+            name, arguments, read_only=await self._hint(name), mapping=self.mapping
+        )
+        if fault is not None:
+            read_only = await self._hint(name)
+            record_injected(
+                fault,
+                name,
+                arguments,
+                read_only=read_only,
+                source=self.source,
+                mapping=self.mapping,
+            )
+            return _error_result(fault)
         _listen_for_crashes()
         crashes: list[BaseException] = []
         token = _crash.set(crashes)

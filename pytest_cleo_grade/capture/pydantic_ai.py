@@ -23,6 +23,7 @@ try:
     from pydantic_ai.exceptions import (
         ApprovalRequired,
         CallDeferred,
+        ModelRetry,
         SkipToolExecution,
         SkipToolValidation,
     )
@@ -41,7 +42,9 @@ from pytest_cleo_grade.capture.mapping import (
     ToolMapping,
     elapsed_ms,
     envelope_failure,
+    injected_fault,
     record_call,
+    record_injected,
 )
 from pytest_cleo_grade.errors import CleoGradeError
 
@@ -113,6 +116,11 @@ class AuditHooks(AbstractCapability[Any]):
         args: Any,
         handler: WrapToolExecuteHandler,
     ) -> Any:
+        fault = injected_fault(call.tool_name, args, mapping=self.mapping)
+        if fault is not None:
+            # The tool never runs; the model is told what a failing tool would tell it.
+            record_injected(fault, call.tool_name, args, source=self.source, mapping=self.mapping)
+            raise ModelRetry(fault.error)
         started, clock = datetime.now(UTC), time.perf_counter_ns()
         try:
             with direct_call():

@@ -1,0 +1,213 @@
+"""LangChain and LangGraph: tool calls recorded with no glue (extra ``langchain``).
+
+Two ways in, use either:
+
+- :class:`AuditMiddleware`, a LangChain v1 agent middleware (``create_agent(...,
+  middleware=[AuditMiddleware()])``); its :func:`audit_tool_call` / :func:`aaudit_tool_call`
+  are the same interceptor for LangGraph's ``ToolNode(tools, wrap_tool_call=...,
+  awrap_tool_call=...)``. It sees every call, can fail one that ``graded_session.inject()``
+  queued before the tool runs, and reads a ``ToolMessage(status="error")`` as a failure.
+- :class:`AuditCallbackHandler`, a callback handler (``config={"callbacks": [handler]}``) for
+  any runnable: ``on_tool_start`` / ``on_tool_end`` / ``on_tool_error``, paired by ``run_id``
+  for the duration. A call the middleware records is not recorded again by the handler.
+
+Names and exit codes go through the shared mapping (docs/capture.md): a ``KeyError`` or a
+"not found" error message is CLEO's E_NOT_FOUND (exit code 4).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+try:
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.messages import ToolMessage
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pytest_cleo_grade.capture.langchain needs langchain 1.x and langchain-core: "
+        "pip install 'pytest-cleo-grade[langchain]'"
+    ) from exc
+
+from pytest_cleo_grade.capture.direct import direct_call, in_direct_call
+from pytest_cleo_grade.capture.mapping import (
+    Call,
+    Failure,
+    ToolMapping,
+    elapsed_ms,
+    envelope_failure,
+    injected_fault,
+    parse_arguments,
+    record_call,
+    record_injected,
+)
+from pytest_cleo_grade.faults import Fault
+
+__all__ = [
+    "AuditCallbackHandler",
+    "AuditMiddleware",
+    "aaudit_tool_call",
+    "audit_tool_call",
+    "message_failure",
+]
+
+SOURCE = "langchain"
+
+
+def message_failure(tool: str, result: Any) -> Failure | None:
+    """The failure a tool's result reports: ``ToolMessage(status="error")`` (its content is
+    the error text), or CLEO's error envelope in its content; else None."""
+    content = getattr(result, "content", result)
+    if getattr(result, "status", None) == "error":
+        text = content if isinstance(content, str) else None
+        return Failure(tool=tool, payload=content, message=text)
+    if isinstance(content, str | dict):
+        return envelope_failure(tool, content)
+    return None
+
+
+def _injected_message(fault: Fault, tool_call: Any) -> ToolMessage:
+    # What ToolNode gives the model for a tool that failed: an error ToolMessage.
+    return ToolMessage(
+        content=fault.error,
+        tool_call_id=tool_call.get("id") or "",
+        name=tool_call.get("name"),
+        status="error",
+    )
+
+
+@dataclass(frozen=True)
+class _Started:
+    tool: str
+    arguments: Any
+    started: datetime
+    clock: int
+
+
+class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Records every tool call of a LangChain v1 agent (or a LangGraph ``ToolNode``)."""
+
+    def __init__(self, *, mapping: ToolMapping | None = None, source: str = SOURCE) -> None:
+        super().__init__()
+        self.mapping = mapping
+        self.source = source
+
+    def _record(self, started: _Started, failure: Failure | None) -> None:
+        record_call(
+            Call(
+                tool=started.tool,
+                arguments=started.arguments,
+                failure=failure,
+                started=started.started,
+                duration_ms=elapsed_ms(started.clock),
+                source=self.source,
+            ),
+            mapping=self.mapping,
+        )
+
+    def _begin(self, request: Any) -> tuple[_Started, ToolMessage | None]:
+        tool_call = request.tool_call
+        name = str(tool_call.get("name"))
+        arguments = tool_call.get("args")
+        fault = injected_fault(name, arguments, mapping=self.mapping)
+        if fault is not None:
+            record_injected(fault, name, arguments, source=self.source, mapping=self.mapping)
+        begun = _Started(name, arguments, datetime.now(UTC), time.perf_counter_ns())
+        return begun, None if fault is None else _injected_message(fault, tool_call)
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        begun, injected = self._begin(request)
+        if injected is not None:
+            return injected
+        try:
+            with direct_call():
+                result = handler(request)
+        except Exception as exc:
+            self._record(begun, Failure(tool=begun.tool, exception=exc))
+            raise
+        self._record(begun, message_failure(begun.tool, result))
+        return result
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        begun, injected = self._begin(request)
+        if injected is not None:
+            return injected
+        try:
+            with direct_call():
+                result = await handler(request)
+        except Exception as exc:
+            self._record(begun, Failure(tool=begun.tool, exception=exc))
+            raise
+        self._record(begun, message_failure(begun.tool, result))
+        return result
+
+
+_default = AuditMiddleware()
+
+
+def audit_tool_call(request: Any, handler: Callable[[Any], Any]) -> Any:
+    """``ToolNode(tools, wrap_tool_call=audit_tool_call)``: the middleware's interceptor."""
+    return _default.wrap_tool_call(request, handler)
+
+
+async def aaudit_tool_call(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+    """``ToolNode(tools, awrap_tool_call=aaudit_tool_call)``: the async interceptor."""
+    return await _default.awrap_tool_call(request, handler)
+
+
+class AuditCallbackHandler(BaseCallbackHandler):
+    """Records tool runs from LangChain's callbacks, paired by ``run_id``."""
+
+    def __init__(self, *, mapping: ToolMapping | None = None, source: str = SOURCE) -> None:
+        super().__init__()
+        self.mapping = mapping
+        self.source = source
+        self._runs: dict[UUID, _Started] = {}
+        self._lock = threading.Lock()
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if in_direct_call():
+            return  # the middleware records this call
+        name = (serialized or {}).get("name") or kwargs.get("name") or "tool"
+        arguments = inputs if inputs is not None else parse_arguments(input_str)
+        with self._lock:
+            self._runs[run_id] = _Started(
+                str(name), arguments, datetime.now(UTC), time.perf_counter_ns()
+            )
+
+    def _finish(self, run_id: UUID, failure_of: Callable[[str], Failure | None]) -> None:
+        with self._lock:
+            begun = self._runs.pop(run_id, None)
+        if begun is None:
+            return
+        record_call(
+            Call(
+                tool=begun.tool,
+                arguments=begun.arguments,
+                failure=failure_of(begun.tool),
+                started=begun.started,
+                duration_ms=elapsed_ms(begun.clock),
+                source=self.source,
+            ),
+            mapping=self.mapping,
+        )
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._finish(run_id, lambda tool: message_failure(tool, output))
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._finish(run_id, lambda tool: Failure(tool=tool, exception=error))

@@ -1,0 +1,185 @@
+"""capture.langchain: a real LangChain v1 agent and a LangGraph ToolNode graph, driven offline
+by LangChain's own GenericFakeChatModel, grade exactly like hand-recorded calls."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain.agents", reason="needs the langchain extra (langchain 1.x)")
+
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from pytest_cleo_grade.capture.langchain import (
+    AuditCallbackHandler,
+    AuditMiddleware,
+    audit_tool_call,
+)
+from pytest_cleo_grade.session import GradeSession, SessionSettings
+from tests.capture_scenario import CALLS, MISSING_TASK, assert_same_grade, grade_by_hand
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """LangChain's fake chat model, accepting tools (the scripted messages hold the calls)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        return self
+
+
+def scripted(calls: list[tuple[str, dict[str, Any]]]) -> ScriptedModel:
+    turns = [
+        AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call-{i}"}])
+        for i, (name, args) in enumerate(calls)
+    ]
+    return ScriptedModel(messages=iter([*turns, AIMessage(content="done")]))
+
+
+def make_tools(missing: str = "raise") -> list[BaseTool]:
+    """The code under test's tools; tasks_show of the missing task fails as ``missing`` says."""
+
+    @tool
+    def session_list() -> list[str]:
+        """List sessions."""
+        return ["S1"]
+
+    @tool
+    def admin_help() -> str:
+        """Help."""
+        return "find before show"
+
+    @tool
+    def tasks_find(query: str) -> list[str]:
+        """Find tasks."""
+        return ["T1"]
+
+    @tool
+    def tasks_show(taskId: str) -> Any:
+        """Show a task."""
+        if taskId == MISSING_TASK:
+            if missing == "envelope":
+                return {"success": False, "error": {"code": "E_NOT_FOUND", "exitCode": 4}}
+            raise KeyError(f"task {taskId} not found")
+        return {"id": taskId}
+
+    @tool
+    def tasks_add(title: str, description: str = "") -> str:
+        """Add a task."""
+        return "T2"
+
+    @tool
+    def session_end() -> str:
+        """End the session."""
+        return "ended"
+
+    return [session_list, admin_help, tasks_find, tasks_show, tasks_add, session_end]
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[GradeSession]:
+    with GradeSession(SessionSettings(db_path=tmp_path / "audit.db")) as started:
+        yield started
+
+
+def test_a_langchain_agent_with_the_middleware_grades_like_hand_recorded_calls(
+    session: GradeSession,
+) -> None:
+    agent = create_agent(scripted(CALLS), make_tools("envelope"), middleware=[AuditMiddleware()])
+    final = agent.invoke({"messages": [HumanMessage("triage the login bug")]})
+    assert final["messages"][-1].content == "done"
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    show = session.entries[3]
+    assert show.params == {"taskId": MISSING_TASK}
+    assert show.metadata.source == "langchain" and show.result.duration >= 0
+
+
+def langgraph_agent(model: ScriptedModel, node: ToolNode) -> Any:
+    """A hand-built LangGraph agent: model node, ToolNode, loop until no tool calls."""
+
+    def call_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def route(state: MessagesState) -> str:
+        last = state["messages"][-1]
+        return "tools" if getattr(last, "tool_calls", None) else END
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph.compile()
+
+
+def test_a_toolnode_error_message_from_a_raised_keyerror_is_a_not_found(
+    session: GradeSession,
+) -> None:
+    # handle_tool_errors turns the KeyError into ToolMessage(status="error"): still exit 4.
+    node = ToolNode(make_tools(), handle_tool_errors=True, wrap_tool_call=audit_tool_call)
+    langgraph_agent(scripted(CALLS), node).invoke({"messages": [HumanMessage("go")]})
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert "not found" in (session.entries[3].error or "")
+
+
+def test_the_async_interceptor_records_the_same_calls(session: GradeSession) -> None:
+    node = ToolNode(make_tools("envelope"), awrap_tool_call=AuditMiddleware().awrap_tool_call)
+    graph = langgraph_agent(scripted(CALLS), node)
+    asyncio.run(graph.ainvoke({"messages": [HumanMessage("go")]}))
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+
+
+def test_a_raised_tool_error_is_recorded_and_propagates(session: GradeSession) -> None:
+    agent = create_agent(scripted(CALLS[:4]), make_tools(), middleware=[AuditMiddleware()])
+    with pytest.raises(KeyError):
+        agent.invoke({"messages": [HumanMessage("go")]})
+    last = session.entries[-1]
+    assert (last.domain, last.operation, last.result.exit_code) == ("tasks", "show", 4)
+
+
+def test_the_callback_handler_records_tool_runs_paired_by_run_id(session: GradeSession) -> None:
+    handler = AuditCallbackHandler()
+    node = ToolNode(make_tools(), handle_tool_errors=True)
+    graph = langgraph_agent(scripted(CALLS), node)
+    graph.invoke({"messages": [HumanMessage("go")]}, config={"callbacks": [handler]})
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+
+
+def test_middleware_and_callbacks_together_record_each_call_once(session: GradeSession) -> None:
+    agent = create_agent(scripted(CALLS), make_tools("envelope"), middleware=[AuditMiddleware()])
+    agent.invoke({"messages": [HumanMessage("go")]}, config={"callbacks": [AuditCallbackHandler()]})
+    assert len(session.entries) == len(CALLS)
+
+
+def test_an_injected_not_found_fails_the_call_before_the_tool_runs(session: GradeSession) -> None:
+    ran: list[str] = []
+
+    @tool
+    def tasks_show(taskId: str) -> dict[str, str]:
+        """Show a task."""
+        ran.append(taskId)
+        return {"id": taskId}
+
+    @tool
+    def tasks_find(query: str) -> list[str]:
+        """Find tasks."""
+        return ["T1"]
+
+    session.inject("tasks.show")
+    calls = [("tasks_show", {"taskId": "T1"}), ("tasks_find", {"query": "T1"})]
+    agent = create_agent(scripted(calls), [tasks_show, tasks_find], middleware=[AuditMiddleware()])
+    messages = agent.invoke({"messages": [HumanMessage("go")]})["messages"]
+    assert ran == []  # the tool never ran
+    error = [m for m in messages if getattr(m, "status", None) == "error"]
+    assert error and error[0].content.startswith("E_NOT_FOUND")
+    show = session.entries[0]
+    assert (show.result.success, show.result.exit_code) == (False, 4)
+    assert show.metadata.model_extra == {**(show.metadata.model_extra or {}), "injected": True}
