@@ -15,6 +15,9 @@ Name rules, first match wins:
    (the remaining underscores become dots, the separator of CLEO's operations);
 5. anything else: domain ``tool``, operation the tool's name.
 
+A name Claude gives an MCP tool, ``mcp__<server>__<tool>`` (``mcp__cleo__cleo_query``), is
+mapped by its ``<tool>`` part when no route names it whole.
+
 Gateway: the CLEO tool's own name (rule 2), else the route's gateway, else an MCP tool's
 ``readOnlyHint`` (true: ``cleo_query``, false: ``cleo_mutate``), else the mapping's
 ``default_gateway`` (None unless configured: the call counts as neither a query nor a mutation).
@@ -262,8 +265,13 @@ class ToolMapping:
 
     def target(self, tool: str, arguments: Any = None, *, read_only: bool | None = None) -> Target:
         """The domain, operation, gateway and params of a call (see the module's rules)."""
-        params = parse_arguments(arguments)
         route = self.routes.get(tool)
+        if route is None and tool.startswith("mcp__"):
+            # Claude's name for an MCP tool, mcp__<server>__<tool>: the tool's own name decides.
+            _, sep, bare = tool[len("mcp__") :].partition("__")
+            if sep and bare:
+                return self.target(bare, arguments, read_only=read_only)
+        params = parse_arguments(arguments)
         if route is not None:
             gateway = route.gateway or _hint_gateway(read_only) or self.default_gateway
             return Target(route.domain, route.operation, gateway, params, "mapping")

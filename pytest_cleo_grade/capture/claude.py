@@ -1,0 +1,144 @@
+"""Claude Agent SDK: tool calls recorded through the SDK's hooks (extra ``claude``).
+
+``ClaudeAgentOptions(hooks=audit_hooks())`` adds a ``PreToolUse``, a ``PostToolUse`` and a
+``PostToolUseFailure`` hook. Pre and Post are paired by ``tool_use_id`` for the start time and
+the duration (the SDK's ``duration_ms`` when it gives one). MCP tools arrive named
+``mcp__<server>__<tool>`` and map by their tool name, CLEO's ``cleo_query``/``cleo_mutate``
+included; built-in tools (Bash, Read...) become domain ``tool``. A call that
+``graded_session.inject()`` queued is denied in ``PreToolUse`` with the fault's error as the
+reason, so the model sees the failure and the tool never runs. Merge with hooks of your own by
+extending the lists.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+try:
+    from claude_agent_sdk import HookMatcher
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pytest_cleo_grade.capture.claude needs the Claude Agent SDK: "
+        "pip install 'pytest-cleo-grade[claude]'"
+    ) from exc
+
+from pytest_cleo_grade.capture.mapping import (
+    Call,
+    Failure,
+    ToolMapping,
+    elapsed_ms,
+    envelope_failure,
+    injected_fault,
+    record_call,
+    record_injected,
+)
+
+__all__ = ["audit_hooks", "response_failure"]
+
+SOURCE = "claude"
+
+
+def response_failure(tool: str, response: Any) -> Failure | None:
+    """The failure a ``tool_response`` reports: an MCP result with ``isError`` (its text is
+    the error), or CLEO's error envelope (as the response, its text, or a content block)."""
+    if isinstance(response, Mapping):
+        if response.get("isError") or response.get("is_error"):
+            blocks = response.get("content")
+            texts = (
+                [b.get("text") for b in blocks if isinstance(b, Mapping)]
+                if isinstance(blocks, list)
+                else []
+            )
+            message = "\n".join(t for t in texts if isinstance(t, str)) or None
+            return Failure(tool=tool, payload=dict(response), message=message)
+        found = envelope_failure(tool, dict(response))
+        if found is not None:
+            return found
+        blocks = response.get("content")
+        response = blocks if isinstance(blocks, list) else None
+    if isinstance(response, str):
+        return envelope_failure(tool, response)
+    if isinstance(response, list):
+        for block in response:
+            text = block.get("text") if isinstance(block, Mapping) else None
+            if isinstance(text, str):
+                found = envelope_failure(tool, text)
+                if found is not None:
+                    return found
+    return None
+
+
+def audit_hooks(
+    *, mapping: ToolMapping | None = None, source: str = SOURCE
+) -> dict[Any, list[Any]]:
+    """The ``hooks=`` mapping for ``ClaudeAgentOptions`` recording every tool call."""
+    started: dict[str, tuple[datetime, int]] = {}
+    lock = threading.Lock()
+
+    def record(data: Mapping[str, Any], tool_use_id: str | None, failure: Failure | None) -> None:
+        key = str(data.get("tool_use_id") or tool_use_id or "")
+        with lock:
+            begun = started.pop(key, None)
+        when, clock = begun if begun is not None else (datetime.now(UTC), time.perf_counter_ns())
+        duration = data.get("duration_ms")
+        record_call(
+            Call(
+                tool=str(data.get("tool_name")),
+                arguments=data.get("tool_input"),
+                failure=failure,
+                started=when,
+                duration_ms=float(duration)
+                if isinstance(duration, int | float) and not isinstance(duration, bool)
+                else elapsed_ms(clock),
+                source=source,
+                extra={"toolUseId": key} if key else {},
+            ),
+            mapping=mapping,
+        )
+
+    async def pre_tool_use(
+        data: Mapping[str, Any], tool_use_id: str | None, context: Any
+    ) -> dict[str, Any]:
+        tool = str(data.get("tool_name"))
+        arguments = data.get("tool_input")
+        fault = injected_fault(tool, arguments, mapping=mapping)
+        if fault is not None:
+            record_injected(fault, tool, arguments, source=source, mapping=mapping)
+            return {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": fault.error,
+                }
+            }
+        key = str(data.get("tool_use_id") or tool_use_id or "")
+        with lock:
+            started[key] = (datetime.now(UTC), time.perf_counter_ns())
+        return {}
+
+    async def post_tool_use(
+        data: Mapping[str, Any], tool_use_id: str | None, context: Any
+    ) -> dict[str, Any]:
+        tool = str(data.get("tool_name"))
+        record(data, tool_use_id, response_failure(tool, data.get("tool_response")))
+        return {}
+
+    async def post_tool_use_failure(
+        data: Mapping[str, Any], tool_use_id: str | None, context: Any
+    ) -> dict[str, Any]:
+        tool = str(data.get("tool_name"))
+        error = data.get("error")
+        record(data, tool_use_id, Failure(tool=tool, message=str(error) if error else None))
+        return {}
+
+    # The SDK types each callback for every hook input; ours read the tool events' keys.
+    callbacks: dict[str, Any] = {
+        "PreToolUse": pre_tool_use,
+        "PostToolUse": post_tool_use,
+        "PostToolUseFailure": post_tool_use_failure,
+    }
+    return {event: [HookMatcher(hooks=[callback])] for event, callback in callbacks.items()}
