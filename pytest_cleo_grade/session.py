@@ -155,6 +155,20 @@ def persist(
         raise PersistError(problems)
 
 
+def _load_file(source: str | os.PathLike[str], format: str) -> list[AuditEntry]:
+    if format == "auto":
+        return load_entries_file(source)
+    if format == "otlp":
+        from pytest_cleo_grade.capture.otlp import load_otlp_file
+
+        return load_otlp_file(source)
+    if format == "claude-code":
+        from pytest_cleo_grade.capture.claude_code import load_transcript
+
+        return load_transcript(source)
+    raise CleoGradeError(f"ingest: unknown format {format!r}: expected auto, otlp or claude-code")
+
+
 class GradeSession:
     """A grade-mode session: start it, let code record into it, grade it, persist, close.
 
@@ -386,15 +400,20 @@ class GradeSession:
         )
 
     def ingest(
-        self, source: str | os.PathLike[str] | Iterable[AuditEntry | Mapping[str, Any]]
+        self,
+        source: str | os.PathLike[str] | Iterable[AuditEntry | Mapping[str, Any]],
+        *,
+        format: str = "auto",
     ) -> int:
-        """Add entries from a JSON/JSONL file or an iterable, all tagged with this session.
+        """Add entries from a file or an iterable, all tagged with this session.
 
-        All or nothing: an invalid entry raises EntryError and nothing is added. Returns the
-        number of entries added (held like recorded ones until :meth:`flush`).
+        ``format`` (files): ``auto`` (JSON/JSONL audit entries), ``otlp`` (OTLP JSON traces)
+        or ``claude-code`` (a Claude Code session transcript). All or nothing: an invalid
+        entry raises a CleoGradeError and nothing is added. Returns the number of entries
+        added (held like recorded ones until :meth:`flush`).
         """
         if isinstance(source, str | os.PathLike):
-            entries = load_entries_file(source)
+            entries = _load_file(source, format)
         else:
             entries = coerce_entries(source)
         mine = [e.model_copy(update={"session_id": self.id}) for e in entries]

@@ -12,6 +12,7 @@ from typing import Any
 from pytest_cleo_grade.audit import ENV_AUDIT_DB, MUTATE_GATEWAYS, active_session, make_entry
 from pytest_cleo_grade.cli.common import CommandError, session_id_arg
 from pytest_cleo_grade.display import terminal_text
+from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.sources import (
     find_cleo_db,
     is_sqlite_file,
@@ -53,12 +54,14 @@ def register(subparsers: Any) -> None:
     importer.add_argument(
         "--format",
         dest="format",
-        choices=("auto", "otlp"),
+        choices=("auto", "otlp", "claude-code"),
         default="auto",
         help=(
             "auto (default): JSON/JSONL audit entries or a CLEO database; otlp: OTLP JSON "
             "traces (a Collector's file exporter), one session per gen_ai.conversation.id or "
-            "trace id unless --session-id names one"
+            "trace id unless --session-id names one; claude-code: a Claude Code session "
+            "transcript (~/.claude/projects/*/SESSION.jsonl), its tool calls under its "
+            "sessionId unless --session-id names one"
         ),
     )
     importer.add_argument(
@@ -109,6 +112,10 @@ def run_import(args: argparse.Namespace) -> int:
     target = db_path(args)
     if args.format == "otlp":
         return _import_otlp(source, target, args.session_id)
+    if args.format == "claude-code":
+        from pytest_cleo_grade.capture.claude_code import load_transcript
+
+        return _import_loaded(load_transcript(source, session_id=args.session_id), target)
     cleo = source.is_dir() or is_sqlite_file(source)
     if cleo:
         cleo_db = find_cleo_db(source)
@@ -132,7 +139,11 @@ def run_import(args: argparse.Namespace) -> int:
 def _import_otlp(source: Path, target: Path, session_id: str | None) -> int:
     from pytest_cleo_grade.capture.otlp import load_otlp_file  # only this format needs it
 
-    entries = load_otlp_file(source, session_id=session_id)
+    return _import_loaded(load_otlp_file(source, session_id=session_id), target)
+
+
+def _import_loaded(entries: list[AuditEntry], target: Path) -> int:
+    """Store entries read (and checked) whole first: a bad line changes nothing."""
     with AuditStore(target) as store:
         store.append_many(entries)
     sessions = sorted({e.session_id or "(no session)" for e in entries})

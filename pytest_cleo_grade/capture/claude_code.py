@@ -1,0 +1,185 @@
+"""Claude Code session transcripts as audit entries (``cleo-grade import --format claude-code``).
+
+Claude Code writes each session as JSON Lines under ``~/.claude/projects/<project>/<session
+id>.jsonl`` (its documentation of session files and hooks' ``transcript_path``): one object
+per line with ``type`` (``user``, ``assistant``, ``summary``, ``system``...), ``sessionId``,
+``timestamp`` and ``message``. An assistant message's content holds ``tool_use`` blocks
+(``id``, ``name``, ``input``); a later user message's content holds the matching
+``tool_result`` blocks (``tool_use_id``, ``content``, ``is_error``). Each pair becomes one
+entry: the tool's name through the shared mapping (``mcp__cleo__cleo_query`` is CLEO's query
+gateway), the start from the tool_use line, the duration up to the result's line, the exit
+code from the shared rules (an error saying "not found" is 4), the transcript's session id.
+
+CLEO agents run inside Claude Code, so this grades a real CLEO session after the fact with no
+instrumentation. Lines of other types are skipped; a tool_use with no result (an interrupted
+session) is recorded as a failure, "no tool_result in the transcript". Streamed: memory holds
+the calls still waiting for their result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from pytest_cleo_grade.capture.mapping import (
+    Call,
+    Failure,
+    ToolMapping,
+    build_entry,
+    envelope_failure,
+)
+from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.files import iter_lines, open_regular, parse_json_strict
+from pytest_cleo_grade.models import AuditEntry
+
+__all__ = ["SOURCE", "TranscriptError", "load_transcript"]
+
+SOURCE: Final = "claude-code"
+UNANSWERED: Final = "no tool_result in the transcript (the session was interrupted)"
+
+
+class TranscriptError(CleoGradeError):
+    """A transcript that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Use:
+    tool: str
+    arguments: Any
+    started: datetime
+    session_id: str | None
+    line: int
+
+
+def _timestamp(value: Any, where: str) -> datetime:
+    if not isinstance(value, str):
+        raise TranscriptError(f"{where}: no timestamp")
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise TranscriptError(f"{where}: timestamp {value[:40]!r} is not ISO 8601") from None
+    if stamp.tzinfo is None:
+        raise TranscriptError(f"{where}: timestamp {value[:40]!r} has no timezone")
+    return stamp
+
+
+def _blocks(line: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    message = line.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return (
+        [block for block in content if isinstance(block, Mapping)]
+        if isinstance(content, list)
+        else []
+    )
+
+
+def _text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [b.get("text") for b in content if isinstance(b, Mapping)]
+        return "\n".join(t for t in texts if isinstance(t, str)) or None
+    return None
+
+
+def _failure(tool: str, block: Mapping[str, Any]) -> Failure | None:
+    content = block.get("content")
+    text = _text(content)
+    if block.get("is_error") is True:
+        return Failure(tool=tool, payload=content, message=text)
+    return envelope_failure(tool, text) if text else None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    try:
+        handle = open_regular(path)
+    except OSError as exc:
+        raise TranscriptError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    with handle:
+        try:
+            for number, raw in iter_lines(handle, str(path)):
+                if not raw.strip():
+                    continue
+                where = f"{path}, line {number}"
+                try:
+                    value = parse_json_strict(raw.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise TranscriptError(f"{where}: not valid JSON: {exc}") from None
+                if not isinstance(value, Mapping):
+                    raise TranscriptError(f"{where}: not a JSON object")
+                yield number, value
+        except ValueError as exc:  # an over-long line
+            raise TranscriptError(str(exc)) from None
+
+
+def load_transcript(
+    path: str | os.PathLike[str],
+    *,
+    session_id: str | None = None,
+    mapping: ToolMapping | None = None,
+) -> list[AuditEntry]:
+    """The tool calls of a Claude Code transcript as entries, in the order they started.
+
+    ``session_id`` replaces the transcript's own. Errors name the file and line; a transcript
+    with no tool call is an error (it would grade as an agent that did nothing).
+    """
+    source = Path(path)
+    waiting: dict[str, _Use] = {}
+    entries: list[AuditEntry] = []
+
+    def add(use: _Use, failure: Failure | None, ended: datetime | None, key: str) -> None:
+        duration = None if ended is None else (ended - use.started).total_seconds() * 1000
+        call = Call(
+            tool=use.tool,
+            arguments=use.arguments,
+            failure=failure,
+            started=use.started,
+            duration_ms=duration,
+            source=SOURCE,
+            extra={"toolUseId": key},
+        )
+        try:
+            entries.append(
+                build_entry(call, session_id=session_id or use.session_id, mapping=mapping)
+            )
+        except CleoGradeError as exc:
+            raise TranscriptError(f"{source}, line {use.line}: {exc}") from None
+
+    for number, line in _lines(source):
+        if line.get("type") not in ("assistant", "user"):
+            continue
+        blocks = _blocks(line)
+        kinds = {block.get("type") for block in blocks}
+        if not kinds & {"tool_use", "tool_result"}:
+            continue
+        where = f"{source}, line {number}"
+        stamp = _timestamp(line.get("timestamp"), where)
+        owner = line.get("sessionId")
+        for block in blocks:
+            if block.get("type") == "tool_use":
+                key, name = block.get("id"), block.get("name")
+                if not isinstance(key, str) or not isinstance(name, str) or not name:
+                    raise TranscriptError(f"{where}: a tool_use block needs an id and a name")
+                waiting[key] = _Use(
+                    name,
+                    block.get("input"),
+                    stamp,
+                    owner if isinstance(owner, str) else None,
+                    number,
+                )
+            elif block.get("type") == "tool_result":
+                key = block.get("tool_use_id")
+                use = waiting.pop(key, None) if isinstance(key, str) else None
+                if use is not None:
+                    assert isinstance(key, str)
+                    add(use, _failure(use.tool, block), stamp, key)
+    for key, use in waiting.items():
+        add(use, Failure(tool=use.tool, message=UNANSWERED), None, key)
+    if not entries:
+        raise TranscriptError(f"{source}: no tool calls in this transcript")
+    entries.sort(key=lambda entry: entry.timestamp)
+    return entries

@@ -1,0 +1,149 @@
+"""Claude Code transcripts: `cleo-grade import --format claude-code` and
+`graded_session.ingest(path, format="claude-code")` grade a real CLEO session after the fact.
+
+The fixture (examples/sessions/claude-code-cleo.jsonl) follows Claude Code's session files as
+its documentation describes them (JSON Lines under ~/.claude/projects/<project>/, one message
+per line with type, sessionId, timestamp; tool_use blocks in assistant messages answered by
+tool_result blocks in the next user message): a CLEO session through the cleo MCP server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_cleo_grade import grade_entries
+from pytest_cleo_grade.capture.claude_code import UNANSWERED, TranscriptError, load_transcript
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.session import GradeSession, SessionSettings
+from pytest_cleo_grade.store import AuditStore
+
+ROOT = Path(__file__).resolve().parent.parent
+TRANSCRIPT = ROOT / "examples" / "sessions" / "claude-code-cleo.jsonl"
+SESSION = "7f1c2a9e-3b4d-4e5f-8a6b-1c2d3e4f5a6b"
+
+#: The same session written by hand: (domain, operation, gateway, exit code).
+BY_HAND = [
+    ("session", "list", "cleo_query", 0),
+    ("admin", "help", "cleo_query", 0),
+    ("tasks", "find", "cleo_query", 0),
+    ("tasks", "show", "cleo_query", 4),
+    ("tasks", "find", "cleo_query", 0),
+    ("tool", "Bash", None, 0),
+    ("tasks", "add", "cleo_mutate", 0),
+    ("session", "end", "cleo_mutate", 0),
+]
+
+
+def hand_entries() -> list[dict[str, Any]]:
+    rows = []
+    params = [e.params for e in load_transcript(TRANSCRIPT)]
+    for index, (domain, operation, gateway, code) in enumerate(BY_HAND):
+        rows.append(
+            {
+                "timestamp": f"2026-03-01T12:00:{1 + 3 * index:02d}Z",
+                "sessionId": SESSION,
+                "domain": domain,
+                "operation": operation,
+                "params": params[index],
+                "result": {"success": code == 0, "exitCode": code},
+                "metadata": {"gateway": gateway},
+            }
+        )
+    return rows
+
+
+def test_the_transcript_grades_like_the_same_calls_recorded_by_hand() -> None:
+    entries = load_transcript(TRANSCRIPT)
+    rows = [(e.domain, e.operation, e.metadata.gateway, e.result.exit_code) for e in entries]
+    assert rows == BY_HAND
+    assert {e.session_id for e in entries} == {SESSION}
+    assert [e.result.duration for e in entries] == [1250.0] * 8
+    assert entries[3].error == "E_NOT_FOUND: Task T9 not found"
+    assert entries[6].params == {
+        "title": "Fix login redirect",
+        "description": "Users land on /404 after login",
+    }
+    meta = entries[0].metadata.model_extra or {}
+    assert (entries[0].metadata.source, meta["tool"], meta["toolUseId"]) == (
+        "claude-code",
+        "mcp__cleo__cleo_query",
+        "toolu_0100",
+    )
+    got = grade_entries(entries, session_id=SESSION)
+    expected = grade_entries(hand_entries(), session_id=SESSION)
+    assert got.model_dump(exclude={"timestamp"}) == expected.model_dump(exclude={"timestamp"})
+    assert got.total_score == 100
+
+
+def test_the_cli_imports_it_and_grades_it_from_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "audit.db"
+    argv = ["import", "--format", "claude-code", str(TRANSCRIPT), "--db", str(db)]
+    assert main(argv) == 0
+    assert capsys.readouterr().out == f"Imported 8 entries into {db} (sessions: {SESSION})\n"
+    assert main(["grade", SESSION, "--db", str(db), "--no-save", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totalScore"] == 100
+
+
+def test_ingest_adds_the_calls_to_a_graded_session(tmp_path: Path) -> None:
+    with GradeSession(SessionSettings(db_path=tmp_path / "a.db")) as session:
+        assert session.ingest(TRANSCRIPT, format="claude-code") == 8
+        assert {e.session_id for e in session.entries} == {session.id}
+        assert session.grade().total_score == 100
+
+
+def test_session_id_replaces_the_transcripts_own() -> None:
+    assert {e.session_id for e in load_transcript(TRANSCRIPT, session_id="mine")} == {"mine"}
+
+
+def write(tmp_path: Path, *lines: Any) -> Path:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines),
+        encoding="utf-8",
+    )
+    return path
+
+
+def use(key: str, name: str, at: str = "2026-03-01T12:00:00Z") -> dict[str, Any]:
+    block = {"type": "tool_use", "id": key, "name": name, "input": {}}
+    return {"type": "assistant", "sessionId": "s", "timestamp": at, "message": {"content": [block]}}
+
+
+def test_an_unanswered_call_is_a_failure_saying_so(tmp_path: Path) -> None:
+    [entry] = load_transcript(write(tmp_path, use("t1", "mcp__tasks__tasks_find")))
+    assert (entry.domain, entry.operation, entry.result.exit_code) == ("tasks", "find", 1)
+    assert entry.error == UNANSWERED
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (["{not json"], "t.jsonl, line 1: not valid JSON"),
+        (["[1, 2]"], "t.jsonl, line 1: not a JSON object"),
+        ([{**use("t1", "Bash"), "timestamp": None}], "t.jsonl, line 1: no timestamp"),
+        (
+            [use("t1", "Bash", at="2026-03-01T12:00:00")],
+            "line 1: timestamp '2026-03-01T12:00:00' has no timezone",
+        ),
+        ([{"type": "summary", "summary": "x"}], "t.jsonl: no tool calls in this transcript"),
+        ([use("t1", "")], "t.jsonl, line 1: a tool_use block needs an id and a name"),
+    ],
+)
+def test_a_bad_transcript_is_one_error_naming_the_line_and_imports_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lines: list[Any], message: str
+) -> None:
+    path = write(tmp_path, *lines)
+    with pytest.raises(TranscriptError, match=message):
+        load_transcript(path)
+    db = tmp_path / "audit.db"
+    assert main(["import", "--format", "claude-code", str(path), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    if db.exists():
+        with AuditStore(db, read_only=True) as store:
+            assert store.session_entries("s") == []
