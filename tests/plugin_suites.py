@@ -70,12 +70,12 @@ def make_suite(
     ``warnings`` is the inner run's first warning filter: in-process runs would otherwise
     inherit this project's ``filterwarnings = error``.
     """
-    pytester.makepyfile(agents=AGENTS)
+    pytester.makepyfile(suite_agents=AGENTS)
     pytester.makeini(
         "[pytest]\naddopts = -p no:cacheprovider\n"
         f"filterwarnings =\n    {warnings}\n" + textwrap.dedent(ini)
     )
     pytester.makepyfile(
-        test_agent="from agents import perfect, seventy_five, forty\nimport pytest\n"
+        test_agent="from suite_agents import perfect, seventy_five, forty\nimport pytest\n"
         + textwrap.dedent(body)
     )

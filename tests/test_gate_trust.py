@@ -332,7 +332,7 @@ def test_processes_creating_the_store_together_lose_no_entry(tmp_path: Path) -> 
 
 
 def test_a_killed_run_keeps_the_grades_of_the_tests_that_finished(tmp_path: Path) -> None:
-    (tmp_path / "agents.py").write_text(
+    (tmp_path / "suite_agents.py").write_text(
         textwrap.dedent(
             """
             def perfect(s):
@@ -347,7 +347,7 @@ def test_a_killed_run_keeps_the_grades_of_the_tests_that_finished(tmp_path: Path
         textwrap.dedent(
             """
             import os, signal
-            from agents import perfect
+            from suite_agents import perfect
 
             def test_one(graded_session):
                 perfect(graded_session)

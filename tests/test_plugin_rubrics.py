@@ -420,7 +420,7 @@ def test_a_rubric_from_a_conftest_loaded_during_collection_is_known_to_the_marke
     sub = pytester.mkpydir("agents_sub")
     (sub / "conftest.py").write_text(STEPS_RUBRIC)
     (sub / "test_sub.py").write_text(
-        "import pytest\nfrom agents import perfect\n\n"
+        "import pytest\nfrom suite_agents import perfect\n\n"
         "@pytest.mark.cleo_grade(rubric='steps', fail_under=60)\n"
         "def test_sub(graded_session):\n    perfect(graded_session)\n"
     )

@@ -1,0 +1,110 @@
+"""OpenAI Agents SDK: tool calls recorded from the SDK's own traces (extra ``openai-agents``).
+
+``agents.add_trace_processor(AuditTracingProcessor())`` (or ``set_trace_processors([...])``
+to replace the SDK's exporter): every function span that ends becomes an entry, its name, its
+input (the arguments' JSON), its output, its ``mcp_data`` (the MCP server of an MCP tool),
+``span.error`` and ``started_at``/``ended_at`` for the start and the duration. It needs no
+export to OpenAI: with no ``OPENAI_API_KEY`` the SDK's exporter only logs that it skipped,
+and ``set_trace_processors([AuditTracingProcessor()])`` leaves no exporter at all.
+
+A tool that raises is traced with an error (``Error running tool``) whose data holds the
+exception's text when the run includes sensitive data (the SDK's default): a ``KeyError`` or
+a "not found" text is CLEO's E_NOT_FOUND (4) by the shared exit-code rules. A trace only
+tells what happened: this adapter cannot fail a call (use fault injection through the
+dispatcher or an MCP adapter for that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+try:
+    from agents.tracing import FunctionSpanData, TracingProcessor
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "pytest_cleo_grade.capture.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'pytest-cleo-grade[openai-agents]'"
+    ) from exc
+
+from pytest_cleo_grade.capture.mapping import (
+    Call,
+    Failure,
+    ToolMapping,
+    envelope_failure,
+    record_call,
+)
+
+__all__ = ["AuditTracingProcessor", "span_failure"]
+
+SOURCE = "openai-agents"
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else None
+
+
+def span_failure(tool: str, error: Mapping[str, Any] | None, output: Any) -> Failure | None:
+    """How a function span says its tool failed: ``span.error`` (its data's ``error`` text is
+    the tool's), or CLEO's error envelope as the output; else None."""
+    if error:
+        data = error.get("data")
+        detail = data.get("error") if isinstance(data, Mapping) else None
+        message = str(error.get("message") or "tool failed")
+        text = f"{message}: {detail}" if isinstance(detail, str) and detail else message
+        return Failure(tool=tool, payload=dict(error), message=text)
+    if isinstance(output, str | Mapping):
+        return envelope_failure(tool, output if isinstance(output, str) else dict(output))
+    return None
+
+
+class AuditTracingProcessor(TracingProcessor):
+    """Records every ended function span into the graded session active in this process."""
+
+    def __init__(self, *, mapping: ToolMapping | None = None, source: str = SOURCE) -> None:
+        self.mapping = mapping
+        self.source = source
+
+    def on_trace_start(self, trace: Any) -> None:
+        return None
+
+    def on_trace_end(self, trace: Any) -> None:
+        return None
+
+    def on_span_start(self, span: Any) -> None:
+        return None
+
+    def on_span_end(self, span: Any) -> None:
+        data = span.span_data
+        if not isinstance(data, FunctionSpanData):
+            return
+        started, ended = _time(span.started_at), _time(span.ended_at)
+        duration = (ended - started).total_seconds() * 1000 if started and ended else None
+        extra: dict[str, Any] = {"spanId": span.span_id}
+        if isinstance(data.mcp_data, Mapping):
+            extra["mcp"] = dict(data.mcp_data)
+        record_call(
+            Call(
+                tool=data.name,
+                arguments=data.input,
+                failure=span_failure(data.name, span.error, data.output),
+                started=started,
+                duration_ms=duration,
+                source=self.source,
+                extra=extra,
+            ),
+            mapping=self.mapping,
+        )
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self) -> None:
+        return None
