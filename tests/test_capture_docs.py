@@ -18,6 +18,9 @@ EXAMPLES = ROOT / "examples" / "capture"
         ("pydantic_ai_agent.py", "pydantic_ai"),
         ("mcp_pair.py", "mcp.server.mcpserver"),
         ("otel_subprocess.py", "opentelemetry.exporter.otlp.proto.http"),
+        ("langchain_agent.py", "langchain.agents"),
+        ("openai_agents_agent.py", "agents.tracing"),
+        ("claude_hooks.py", "claude_agent_sdk"),
     ],
 )
 def test_the_capture_page_shows_the_examples_real_output(script: str, needs: str) -> None:
