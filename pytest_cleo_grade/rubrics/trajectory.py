@@ -86,14 +86,18 @@ def _match_rows(expected: Sequence[Call], actual: Sequence[_Actual]) -> list[byt
     return rows
 
 
-def _lcs(match: list[bytearray], columns: list[int]) -> list[tuple[str, int | None, int | None]]:
-    """Align expected rows with the actual ``columns`` by their longest common subsequence."""
-    m, n = len(match), len(columns)
+def _check_pairs(m: int, n: int) -> None:
     if m * n > MAX_PAIRS:
         raise RubricError(
             f"trajectory too long to align: {m} expected x {n} actual calls is over "
             f"{MAX_PAIRS:,} pairs; expect fewer calls or use an unordered mode"
         )
+
+
+def _lcs(match: list[bytearray], columns: list[int]) -> list[tuple[str, int | None, int | None]]:
+    """Align expected rows with the actual ``columns`` by their longest common subsequence."""
+    m, n = len(match), len(columns)
+    _check_pairs(m, n)
     table = [array("I", bytes(4 * (n + 1)))]
     for i in range(m):
         prev, row, hits = table[-1], array("I", bytes(4 * (n + 1))), match[i]
@@ -151,16 +155,18 @@ def _matching(match: list[bytearray], n: int) -> dict[int, int]:
 
 def align(expected: Sequence[Call], actual: Sequence[_Actual], mode: TrajectoryMode) -> Alignment:
     """Align ``actual`` ``(name, params)`` calls with ``expected`` under ``mode``."""
-    match = _match_rows(expected, actual)
     m, n = len(expected), len(actual)
     if mode in ("exact", "in_order"):
         names = {call.name for call in expected}
         counted = [j for j, (name, _) in enumerate(actual) if mode == "exact" or name in names]
+        _check_pairs(m, len(counted))  # before any work: the bound is on the whole alignment
+        match = _match_rows(expected, actual)
         ops = _lcs(match, counted)
         ignored = sorted(set(range(n)) - set(counted))
         rows = _out_of_order(_merge_ignored(ops, ignored), match)
         matched = sum(op == "=" for op, _, _ in rows)
         return Alignment(rows, matched, m, len(counted))
+    match = _match_rows(expected, actual)
     pairs = _matching(match, n)
     by_actual = {a: e for e, a in pairs.items()}
     rows = [("=", by_actual[j], j) if j in by_actual else ("+", None, j) for j in range(n)]
