@@ -9,6 +9,7 @@ U+0085, VT and FF inside a line are data, as JSON says.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -37,6 +38,7 @@ __all__ = [
     "parse_json_strict",
     "read_regular_bytes",
     "refuse_symlink",
+    "write_atomically",
 ]
 
 #: The longest JSON line read (an audit entry or a grade is a few KiB); longer is an input
@@ -274,3 +276,29 @@ def exclusive_temp_file(target: Path) -> tuple[int, Path]:
     """
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     return fd, Path(name)
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    """Write ``data`` to a new file beside ``target`` and rename it over ``target``.
+
+    A reader never sees half a file; the temporary file is created exclusively under a random
+    name (a file or link planted beside the target is never opened), and a link at ``target``
+    itself is replaced, never written through. Missing parent directories are created. On
+    OSError no temporary file is left behind, and the error is raised.
+    """
+    partial: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = exclusive_temp_file(target)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        # mkstemp's 0600 would hide the file from CI's other users: use the usual mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o666 & ~umask)
+        partial.replace(target)
+    except OSError:
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+        raise

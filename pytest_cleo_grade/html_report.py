@@ -6,14 +6,12 @@ The page itself is rendered by :mod:`pytest_cleo_grade.display_html` (pure); the
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_cleo_grade.display_html import build_report, grade_test_id, render_html
 from pytest_cleo_grade.errors import CleoGradeError
-from pytest_cleo_grade.files import exclusive_temp_file
+from pytest_cleo_grade.files import write_atomically
 from pytest_cleo_grade.models import GradeResult, order_entries
 from pytest_cleo_grade.verdict import GradedTest, RunGrade
 
@@ -74,28 +72,18 @@ def write_report(path: Path, text: str) -> None:
     exclusively under a random name, and a link at ``path`` is replaced, never written
     through. Raises ReportError with one line naming the path.
     """
-    partial: Path | None = None
     # A lone surrogate in an agent's string cannot be UTF-8: show it as its escape.
     data = text.encode("utf-8", "backslashreplace")
     try:
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            raise NotADirectoryError(20, f"{path.parent} is not a directory") from None
-        fd, partial = exclusive_temp_file(path)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        # mkstemp's 0600 would hide the report from CI's other users: use the usual mode.
-        os.chmod(partial, 0o666 & ~umask)
-        partial.replace(path)
+        if path.parent.exists() and not path.parent.is_dir():
+            raise NotADirectoryError(20, f"{path.parent} is not a directory")
+        write_atomically(path, data)
+    except FileExistsError:
+        # mkdir found a file where a parent directory should be.
+        raise ReportError(f"HTML report {path}: {path.parent} is not a directory") from None
     except OSError as exc:
-        if partial is not None:
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)  # no half-written file is left behind
         raise ReportError(f"HTML report {path}: {exc.strerror or exc}") from exc
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from pytest_cleo_grade.cli.common import (
 from pytest_cleo_grade.cli.grade import grade_from_store, refuse_empty, save_grade
 from pytest_cleo_grade.cli.record import add_db_option, db_path
 from pytest_cleo_grade.display import render_grade, score_text, terminal_text
-from pytest_cleo_grade.files import exclusive_temp_file
+from pytest_cleo_grade.files import write_atomically
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import GradeResult, format_timestamp
 from pytest_cleo_grade.sources import parse_json_strict
@@ -120,27 +118,10 @@ def run_junit(args: argparse.Namespace) -> int:
 
 
 def write_replacing(target: Path, data: bytes, *, where: str) -> None:
-    """Write ``data`` to a new file beside ``target`` and rename it over ``target``.
-
-    A reader never sees half a file; the temporary file is created exclusively under a
-    random name (a file or link planted beside the target is never opened), and a link at
-    ``target`` itself is replaced, never written through.
-    """
-    partial: Path | None = None
+    """Write ``data`` over ``target`` atomically (:func:`files.write_atomically`)."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, partial = exclusive_temp_file(target)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        # mkstemp's 0600 would hide the report from CI's other users: use the usual mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(partial, 0o666 & ~umask)
-        partial.replace(target)
+        write_atomically(target, data)
     except OSError as exc:
-        if partial is not None:
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)  # no half-written file is left behind
         raise CommandError(f"{where}: {target}: {exc.strerror or exc}") from exc
 
 
