@@ -1,4 +1,4 @@
-"""The five ct-grade scenarios (seed 001), each run by a protocol-following and a sloppy agent.
+"""The five scenarios of the ct-grade guide, each run by a protocol-following and a sloppy agent.
 
 The protocol-following runs must reach the ini threshold (B). The anti-pattern runs are graded
 in report mode: they pass by showing exactly the letter and the flags the rubric gives them.

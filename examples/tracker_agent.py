@@ -1,6 +1,6 @@
 """A deterministic demo agent working an in-memory task tracker through CLEO-shaped calls.
 
-No model and no network: each scenario of the ct-grade guide (seed 001) is scripted twice,
+No model and no network: each scenario of the ct-grade guide is scripted twice,
 once following the CLEO protocol and once showing the anti-pattern the rubric penalises.
 Every call goes through an audited transport, so the graded session sees exactly what the
 agent did.
