@@ -4,7 +4,12 @@
 The fixture (examples/sessions/claude-code-cleo.jsonl) follows Claude Code's session files as
 its documentation describes them (JSON Lines under ~/.claude/projects/<project>/, one message
 per line with type, sessionId, timestamp; tool_use blocks in assistant messages answered by
-tool_result blocks in the next user message): a CLEO session through the cleo MCP server."""
+tool_result blocks in the next user message): a CLEO session through the cleo MCP server.
+Sources for the line shapes (the format itself is internal to Claude Code and undocumented):
+the field reference at https://claude-dev.tools/docs/jsonl-format (type, uuid, parentUuid,
+timestamp, sessionId, cwd, gitBranch, version; message.content as a string or blocks) and
+txcript's docs/formats/claude-code.md (https://github.com/skillsynchq/txcript: summary,
+system and file-history-snapshot lines next to the user/assistant conversation)."""
 
 from __future__ import annotations
 
@@ -147,3 +152,74 @@ def test_a_bad_transcript_is_one_error_naming_the_line_and_imports_nothing(
     if db.exists():
         with AuditStore(db, read_only=True) as store:
             assert store.session_entries("s") == []
+
+
+def result(
+    key: str, content: Any, *, error: bool = False, at: str = "2026-03-01T12:00:02.5Z"
+) -> Any:
+    block = {"type": "tool_result", "tool_use_id": key, "content": content, "is_error": error}
+    return {"type": "user", "sessionId": "s", "timestamp": at, "message": {"content": [block]}}
+
+
+def text_blocks(text: str) -> list[dict[str, str]]:
+    return [{"type": "text", "text": text}]
+
+
+@pytest.mark.parametrize(
+    ("content", "error", "code"),
+    [
+        ("ok", False, 0),
+        (text_blocks('{"success": true, "data": []}'), False, 0),
+        ("<tool_use_error>File does not exist.</tool_use_error>", True, 4),
+        (text_blocks("Error: task T9 not found"), True, 4),
+        ("Permission to use Bash has been denied.", True, 1),
+        (
+            text_blocks('{"success": false, "error": {"code": "E_VALIDATION", "exitCode": 6}}'),
+            True,
+            6,
+        ),
+        # A CLEO error envelope returned as a normal (not is_error) result still fails.
+        ('{"success": false, "error": {"code": "E_NOT_FOUND", "exitCode": 4}}', False, 4),
+        (text_blocks('{"success": false, "error": {"code": "E_NOT_FOUND"}}'), False, 4),
+    ],
+)
+def test_a_results_exit_code_follows_the_shared_rules(
+    tmp_path: Path, content: Any, error: bool, code: int
+) -> None:
+    path = write(tmp_path, use("t1", "mcp__cleo__cleo_query"), result("t1", content, error=error))
+    [entry] = load_transcript(path)
+    assert (entry.result.exit_code, entry.result.success) == (code, code == 0)
+    assert entry.result.duration == 2500.0
+
+
+def test_other_lines_are_skipped_and_parallel_calls_pair_by_id(tmp_path: Path) -> None:
+    two = use("a", "Read")
+    two["message"]["content"].append({"type": "tool_use", "id": "b", "name": "Grep", "input": {}})
+    path = write(
+        tmp_path,
+        {"type": "summary", "summary": "x", "leafUuid": "u1"},
+        {"type": "system", "subtype": "local_command", "content": "/clear"},
+        {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}},
+        {"type": "user", "sessionId": "s", "timestamp": "bad", "message": {"content": "hello"}},
+        two,
+        result("b", "found nothing", at="2026-03-01T12:00:01Z"),
+        two,  # the same line again: still two calls, none of them unanswered
+        result("stranger", "a result for a call this file never made"),
+        result("a", "text", at="2026-03-01T12:00:03Z"),
+    )
+    entries = load_transcript(path)
+    assert [(e.domain, e.operation, e.result.duration) for e in entries] == [
+        ("tool", "Read", 3000.0),
+        ("tool", "Grep", 1000.0),
+    ]
+
+
+def test_a_big_transcript_streams_in_linear_time(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        for n in range(20_000):
+            out.write(json.dumps(use(f"t{n}", "mcp__cleo__cleo_query")) + "\n")
+            out.write(json.dumps(result(f"t{n}", "ok")) + "\n")
+    entries = load_transcript(path)
+    assert len(entries) == 20_000
+    assert all(e.result.success for e in entries)
