@@ -14,6 +14,7 @@ system and file-history-snapshot lines next to the user/assistant conversation).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +224,56 @@ def test_a_big_transcript_streams_in_linear_time(tmp_path: Path) -> None:
     entries = load_transcript(path)
     assert len(entries) == 20_000
     assert all(e.result.success for e in entries)
+
+
+def doc_block(commands: list[tuple[str, list[str]]], capsys: pytest.CaptureFixture[str]) -> str:
+    """The commands run in-process, written as docs/capture.md shows them."""
+    shown = []
+    for line, argv in commands:
+        code = main(argv)
+        out, err = capsys.readouterr()
+        shown.append(f"$ {line}\n{out}{err}" + (f"exit {code}\n" if code else ""))
+    return re.sub(r"Graded at:  \S+", "Graded at:  ...", "".join(shown))
+
+
+def test_the_capture_page_shows_the_real_import_and_grade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "examples" / "sessions").mkdir(parents=True)
+    lines = TRANSCRIPT.read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "examples" / "sessions" / TRANSCRIPT.name).write_text(
+        "".join(lines), encoding="utf-8"
+    )
+    page = re.sub(
+        r"Graded at:  \S+",
+        "Graded at:  ...",
+        (ROOT / "docs" / "capture.md").read_text(encoding="utf-8"),
+    )
+    where = "examples/sessions/claude-code-cleo.jsonl"
+    imported = doc_block(
+        [
+            (
+                f"cleo-grade import --format claude-code {where} --db cc.db",
+                ["import", "--format", "claude-code", where, "--db", "cc.db"],
+            ),
+            (f"cleo-grade grade {SESSION} --db cc.db", ["grade", SESSION, "--db", "cc.db"]),
+        ],
+        capsys,
+    )
+    assert f"```\n{imported}```" in page
+    # The interrupted session: the first 18 lines, then a line cut in half.
+    (tmp_path / "interrupted.jsonl").write_text("".join(lines[:18]), encoding="utf-8")
+    argv = ["import", "--format", "claude-code", "interrupted.jsonl"]
+    assert main([*argv, "--session-id", "interrupted", "--db", "cc.db"]) == 0
+    assert main(["show", "interrupted", "--db", "cc.db"]) == 0
+    out = capsys.readouterr().out
+    ended = "".join(line for line in out.splitlines(keepends=True) if "session.end" in line)
+    assert "session.end   cleo_mutate exit 1" in ended
+    with (tmp_path / "interrupted.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write('{"type": "user",\n')
+    assert main([*argv, "--db", "cc.db"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cleo-grade: error: interrupted.jsonl, line 19: not valid JSON")
+    for shown in (ended, err):
+        assert shown in page
