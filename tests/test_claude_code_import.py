@@ -277,3 +277,11 @@ def test_the_capture_page_shows_the_real_import_and_grade(
     assert err.startswith("cleo-grade: error: interrupted.jsonl, line 19: not valid JSON")
     for shown in (ended, err):
         assert shown in page
+
+
+def test_a_line_without_session_id_takes_the_files_name(tmp_path: Path) -> None:
+    line = use("t1", "Bash")
+    del line["sessionId"]
+    path = tmp_path / "0b5e-session.jsonl"
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    assert [e.session_id for e in load_transcript(path)] == ["0b5e-session"]

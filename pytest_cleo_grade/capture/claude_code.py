@@ -127,10 +127,13 @@ def load_transcript(
 ) -> list[AuditEntry]:
     """The tool calls of a Claude Code transcript as entries, in the order they started.
 
-    ``session_id`` replaces the transcript's own. Errors name the file and line; a transcript
+    ``session_id`` replaces the transcript's own (a line without ``sessionId`` takes the
+    file's name, ``<session id>.jsonl``). Errors name the file and line; a transcript
     with no tool call is an error (it would grade as an agent that did nothing).
     """
     source = Path(path)
+    # Claude Code names the file after the session: the id of a line that lacks sessionId.
+    fallback = source.stem or None
     waiting: dict[str, _Use] = {}
     # Every id seen once: a tool_use written twice is one call, not a second unanswered one.
     seen: set[str] = set()
@@ -174,7 +177,7 @@ def load_transcript(
                     name,
                     block.get("input"),
                     stamp,
-                    owner if isinstance(owner, str) else None,
+                    owner if isinstance(owner, str) and owner else fallback,
                     number,
                     len(seen),
                 )
