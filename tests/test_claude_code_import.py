@@ -4,11 +4,17 @@
 The fixture (examples/sessions/claude-code-cleo.jsonl) follows Claude Code's session files as
 its documentation describes them (JSON Lines under ~/.claude/projects/<project>/, one message
 per line with type, sessionId, timestamp; tool_use blocks in assistant messages answered by
-tool_result blocks in the next user message): a CLEO session through the cleo MCP server."""
+tool_result blocks in the next user message): a CLEO session through the cleo MCP server.
+Sources for the line shapes (the format itself is internal to Claude Code and undocumented):
+the field reference at https://claude-dev.tools/docs/jsonl-format (type, uuid, parentUuid,
+timestamp, sessionId, cwd, gitBranch, version; message.content as a string or blocks) and
+txcript's docs/formats/claude-code.md (https://github.com/skillsynchq/txcript: summary,
+system and file-history-snapshot lines next to the user/assistant conversation)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +153,135 @@ def test_a_bad_transcript_is_one_error_naming_the_line_and_imports_nothing(
     if db.exists():
         with AuditStore(db, read_only=True) as store:
             assert store.session_entries("s") == []
+
+
+def result(
+    key: str, content: Any, *, error: bool = False, at: str = "2026-03-01T12:00:02.5Z"
+) -> Any:
+    block = {"type": "tool_result", "tool_use_id": key, "content": content, "is_error": error}
+    return {"type": "user", "sessionId": "s", "timestamp": at, "message": {"content": [block]}}
+
+
+def text_blocks(text: str) -> list[dict[str, str]]:
+    return [{"type": "text", "text": text}]
+
+
+@pytest.mark.parametrize(
+    ("content", "error", "code"),
+    [
+        ("ok", False, 0),
+        (text_blocks('{"success": true, "data": []}'), False, 0),
+        ("<tool_use_error>File does not exist.</tool_use_error>", True, 4),
+        (text_blocks("Error: task T9 not found"), True, 4),
+        ("Permission to use Bash has been denied.", True, 1),
+        (
+            text_blocks('{"success": false, "error": {"code": "E_VALIDATION", "exitCode": 6}}'),
+            True,
+            6,
+        ),
+        # A CLEO error envelope returned as a normal (not is_error) result still fails.
+        ('{"success": false, "error": {"code": "E_NOT_FOUND", "exitCode": 4}}', False, 4),
+        (text_blocks('{"success": false, "error": {"code": "E_NOT_FOUND"}}'), False, 4),
+    ],
+)
+def test_a_results_exit_code_follows_the_shared_rules(
+    tmp_path: Path, content: Any, error: bool, code: int
+) -> None:
+    path = write(tmp_path, use("t1", "mcp__cleo__cleo_query"), result("t1", content, error=error))
+    [entry] = load_transcript(path)
+    assert (entry.result.exit_code, entry.result.success) == (code, code == 0)
+    assert entry.result.duration == 2500.0
+
+
+def test_other_lines_are_skipped_and_parallel_calls_pair_by_id(tmp_path: Path) -> None:
+    two = use("a", "Read")
+    two["message"]["content"].append({"type": "tool_use", "id": "b", "name": "Grep", "input": {}})
+    path = write(
+        tmp_path,
+        {"type": "summary", "summary": "x", "leafUuid": "u1"},
+        {"type": "system", "subtype": "local_command", "content": "/clear"},
+        {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}},
+        {"type": "user", "sessionId": "s", "timestamp": "bad", "message": {"content": "hello"}},
+        two,
+        result("b", "found nothing", at="2026-03-01T12:00:01Z"),
+        two,  # the same line again: still two calls, none of them unanswered
+        result("stranger", "a result for a call this file never made"),
+        result("a", "text", at="2026-03-01T12:00:03Z"),
+    )
+    entries = load_transcript(path)
+    assert [(e.domain, e.operation, e.result.duration) for e in entries] == [
+        ("tool", "Read", 3000.0),
+        ("tool", "Grep", 1000.0),
+    ]
+
+
+def test_a_big_transcript_streams_in_linear_time(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        for n in range(20_000):
+            out.write(json.dumps(use(f"t{n}", "mcp__cleo__cleo_query")) + "\n")
+            out.write(json.dumps(result(f"t{n}", "ok")) + "\n")
+    entries = load_transcript(path)
+    assert len(entries) == 20_000
+    assert all(e.result.success for e in entries)
+
+
+def doc_block(commands: list[tuple[str, list[str]]], capsys: pytest.CaptureFixture[str]) -> str:
+    """The commands run in-process, written as docs/capture.md shows them."""
+    shown = []
+    for line, argv in commands:
+        code = main(argv)
+        out, err = capsys.readouterr()
+        shown.append(f"$ {line}\n{out}{err}" + (f"exit {code}\n" if code else ""))
+    return re.sub(r"Graded at:  \S+", "Graded at:  ...", "".join(shown))
+
+
+def test_the_capture_page_shows_the_real_import_and_grade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "examples" / "sessions").mkdir(parents=True)
+    lines = TRANSCRIPT.read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "examples" / "sessions" / TRANSCRIPT.name).write_text(
+        "".join(lines), encoding="utf-8"
+    )
+    page = re.sub(
+        r"Graded at:  \S+",
+        "Graded at:  ...",
+        (ROOT / "docs" / "capture.md").read_text(encoding="utf-8"),
+    )
+    where = "examples/sessions/claude-code-cleo.jsonl"
+    imported = doc_block(
+        [
+            (
+                f"cleo-grade import --format claude-code {where} --db cc.db",
+                ["import", "--format", "claude-code", where, "--db", "cc.db"],
+            ),
+            (f"cleo-grade grade {SESSION} --db cc.db", ["grade", SESSION, "--db", "cc.db"]),
+        ],
+        capsys,
+    )
+    assert f"```\n{imported}```" in page
+    # The interrupted session: the first 18 lines, then a line cut in half.
+    (tmp_path / "interrupted.jsonl").write_text("".join(lines[:18]), encoding="utf-8")
+    argv = ["import", "--format", "claude-code", "interrupted.jsonl"]
+    assert main([*argv, "--session-id", "interrupted", "--db", "cc.db"]) == 0
+    assert main(["show", "interrupted", "--db", "cc.db"]) == 0
+    out = capsys.readouterr().out
+    ended = "".join(line for line in out.splitlines(keepends=True) if "session.end" in line)
+    assert "session.end   cleo_mutate exit 1" in ended
+    with (tmp_path / "interrupted.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write('{"type": "user",\n')
+    assert main([*argv, "--db", "cc.db"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cleo-grade: error: interrupted.jsonl, line 19: not valid JSON")
+    for shown in (ended, err):
+        assert shown in page
+
+
+def test_a_line_without_session_id_takes_the_files_name(tmp_path: Path) -> None:
+    line = use("t1", "Bash")
+    del line["sessionId"]
+    path = tmp_path / "0b5e-session.jsonl"
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    assert [e.session_id for e in load_transcript(path)] == ["0b5e-session"]

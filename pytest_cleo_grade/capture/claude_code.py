@@ -11,9 +11,10 @@ gateway), the start from the tool_use line, the duration up to the result's line
 code from the shared rules (an error saying "not found" is 4), the transcript's session id.
 
 CLEO agents run inside Claude Code, so this grades a real CLEO session after the fact with no
-instrumentation. Lines of other types are skipped; a tool_use with no result (an interrupted
-session) is recorded as a failure, "no tool_result in the transcript". Streamed: memory holds
-the calls still waiting for their result.
+instrumentation. Lines of other types are skipped, and so is a tool_result whose tool_use is
+not in the file; a tool_use with no result (an interrupted session) is recorded as a failure,
+exit 1, "no tool_result in the transcript"; a tool_use id written twice is one call. Streamed:
+memory holds the entries (the import is all or nothing) and the calls waiting for a result.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class _Use:
     started: datetime
     session_id: str | None
     line: int
+    #: Its place among the file's tool_use blocks: calls started together keep the file's order.
+    order: int
 
 
 def _timestamp(value: Any, where: str) -> datetime:
@@ -124,12 +127,17 @@ def load_transcript(
 ) -> list[AuditEntry]:
     """The tool calls of a Claude Code transcript as entries, in the order they started.
 
-    ``session_id`` replaces the transcript's own. Errors name the file and line; a transcript
+    ``session_id`` replaces the transcript's own (a line without ``sessionId`` takes the
+    file's name, ``<session id>.jsonl``). Errors name the file and line; a transcript
     with no tool call is an error (it would grade as an agent that did nothing).
     """
     source = Path(path)
+    # Claude Code names the file after the session: the id of a line that lacks sessionId.
+    fallback = source.stem or None
     waiting: dict[str, _Use] = {}
-    entries: list[AuditEntry] = []
+    # Every id seen once: a tool_use written twice is one call, not a second unanswered one.
+    seen: set[str] = set()
+    entries: list[tuple[datetime, int, AuditEntry]] = []
 
     def add(use: _Use, failure: Failure | None, ended: datetime | None, key: str) -> None:
         duration = None if ended is None else (ended - use.started).total_seconds() * 1000
@@ -143,11 +151,10 @@ def load_transcript(
             extra={"toolUseId": key},
         )
         try:
-            entries.append(
-                build_entry(call, session_id=session_id or use.session_id, mapping=mapping)
-            )
+            entry = build_entry(call, session_id=session_id or use.session_id, mapping=mapping)
         except CleoGradeError as exc:
             raise TranscriptError(f"{source}, line {use.line}: {exc}") from None
+        entries.append((use.started, use.order, entry))
 
     for number, line in _lines(source):
         if line.get("type") not in ("assistant", "user"):
@@ -164,22 +171,25 @@ def load_transcript(
                 key, name = block.get("id"), block.get("name")
                 if not isinstance(key, str) or not isinstance(name, str) or not name:
                     raise TranscriptError(f"{where}: a tool_use block needs an id and a name")
+                if key in seen:
+                    continue
                 waiting[key] = _Use(
                     name,
                     block.get("input"),
                     stamp,
-                    owner if isinstance(owner, str) else None,
+                    owner if isinstance(owner, str) and owner else fallback,
                     number,
+                    len(seen),
                 )
+                seen.add(key)
             elif block.get("type") == "tool_result":
-                key = block.get("tool_use_id")
-                use = waiting.pop(key, None) if isinstance(key, str) else None
+                answered = block.get("tool_use_id")
+                use = waiting.pop(answered, None) if isinstance(answered, str) else None
                 if use is not None:
-                    assert isinstance(key, str)
-                    add(use, _failure(use.tool, block), stamp, key)
+                    add(use, _failure(use.tool, block), stamp, str(answered))
     for key, use in waiting.items():
         add(use, Failure(tool=use.tool, message=UNANSWERED), None, key)
     if not entries:
         raise TranscriptError(f"{source}: no tool calls in this transcript")
-    entries.sort(key=lambda entry: entry.timestamp)
-    return entries
+    entries.sort(key=lambda item: item[:2])
+    return [entry for _, _, entry in entries]
