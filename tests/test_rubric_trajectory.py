@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -255,3 +257,92 @@ def test_bad_trajectory_markers_are_usage_errors(
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_a_non_string_call_name_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match=r"expected call 42 is not domain\.operation"):
+        Call(42)  # type: ignore[arg-type]
+
+
+def test_a_failing_predicate_is_a_one_line_rubric_error_naming_the_expectation() -> None:
+    expect = ["a.b", ("tasks.show", lambda p: p["taskId"] == "T1")]
+    entries = [entry("a", "b", at=0), entry("tasks", "show", at=1)]
+    with pytest.raises(RubricError) as caught:
+        grade(expect, "in_order", entries)
+    assert str(caught.value) == (
+        "expect[1]: the predicate of expected call tasks.show raised KeyError: 'taskId' "
+        "(on entry #1)"
+    )
+
+
+def _oracle_lcs(expected: list[str], actual: list[str]) -> int:
+    """The textbook LCS length, written independently of the rubric's alignment."""
+    prev = [0] * (len(actual) + 1)
+    for name in expected:
+        row = [0]
+        for k, made in enumerate(actual):
+            row.append(prev[k] + 1 if name == made else max(prev[k + 1], row[k]))
+        prev = row
+    return prev[-1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matched_counts_agree_with_an_independent_oracle(seed: int) -> None:
+    # Small random trajectories over three names: the ordered modes' matched count is the
+    # textbook LCS (in_order over the calls of expected kinds only); the unordered modes'
+    # is the multiset overlap (names only, so a maximum matching is exactly that).
+    rng = random.Random(seed)
+    names = ["a.x", "b.y", "c.z"]
+    expected = [rng.choice(names[:2]) for _ in range(rng.randint(1, 6))]
+    actual = [rng.choice(names) for _ in range(rng.randint(0, 8))]
+    calls = [Call(name) for name in expected]
+    made = [(name, {}) for name in actual]
+    kinds = [name for name in actual if name in set(expected)]
+    overlap = sum((Counter(expected) & Counter(actual)).values())
+    want = {
+        "exact": (_oracle_lcs(expected, actual), len(actual), len(expected)),
+        "in_order": (_oracle_lcs(expected, kinds), len(kinds), len(expected)),
+        "any_order": (overlap, len(actual), len(expected)),
+        "subset": (overlap, len(actual), overlap),
+        "superset": (overlap, overlap, len(expected)),
+    }
+    for mode, (matched, precision_of, recall_of) in want.items():
+        got = align(calls, made, mode)  # type: ignore[arg-type]
+        assert (got.matched, got.precision_of, got.recall_of) == (
+            matched,
+            precision_of,
+            recall_of,
+        ), mode
+        # Every expected call is on exactly one row, every actual call too.
+        assert sorted(i for _, i, _ in got.rows if i is not None) == list(range(len(expected)))
+        assert sorted(j for _, _, j in got.rows if j is not None) == list(range(len(actual)))
+        full = {
+            "exact": expected == actual,
+            "in_order": expected == kinds,
+            "any_order": Counter(expected) == Counter(actual),
+            "subset": not Counter(actual) - Counter(expected),
+            "superset": not Counter(expected) - Counter(actual),
+        }[mode]
+        assert (got.f1 == 1) == full, mode
+
+
+def test_a_marked_test_whose_predicate_fails_shows_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cleo_grade(expect=[("tasks.show", lambda p: p["taskId"] == "T1")])
+        def test_agent(graded_session):
+            graded_session.record("tasks", "show")
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cleo-grade: test_a_marked_test_whose_predicate_fails_shows_one_line.py::test_agent:"
+            " cannot grade with rubric trajectory: expect[0]: the predicate of expected call"
+            " tasks.show raised KeyError: 'taskId' (on entry #0)"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()

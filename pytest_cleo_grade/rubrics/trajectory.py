@@ -77,13 +77,24 @@ def _match_rows(expected: Sequence[Call], actual: Sequence[_Actual]) -> list[byt
     by_name: dict[str, list[int]] = {}
     for j, (name, _) in enumerate(actual):
         by_name.setdefault(name, []).append(j)
-    for call in expected:
+    for i, call in enumerate(expected):
         row = bytearray(len(actual))
         for j in by_name.get(call.name, ()):
-            if call.matches(*actual[j]):
+            if _matches(call, i, j, actual[j]):
                 row[j] = 1
         rows.append(row)
     return rows
+
+
+def _matches(call: Call, i: int, j: int, made: _Actual) -> bool:
+    """``call.matches``, a failing ``where`` predicate named in one line (not a traceback)."""
+    try:
+        return call.matches(*made)
+    except Exception as exc:  # the test author's predicate: any error is theirs to see
+        raise RubricError(
+            f"expect[{i}]: the predicate of expected call {call.name} raised "
+            f"{type(exc).__name__}: {exc} (on entry #{j})"
+        ) from None
 
 
 def _check_pairs(m: int, n: int) -> None:
