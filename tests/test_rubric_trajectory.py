@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +13,13 @@ import pytest
 from pytest_cleo_grade.errors import RubricError
 from pytest_cleo_grade.expectations import Call, parse_expectations
 from pytest_cleo_grade.models import GradeResult
-from pytest_cleo_grade.rubrics.trajectory import align, grade_trajectory
+from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
+from pytest_cleo_grade.rubrics.trajectory import (
+    TrajectoryRubric,
+    align,
+    check_trajectory_file,
+    grade_trajectory,
+)
 from tests.entries import NOW, entry
 
 #: session.list, admin.help, tasks.list, tasks.find, tasks.show(T2)
@@ -346,3 +353,85 @@ def test_a_marked_test_whose_predicate_fails_shows_one_line(pytester: pytest.Pyt
         ]
     )
     assert "Traceback" not in result.stdout.str()
+
+
+TRAJECTORY_FILE = """
+[trajectory]
+mode = "exact"
+expect = ["session.list", {call = "tasks.find", params = {query = "login"}}, "session.end"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("trajectory = 3", "a trajectory rubric file has one table, [trajectory]"),
+        ('[trajectory]\nexpect = ["a.b"]\n[judge]\nmodel = "m"', "has one table, [trajectory]"),
+        ('[trajectory]\nexpect = ["a.b"]\nfoo = 1', "trajectory.foo: unknown key"),
+        ('[trajectory]\nexpect = ["a.b"]\nmode = "strict"', "trajectory.mode: invalid trajectory"),
+        ('[trajectory]\nmode = "exact"', "trajectory.expect: invalid expect None"),
+        ('[trajectory]\nexpect = ["a.b", 3]', "trajectory.expect[1]: 3 is not an expected call"),
+        (
+            '[trajectory]\nexpect = [{call = "a.b", where = "x"}]',
+            "trajectory.expect[0]: where= needs Python",
+        ),
+    ],
+)
+def test_bad_trajectory_files_name_the_file_and_field(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "traj.toml"
+    path.write_text(text)
+    with pytest.raises(RubricError) as caught:
+        check_trajectory_file(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_a_trajectory_file_gives_calls_and_mode_the_marker_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "traj.json"
+    path.write_text('{"trajectory": {"expect": ["session.list", "tasks.find"], "mode": "exact"}}')
+    rubric = TrajectoryRubric().configure(RubricConfig(rubric_file=path))
+    made = [entry("tasks", "find", at=0), entry("session", "list", at=1)]
+    assert rubric.grade(made, session_id="s1", now=NOW).total_score == 50  # exact: F1 2/4
+    marked = GradeContext(extra={"expect": ["tasks.find"], "expectMode": "superset"})
+    assert rubric.grade(made, session_id="s1", now=NOW, context=marked).total_score == 100
+    # The marker's expect= without a mode takes the default mode (in_order: session.list is
+    # not counted, 100), not the file's (exact would be F1 2*1/(1+2) = 66.67).
+    alone = GradeContext(extra={"expect": ["tasks.find"]})
+    assert rubric.grade(made, session_id="s1", now=NOW, context=alone).total_score == 100
+    assert check_trajectory_file(tmp_path / "traj.json") is True
+
+
+def test_the_rubric_file_option_takes_a_trajectory_file(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", traj=TRAJECTORY_FILE)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cleo_grade(rubric="trajectory", fail_under=90)
+        def test_file(graded_session):
+            graded_session.record("session", "list")
+            graded_session.record("tasks", "find", {"query": "login"})
+
+        @pytest.mark.cleo_grade(expect=["session.list"], mode="superset")
+        def test_marker_wins(graded_session):
+            graded_session.record("session", "list")
+            graded_session.record("tasks", "find", {"query": "login"})
+        """
+    )
+    result = pytester.runpytest("--cleo-grade-rubric-file=traj.toml")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cleo-grade: 80/100 (80%, grade B) is below the threshold 90% (A)*",
+            "    expected                    actual (exact)",
+            "  = session.list                #0 session.list",
+            "  = tasks.find (query='login')  #1 tasks.find",
+            "  - session.end",
+        ]
+    )
+    pytester.makefile(".toml", bad='[trajectory]\nexpect = ["a.b"]\nmode = "strict"')
+    bad = pytester.runpytest("--cleo-grade-rubric-file=bad.toml")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "bad.toml: trajectory.mode: invalid trajectory mode 'strict'" in bad.stderr.str()
