@@ -435,3 +435,25 @@ def test_the_rubric_file_option_takes_a_trajectory_file(pytester: pytest.Pyteste
     bad = pytester.runpytest("--cleo-grade-rubric-file=bad.toml")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "bad.toml: trajectory.mode: invalid trajectory mode 'strict'" in bad.stderr.str()
+
+
+def test_cleo_grade_rubrics_check_shows_a_trajectory_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_cleo_grade.cli import main
+
+    path = tmp_path / "traj.toml"
+    path.write_text(TRAJECTORY_FILE)
+    assert main(["rubrics", "--check", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: ok (trajectory, 3 expected calls, mode exact)",
+        "    1 session.list",
+        "    2 tasks.find (query='login')",
+        "    3 session.end",
+    ]
+    path.write_text('[trajectory]\nexpect = ["a.b"]\nmode = "strict"')
+    assert main(["rubrics", "--check", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"cleo-grade: error: {path}: trajectory.mode: invalid trajectory mode 'strict': "
+        "expected exact, in_order, any_order, subset, superset"
+    )
