@@ -52,8 +52,10 @@ class Call:
     where: Callable[[Mapping[str, Any]], bool] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        domain, dot, operation = self.name.partition(".")
-        if not isinstance(self.name, str) or not dot or not domain or not operation:
+        # The type first: Call(42) is a ValueError naming the value, not an AttributeError.
+        name = self.name if isinstance(self.name, str) else ""
+        domain, dot, operation = name.partition(".")
+        if not dot or not domain or not operation:
             raise ValueError(f"expected call {self.name!r} is not domain.operation")
         if self.params is not None and not isinstance(self.params, Mapping):
             raise ValueError(f"params of expected call {self.name} must be a dict")

@@ -101,9 +101,11 @@ def _unknown_rubric(config: pytest.Config, name: str) -> str | None:
 def _rubric_file_problem(path: Path) -> str | None:
     """Why the rubric file cannot be used (one line naming the file and field), or None."""
     from pytest_cleo_grade.rubrics.rules import check_rubric_file
+    from pytest_cleo_grade.rubrics.trajectory import check_trajectory_file
 
     try:
-        check_rubric_file(path)
+        if not check_trajectory_file(path):
+            check_rubric_file(path)
     except CleoGradeError as exc:
         return str(exc)
     return None

@@ -45,6 +45,8 @@ def _block_after(page: str, command: str) -> str:
         "cleo-grade show --entries examples/sessions/agent-session.jsonl",
         "cleo-grade show --entries examples/sessions/support-session.jsonl --rubric rules "
         "--rubric-file examples/rubrics/support-rules.toml",
+        "cleo-grade show --entries examples/sessions/support-session.jsonl --rubric trajectory "
+        "--rubric-file examples/rubrics/support-trajectory.toml",
     ],
 )
 def test_the_show_transcripts_in_the_rubrics_page_are_real_output(

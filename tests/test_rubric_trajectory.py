@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +13,13 @@ import pytest
 from pytest_cleo_grade.errors import RubricError
 from pytest_cleo_grade.expectations import Call, parse_expectations
 from pytest_cleo_grade.models import GradeResult
-from pytest_cleo_grade.rubrics.trajectory import align, grade_trajectory
+from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
+from pytest_cleo_grade.rubrics.trajectory import (
+    TrajectoryRubric,
+    align,
+    check_trajectory_file,
+    grade_trajectory,
+)
 from tests.entries import NOW, entry
 
 #: session.list, admin.help, tasks.list, tasks.find, tasks.show(T2)
@@ -255,3 +264,196 @@ def test_bad_trajectory_markers_are_usage_errors(
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+def test_a_non_string_call_name_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match=r"expected call 42 is not domain\.operation"):
+        Call(42)  # type: ignore[arg-type]
+
+
+def test_a_failing_predicate_is_a_one_line_rubric_error_naming_the_expectation() -> None:
+    expect = ["a.b", ("tasks.show", lambda p: p["taskId"] == "T1")]
+    entries = [entry("a", "b", at=0), entry("tasks", "show", at=1)]
+    with pytest.raises(RubricError) as caught:
+        grade(expect, "in_order", entries)
+    assert str(caught.value) == (
+        "expect[1]: the predicate of expected call tasks.show raised KeyError: 'taskId' "
+        "(on entry #1)"
+    )
+
+
+def _oracle_lcs(expected: list[str], actual: list[str]) -> int:
+    """The textbook LCS length, written independently of the rubric's alignment."""
+    prev = [0] * (len(actual) + 1)
+    for name in expected:
+        row = [0]
+        for k, made in enumerate(actual):
+            row.append(prev[k] + 1 if name == made else max(prev[k + 1], row[k]))
+        prev = row
+    return prev[-1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matched_counts_agree_with_an_independent_oracle(seed: int) -> None:
+    # Small random trajectories over three names: the ordered modes' matched count is the
+    # textbook LCS (in_order over the calls of expected kinds only); the unordered modes'
+    # is the multiset overlap (names only, so a maximum matching is exactly that).
+    rng = random.Random(seed)
+    names = ["a.x", "b.y", "c.z"]
+    expected = [rng.choice(names[:2]) for _ in range(rng.randint(1, 6))]
+    actual = [rng.choice(names) for _ in range(rng.randint(0, 8))]
+    calls = [Call(name) for name in expected]
+    made = [(name, {}) for name in actual]
+    kinds = [name for name in actual if name in set(expected)]
+    overlap = sum((Counter(expected) & Counter(actual)).values())
+    want = {
+        "exact": (_oracle_lcs(expected, actual), len(actual), len(expected)),
+        "in_order": (_oracle_lcs(expected, kinds), len(kinds), len(expected)),
+        "any_order": (overlap, len(actual), len(expected)),
+        "subset": (overlap, len(actual), overlap),
+        "superset": (overlap, overlap, len(expected)),
+    }
+    for mode, (matched, precision_of, recall_of) in want.items():
+        got = align(calls, made, mode)  # type: ignore[arg-type]
+        assert (got.matched, got.precision_of, got.recall_of) == (
+            matched,
+            precision_of,
+            recall_of,
+        ), mode
+        # Every expected call is on exactly one row, every actual call too.
+        assert sorted(i for _, i, _ in got.rows if i is not None) == list(range(len(expected)))
+        assert sorted(j for _, _, j in got.rows if j is not None) == list(range(len(actual)))
+        full = {
+            "exact": expected == actual,
+            "in_order": expected == kinds,
+            "any_order": Counter(expected) == Counter(actual),
+            "subset": not Counter(actual) - Counter(expected),
+            "superset": not Counter(expected) - Counter(actual),
+        }[mode]
+        assert (got.f1 == 1) == full, mode
+
+
+def test_a_marked_test_whose_predicate_fails_shows_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cleo_grade(expect=[("tasks.show", lambda p: p["taskId"] == "T1")])
+        def test_agent(graded_session):
+            graded_session.record("tasks", "show")
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cleo-grade: test_a_marked_test_whose_predicate_fails_shows_one_line.py::test_agent:"
+            " cannot grade with rubric trajectory: expect[0]: the predicate of expected call"
+            " tasks.show raised KeyError: 'taskId' (on entry #0)"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
+TRAJECTORY_FILE = """
+[trajectory]
+mode = "exact"
+expect = ["session.list", {call = "tasks.find", params = {query = "login"}}, "session.end"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("trajectory = 3", "a trajectory rubric file has one table, [trajectory]"),
+        ('[trajectory]\nexpect = ["a.b"]\n[judge]\nmodel = "m"', "has one table, [trajectory]"),
+        ('[trajectory]\nexpect = ["a.b"]\nfoo = 1', "trajectory.foo: unknown key"),
+        ('[trajectory]\nexpect = ["a.b"]\nmode = "strict"', "trajectory.mode: invalid trajectory"),
+        ('[trajectory]\nmode = "exact"', "trajectory.expect: invalid expect None"),
+        ('[trajectory]\nexpect = ["a.b", 3]', "trajectory.expect[1]: 3 is not an expected call"),
+        (
+            '[trajectory]\nexpect = [{call = "a.b", where = "x"}]',
+            "trajectory.expect[0]: where= needs Python",
+        ),
+    ],
+)
+def test_bad_trajectory_files_name_the_file_and_field(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "traj.toml"
+    path.write_text(text)
+    with pytest.raises(RubricError) as caught:
+        check_trajectory_file(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_a_trajectory_file_gives_calls_and_mode_the_marker_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "traj.json"
+    path.write_text('{"trajectory": {"expect": ["session.list", "tasks.find"], "mode": "exact"}}')
+    rubric = TrajectoryRubric().configure(RubricConfig(rubric_file=path))
+    made = [entry("tasks", "find", at=0), entry("session", "list", at=1)]
+    assert rubric.grade(made, session_id="s1", now=NOW).total_score == 50  # exact: F1 2/4
+    marked = GradeContext(extra={"expect": ["tasks.find"], "expectMode": "superset"})
+    assert rubric.grade(made, session_id="s1", now=NOW, context=marked).total_score == 100
+    # The marker's expect= without a mode takes the default mode (in_order: session.list is
+    # not counted, 100), not the file's (exact would be F1 2*1/(1+2) = 66.67).
+    alone = GradeContext(extra={"expect": ["tasks.find"]})
+    assert rubric.grade(made, session_id="s1", now=NOW, context=alone).total_score == 100
+    assert check_trajectory_file(tmp_path / "traj.json") is True
+
+
+def test_the_rubric_file_option_takes_a_trajectory_file(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", traj=TRAJECTORY_FILE)
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cleo_grade(rubric="trajectory", fail_under=90)
+        def test_file(graded_session):
+            graded_session.record("session", "list")
+            graded_session.record("tasks", "find", {"query": "login"})
+
+        @pytest.mark.cleo_grade(expect=["session.list"], mode="superset")
+        def test_marker_wins(graded_session):
+            graded_session.record("session", "list")
+            graded_session.record("tasks", "find", {"query": "login"})
+        """
+    )
+    result = pytester.runpytest("--cleo-grade-rubric-file=traj.toml")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cleo-grade: 80/100 (80%, grade B) is below the threshold 90% (A)*",
+            "    expected                    actual (exact)",
+            "  = session.list                #0 session.list",
+            "  = tasks.find (query='login')  #1 tasks.find",
+            "  - session.end",
+        ]
+    )
+    pytester.makefile(".toml", bad='[trajectory]\nexpect = ["a.b"]\nmode = "strict"')
+    bad = pytester.runpytest("--cleo-grade-rubric-file=bad.toml")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "bad.toml: trajectory.mode: invalid trajectory mode 'strict'" in bad.stderr.str()
+
+
+def test_cleo_grade_rubrics_check_shows_a_trajectory_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_cleo_grade.cli import main
+
+    path = tmp_path / "traj.toml"
+    path.write_text(TRAJECTORY_FILE)
+    assert main(["rubrics", "--check", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{path}: ok (trajectory, 3 expected calls, mode exact)",
+        "    1 session.list",
+        "    2 tasks.find (query='login')",
+        "    3 session.end",
+    ]
+    path.write_text('[trajectory]\nexpect = ["a.b"]\nmode = "strict"')
+    assert main(["rubrics", "--check", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"cleo-grade: error: {path}: trajectory.mode: invalid trajectory mode 'strict': "
+        "expected exact, in_order, any_order, subset, superset"
+    )

@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import print_json
+from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.judges.connect import DefaultConnector
 from pytest_cleo_grade.judges.redact import redact_url
 from pytest_cleo_grade.rubrics.document import read_document
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC, GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager
 from pytest_cleo_grade.rubrics.rules import is_rule_document, load_rule_file
+from pytest_cleo_grade.rubrics.trajectory import is_trajectory_document, load_trajectory_document
 from pytest_cleo_grade.rubrics.weighted.rubric import (
     CategoricalDimension,
     WeightedJudgeRubric,
@@ -102,8 +104,22 @@ def _check_rule_file(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_trajectory_file(args: argparse.Namespace, data: object) -> int:
+    calls, mode = load_trajectory_document(data, where=str(args.check))
+    if args.json:
+        print_json({"mode": mode, "expect": [call.label() for call in calls]})
+        return 0
+    print(terminal_text(f"{args.check}: ok (trajectory, {len(calls)} expected calls, mode {mode})"))
+    for position, call in enumerate(calls):
+        print(f"  {position + 1:>3} {terminal_text(call.label())}")
+    return 0
+
+
 def run_rubrics(args: argparse.Namespace) -> int:
-    if args.check and is_rule_document(read_document(args.check)[0]):
+    data = read_document(args.check)[0] if args.check else None
+    if args.check and is_trajectory_document(data):
+        return _check_trajectory_file(args, data)
+    if args.check and is_rule_document(data):
         return _check_rule_file(args)
     if args.check:
         loaded = load_rubric_file(args.check)

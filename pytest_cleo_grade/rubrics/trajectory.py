@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Final
 
 from pytest_cleo_grade.errors import RubricError
@@ -33,10 +34,20 @@ from pytest_cleo_grade.models import (
     coerce_entries,
     order_entries,
 )
+from pytest_cleo_grade.rubrics.document import read_document
 from pytest_cleo_grade.rubrics.points import point
-from pytest_cleo_grade.rubrics.protocol import GradeContext
+from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
 
-__all__ = ["DEFAULT_MODE", "TRAJECTORY_RUBRIC", "TrajectoryRubric", "align", "grade_trajectory"]
+__all__ = [
+    "DEFAULT_MODE",
+    "TRAJECTORY_RUBRIC",
+    "TrajectoryRubric",
+    "align",
+    "check_trajectory_file",
+    "grade_trajectory",
+    "is_trajectory_document",
+    "load_trajectory_document",
+]
 
 TRAJECTORY_RUBRIC: Final = "trajectory"
 DIMENSION: Final = "trajectory"
@@ -77,13 +88,24 @@ def _match_rows(expected: Sequence[Call], actual: Sequence[_Actual]) -> list[byt
     by_name: dict[str, list[int]] = {}
     for j, (name, _) in enumerate(actual):
         by_name.setdefault(name, []).append(j)
-    for call in expected:
+    for i, call in enumerate(expected):
         row = bytearray(len(actual))
         for j in by_name.get(call.name, ()):
-            if call.matches(*actual[j]):
+            if _matches(call, i, j, actual[j]):
                 row[j] = 1
         rows.append(row)
     return rows
+
+
+def _matches(call: Call, i: int, j: int, made: _Actual) -> bool:
+    """``call.matches``, a failing ``where`` predicate named in one line (not a traceback)."""
+    try:
+        return call.matches(*made)
+    except Exception as exc:  # the test author's predicate: any error is theirs to see
+        raise RubricError(
+            f"expect[{i}]: the predicate of expected call {call.name} raised "
+            f"{type(exc).__name__}: {exc} (on entry #{j})"
+        ) from None
 
 
 def _check_pairs(m: int, n: int) -> None:
@@ -342,12 +364,87 @@ def _ratio(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 1.0
 
 
+#: The keys of a trajectory rubric file's ``[trajectory]`` table.
+FILE_KEYS: Final = ("expect", "mode")
+
+
+def load_trajectory_document(
+    data: object, *, where: str
+) -> tuple[tuple[Call, ...], TrajectoryMode]:
+    """A rubric file's ``[trajectory]`` table: ``expect = [...]`` and ``mode`` (optional).
+
+    File expectations are strings or ``{call, params, match}`` tables (no predicates: a file
+    holds data, not code). RubricError names the file and the field.
+    """
+    keys = set(data) if isinstance(data, Mapping) else set()
+    table = data.get("trajectory") if isinstance(data, Mapping) else None
+    if not isinstance(table, Mapping) or keys != {"trajectory"}:
+        raise RubricError(
+            f"{where}: a trajectory rubric file has one table, [trajectory], with "
+            "expect = ['domain.operation', ...] and an optional mode"
+        )
+    unknown = sorted(set(table) - set(FILE_KEYS))
+    if unknown:
+        raise RubricError(f"{where}: trajectory.{unknown[0]}: unknown key (expected expect, mode)")
+    expect = table.get("expect")
+    if isinstance(expect, list):
+        for position, item in enumerate(expect):
+            if isinstance(item, Mapping) and "where" in item:
+                raise RubricError(
+                    f"{where}: trajectory.expect[{position}]: where= needs Python "
+                    "(use the marker's expect=)"
+                )
+    try:
+        calls = parse_expectations(expect)
+    except ValueError as exc:
+        text = str(exc)  # "expect[i]: ..." names the item; else the whole list is wrong
+        field = "" if text.startswith("expect[") else "expect: "
+        raise RubricError(f"{where}: trajectory.{field}{text}") from None
+    try:
+        mode = parse_trajectory_mode(table.get("mode", DEFAULT_MODE))
+    except ValueError as exc:
+        raise RubricError(f"{where}: trajectory.mode: {exc}") from None
+    return calls, mode
+
+
+def is_trajectory_document(data: object) -> bool:
+    """Whether a parsed rubric file is a trajectory file (it has a ``trajectory`` table)."""
+    return isinstance(data, Mapping) and "trajectory" in data
+
+
+def check_trajectory_file(path: str | Path) -> bool:
+    """Validate ``path`` if it is a trajectory file (True); False for another kind of file."""
+    data, _ = read_document(path)
+    if not is_trajectory_document(data):
+        return False
+    load_trajectory_document(data, where=str(path))
+    return True
+
+
 class TrajectoryRubric:
-    """Expected calls from the test (the marker's ``expect=``, via GradeContext.extra)."""
+    """Expected calls from the test (the marker's ``expect=``, via GradeContext.extra).
+
+    Configured with a rubric file (``--cleo-grade-rubric-file``, ``cleo-grade grade
+    --rubric-file``), the file's ``[trajectory]`` calls and mode apply where the test gives
+    none: the marker's ``expect=`` and mode win.
+    """
 
     name: Final = TRAJECTORY_RUBRIC
     version: Final = "1.0.0"
     dimensions: Final[Mapping[str, float]] = {DIMENSION: 100}
+
+    def __init__(
+        self, expect: tuple[Call, ...] | None = None, mode: TrajectoryMode | None = None
+    ) -> None:
+        self.expect = expect
+        self.mode = mode
+
+    def configure(self, config: RubricConfig) -> TrajectoryRubric:
+        """A copy with the rubric file's expected calls and mode (``self`` without a file)."""
+        if config.rubric_file is None:
+            return self
+        data, _ = read_document(config.rubric_file)
+        return TrajectoryRubric(*load_trajectory_document(data, where=str(config.rubric_file)))
 
     def grade(
         self,
@@ -359,15 +456,19 @@ class TrajectoryRubric:
     ) -> GradeResult:
         """Grade against ``context.extra["expect"]`` in ``context.extra["expectMode"]``."""
         extra = context.extra if context is not None else {}
-        if extra.get("expect") is None:
+        marked = extra.get("expect") is not None
+        expect = extra["expect"] if marked else self.expect
+        if expect is None:
             raise RubricError(
                 "the trajectory rubric needs the expected calls: "
-                "@pytest.mark.cleo_grade(expect=['domain.operation', ...])"
+                "@pytest.mark.cleo_grade(expect=['domain.operation', ...]) or a rubric file "
+                "with [trajectory] expect = [...]"
             )
+        mode = extra.get("expectMode") or (self.mode if not marked else None) or DEFAULT_MODE
         return grade_trajectory(
             entries,
-            extra["expect"],
-            mode=extra.get("expectMode") or DEFAULT_MODE,
+            expect,
+            mode=mode,
             session_id=session_id,
             now=now,
             task_id=context.task_id if context is not None else None,
