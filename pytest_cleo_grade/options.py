@@ -239,7 +239,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("cleo_grade_db", f"audit store path (default: {DEFAULT_DB})")
     parser.addini("cleo_grade_history", f"grade history path (default: {DEFAULT_HISTORY})")
     parser.addini("cleo_grade_rubric", f"rubric grading the tests (default: {DEFAULT_RUBRIC})")
-    parser.addini("cleo_grade_rubric_file", "TOML or JSON file of the weighted or the rules rubric")
+    parser.addini(
+        "cleo_grade_rubric_file", "TOML or JSON file of the weighted, rules or trajectory rubric"
+    )
     parser.addini("cleo_grade_judge_cache", "judge cache: on (default), off or refresh")
     parser.addini("cleo_grade_judge_url", "OpenAI-compatible base URL of the judge")
     parser.addini("cleo_grade_judge_model", "model the judge endpoint runs")
@@ -262,7 +264,8 @@ def _add_rubric_options(group: pytest.OptionGroup) -> None:
         dest="cleo_grade_rubric_file",
         metavar="PATH",
         default=None,
-        help="TOML or JSON file of the weighted rubric (and its judge) or of the rules rubric "
+        help="TOML or JSON file of the weighted rubric (and its judge), the rules or the "
+        "trajectory rubric "
         "(ini: cleo_grade_rubric_file)",
     )
     group.addoption(

@@ -52,7 +52,7 @@ def add_rubric_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--rubric-file",
         metavar="FILE",
-        help="TOML or JSON file of the weighted or rules rubric",
+        help="TOML or JSON file of the weighted, rules or trajectory rubric",
     )
     group.add_argument("--task", metavar="TEXT", help="what the agent was asked to do (judges)")
     group.add_argument("--judge-url", metavar="URL", help="OpenAI-compatible base URL")
