@@ -3,6 +3,7 @@ texts of every test below its threshold; test ids and agent text shown exactly a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,18 @@ def test_a_passing_run_lists_nothing_below_the_threshold(
     )
     pytester.runpytest("--cleo-grade-fail-under=D").assert_outcomes(passed=1)
     assert "Below the threshold" not in path.read_text(encoding="utf-8")
+
+
+def test_every_table_row_has_as_many_cells_as_its_header(summary: str) -> None:
+    # GFM splits a row at every pipe not escaped by a backslash, before it reads code spans:
+    # an agent's or a test id's pipe must never add a cell or end a row.
+    tables = 0
+    widths: list[int] = []
+    for line in [*summary.splitlines(), ""]:
+        if line.startswith("|"):
+            widths.append(len(re.split(r"(?<!\\)\|", line.strip())) - 2)
+        elif widths:
+            tables += 1
+            assert len(set(widths)) == 1, widths
+            widths = []
+    assert tables >= 3
