@@ -8,10 +8,11 @@ export to OpenAI: with no ``OPENAI_API_KEY`` the SDK's exporter only logs that i
 and ``set_trace_processors([AuditTracingProcessor()])`` leaves no exporter at all.
 
 A tool that raises is traced with an error (``Error running tool``) whose data holds the
-exception's text when the run includes sensitive data (the SDK's default): a ``KeyError`` or
-a "not found" text is CLEO's E_NOT_FOUND (4) by the shared exit-code rules. A trace only
-tells what happened: this adapter cannot fail a call (use fault injection through the
-dispatcher or an MCP adapter for that).
+exception's text only when the tool has its own ``failure_error_function`` (under the SDK's
+default error function the text is redacted, and the call records exit code 1); with the text,
+a ``KeyError`` or a "not found" message is CLEO's E_NOT_FOUND (4) by the shared exit-code
+rules. A trace only tells what happened: this adapter cannot fail a call (use fault injection
+through the dispatcher or an MCP adapter for that).
 """
 
 from __future__ import annotations
