@@ -616,11 +616,7 @@ def record_call(call: Call, *, mapping: ToolMapping | None = None) -> AuditEntry
 
 
 def injected_fault(
-    tool: str,
-    arguments: Any = None,
-    *,
-    read_only: bool | None = None,
-    mapping: ToolMapping | None = None,
+    tool: str, arguments: Any = None, *, mapping: ToolMapping | None = None
 ) -> faults.Fault | None:
     """The fault ``graded_session.inject()`` queued for this call, used up; None if none.
 
@@ -632,7 +628,7 @@ def injected_fault(
     if not faults.any_pending(session_id):
         return None
     try:
-        target = map_tool_call(tool, arguments, read_only=read_only, mapping=mapping)
+        target = map_tool_call(tool, arguments, mapping=mapping)
     except CleoGradeError:
         return None
     return faults.take(session_id, target.domain, target.operation)

@@ -119,7 +119,7 @@ def audited_client(
         return listing
 
     async def call_tool(name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
-        fault = injected_fault(name, arguments, read_only=hints.get(name), mapping=mapping)
+        fault = injected_fault(name, arguments, mapping=mapping)
         if fault is not None:
             # The server is never asked: the client sees the tool error a server would send.
             record_injected(
@@ -241,9 +241,9 @@ class AuditMiddleware:
         if not isinstance(name, str):
             return await call_next(ctx)
         arguments = ctx.params.get("arguments")
-        fault = injected_fault(
-            name, arguments, read_only=await self._hint(name), mapping=self.mapping
-        )
+        # Only the domain and operation decide a fault: no hint (a tool listing) is needed
+        # before the call, and none is fetched unless a fault is recorded.
+        fault = injected_fault(name, arguments, mapping=self.mapping)
         if fault is not None:
             read_only = await self._hint(name)
             record_injected(

@@ -10,6 +10,7 @@ score. Without a file the rubric grades with CLEO's rubric written as rules
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -79,9 +80,22 @@ def check_rubric_file(path: str | Path) -> None:
 
 
 def load_rule_file(path: str | Path) -> RuleSpec:
-    """Read and validate a rule file; RubricError names the file and the first bad field."""
+    """Read and validate a rule file; RubricError names the file and the first bad field.
+
+    The rubric is configured for every graded test: the file is read and validated once per
+    version of it (its size and modification time), not once per test.
+    """
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return _load_rule_file(str(path), None)  # read_document reports it in one line
+    return _load_rule_file(str(path), (stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=32)
+def _load_rule_file(path: str, version: tuple[int, int] | None) -> RuleSpec:
     data, _ = read_document(path)
-    return validate_document(RuleSpec, data, str(path))
+    return validate_document(RuleSpec, data, path)
 
 
 @functools.cache
