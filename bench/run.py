@@ -37,8 +37,8 @@ from report_page import report_row
 
 from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.cli import main as cli_main
+from pytest_cleo_grade.cli.grade import grade_from_store
 from pytest_cleo_grade.models import validate_entry_dicts
-from pytest_cleo_grade.rubrics.cleo import grade_ordered
 from pytest_cleo_grade.store import AuditStore
 
 #: CLEO's TypeScript grader on 1k entries, measured with node on the same machine class when
@@ -338,8 +338,7 @@ def read_row(tmp: Path, size: int, rounds: int) -> Row:
         store.append_many(validate_entry_dicts(synthetic(size)))
 
     def project() -> None:
-        with AuditStore(db, read_only=True) as store:
-            grade_ordered(store.session_entries("bench"), session_id="bench")
+        grade_from_store(db, "bench")  # what `cleo-grade grade SESSION` reads and grades
 
     def floor() -> None:
         conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)

@@ -25,7 +25,7 @@ from pytest_cleo_grade.cli.rubrics import (
 from pytest_cleo_grade.display import render_grade, terminal_text
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
-from pytest_cleo_grade.rubrics.cleo import grade_entries
+from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 from pytest_cleo_grade.session import persist
@@ -185,8 +185,15 @@ def refuse_empty(result: GradeResult, *, strict: bool, where: str = "cleo-grade 
 def grade_from_store(
     path: Path, session_id: str, *, where: str = "cleo-grade grade"
 ) -> GradeResult:
-    """Grade a session of the audit store with the CLEO rubric (the store opened read-only)."""
+    """Grade a session of the audit store with the CLEO rubric (the store opened read-only).
+
+    Reads only the columns the rubric needs (``AuditStore.session_calls``); a session with a
+    row that needs the full entry reading (mixed timestamp forms, a bad row) takes it.
+    """
     with AuditStore(_existing_store(path, where), read_only=True) as audit:
+        calls = audit.session_calls(session_id)
+        if calls is not None:
+            return grade_calls(calls, session_id=session_id)
         return grade_entries(audit.session_entries(session_id), session_id=session_id)
 
 

@@ -6,12 +6,13 @@ the spec's ambiguities are those of DESIGN.md section 3; each is commented where
 
 from __future__ import annotations
 
+import heapq
 import operator
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import chain
+from itertools import chain, islice
 from typing import Any, Final
 
 from pytest_cleo_grade.models import (
@@ -21,6 +22,12 @@ from pytest_cleo_grade.models import (
     coerce_entries,
     collector_paused,
     order_entries,
+)
+from pytest_cleo_grade.rubrics.cleo_calls import (
+    CallDetails,
+    Details,
+    EntryDetails,
+    GradedCall,
 )
 from pytest_cleo_grade.rubrics.points import (
     POINT_ENTRY_LIMIT,
@@ -36,6 +43,7 @@ __all__ = [
     "CLEO_DIMENSIONS",
     "EMPTY_SESSION_FLAG",
     "coerce_entries",
+    "grade_calls",
     "grade_entries",
     "grade_ordered",
     "order_entries",
@@ -85,6 +93,7 @@ _FULL_ROW = operator.attrgetter(
 _FULL_SESSION = operator.itemgetter(0)
 _FULL_TIME = operator.itemgetter(1)
 _FULL_KEY = operator.itemgetter(2, 3, 4, 5)
+_CALL_ROW = operator.itemgetter(1, 2, 3, 4)
 
 SESSION_LIST: Final = ("session", "list")
 SESSION_END: Final = ("session", "end")
@@ -128,18 +137,6 @@ class _Facts:
     title_positions: list[int] = field(default_factory=list)
 
 
-def _has_value(value: object) -> bool:
-    """Whether a description was given, read as CLEO's ``!desc || !desc.trim()`` reads it.
-
-    Missing: None, an empty or blank string, and the other falsy values (0, false, an empty
-    list or object). Any other non-string value counts as present, so odd input never
-    crashes grading.
-    """
-    if isinstance(value, str):
-        return bool(value.strip())
-    return bool(value)
-
-
 def _positions(rows: list[_Row], wanted: _Row) -> list[int]:
     """Every index of ``wanted``; list.index scans in C, so this costs one pass per call."""
     found: list[int] = []
@@ -162,25 +159,32 @@ def _all(rows: list[_Row], tally: Counter[_Row], match: Callable[[_Row], bool]) 
     return sorted(chain.from_iterable(_positions(rows, row) for row in tally if match(row)))
 
 
+def _occurrences(rows: list[_Row], wanted: _Row) -> Iterator[int]:
+    """The indices of ``wanted`` one at a time, each found by a list.index scan in C."""
+    index = rows.index
+    start = 0
+    try:
+        while True:
+            start = index(wanted, start)
+            yield start
+            start += 1
+    except ValueError:
+        return
+
+
 def _some(rows: list[_Row], tally: Counter[_Row], match: Callable[[_Row], bool]) -> list[int]:
-    """The first POINT_ENTRY_LIMIT positions of the matching rows (a scan stops there)."""
-    found: list[int] = []
-    for row in tally:
-        if not match(row):
-            continue
-        start = 0
-        try:
-            for _ in range(POINT_ENTRY_LIMIT):
-                start = rows.index(row, start)
-                found.append(start)
-                start += 1
-        except ValueError:
-            pass
-    found.sort()
-    return found[:POINT_ENTRY_LIMIT]
+    """The first POINT_ENTRY_LIMIT positions of the matching rows.
+
+    The distinct rows' positions are merged lazily: the scans stop once the limit is
+    reached, instead of finding the limit's worth of positions for every distinct row.
+    """
+    streams = [_occurrences(rows, row) for row in tally if match(row)]
+    if len(streams) == 1:
+        return list(islice(streams[0], POINT_ENTRY_LIMIT))
+    return list(islice(heapq.merge(*streams), POINT_ENTRY_LIMIT))
 
 
-def _scan(items: Sequence[AuditEntry], rows: list[_Row]) -> _Facts:
+def _scan(details: Details, rows: list[_Row]) -> _Facts:
     """Collect the facts from one C-level pass plus a tally of the distinct rows.
 
     Grading must stay close to a bare loop over the entries even for a million of them. Each
@@ -201,8 +205,8 @@ def _scan(items: Sequence[AuditEntry], rows: list[_Row]) -> _Facts:
     first_task = _first(rows, tally, lambda r: r[0] == "tasks")
     first_list = _first(rows, tally, lambda r: r[:2] == SESSION_LIST)
     facts.first_task, facts.first_list = first_task, first_list
-    facts.first_task_time = None if first_task is None else items[first_task].timestamp
-    facts.first_list_time = None if first_list is None else items[first_list].timestamp
+    facts.first_task_time = None if first_task is None else details.timestamp(first_task)
+    facts.first_list_time = None if first_list is None else details.timestamp(first_list)
     facts.end_positions = _some(rows, tally, lambda r: r[:2] == SESSION_END)
     facts.find_positions = _some(rows, tally, lambda r: r[:2] == TASKS_FIND)
     facts.list_positions = _some(rows, tally, lambda r: r[:2] == TASKS_LIST)
@@ -216,18 +220,19 @@ def _scan(items: Sequence[AuditEntry], rows: list[_Row]) -> _Facts:
     facts.help_calls = sum(calls[call] for call in HELP_CALLS)
 
     first_exists = _first(rows, tally, lambda r: r[:2] == TASKS_EXISTS)
-    _note_adds(facts, items, _all(rows, tally, lambda r: r[:2] == TASKS_ADD), first_exists)
+    _note_adds(facts, details, _all(rows, tally, lambda r: r[:2] == TASKS_ADD), first_exists)
 
+    failed = details.failed
     facts.not_found_positions = [
         position
         for position in _all(rows, tally, lambda r: r[3] == E_NOT_FOUND)
-        if not items[position].result.success
+        if failed(position)
     ]
     return facts
 
 
 def _note_adds(
-    facts: _Facts, items: Sequence[AuditEntry], positions: list[int], first_exists: int | None
+    facts: _Facts, details: Details, positions: list[int], first_exists: int | None
 ) -> None:
     """Record the successful tasks.add calls at ``positions`` (S3 and S4's duplicates).
 
@@ -235,30 +240,26 @@ def _note_adds(
     """
     missing = facts.adds_without_description
     titles = facts.titles
+    add = details.add
     for position in positions:
-        entry = items[position]
-        if not entry.result.success:
+        seen = add(position)
+        if seen is None:
             continue
-        get = entry.params.get
+        described, parent, title = seen
         facts.successful_adds += 1
-        description = get("description")
-        present = description.strip() if type(description) is str else _has_value(description)
-        if not present:
-            task_id = entry.metadata.task_id
+        if not described:
+            task_id = details.task_id(position)
             missing.append("unknown" if task_id is None else task_id)
             facts.missing_description_positions.append(position)
-        if get("parent"):
+        if parent:
             facts.subtask_adds += 1
             # The spec says "preceding": an exists later in the session does not verify.
             if first_exists is None or first_exists > position:
                 facts.subtask_without_exists = True
                 facts.unverified_subtask_positions.append(position)
-        title = get("title")
         if title is not None:
-            key = (title if type(title) is str else str(title)).strip().lower()
-            if key:  # a blank title is no title: untitled adds are not duplicates
-                titles.append(key)
-                facts.title_positions.append(position)
+            titles.append(title)
+            facts.title_positions.append(position)
 
 
 def _percent_half_up(part: int, whole: int) -> int:
@@ -388,7 +389,7 @@ def _task_hygiene(facts: _Facts, flags: list[str], points: _Points) -> Dimension
 
 
 def _error_protocol(
-    entries: Sequence[AuditEntry], facts: _Facts, flags: list[str], points: _Points
+    rows: list[_Row], facts: _Facts, flags: list[str], points: _Points
 ) -> DimensionScore:
     dim = "errorProtocol"
     score = DIMENSION_MAX
@@ -397,37 +398,28 @@ def _error_protocol(
     unrecovered: list[tuple[str, tuple[int, ...]]] = []
     recovered: list[tuple[str, tuple[int, ...]]] = []
     for position in facts.not_found_positions:
-        window = entries[position + 1 : position + 1 + RECOVERY_WINDOW]
+        window = rows[position + 1 : position + 1 + RECOVERY_WINDOW]
         found = next(
-            (
-                k
-                for k, e in enumerate(window)
-                if e.domain == "tasks" and e.operation in RECOVERY_OPS
-            ),
+            (k for k, r in enumerate(window) if r[0] == "tasks" and r[1] in RECOVERY_OPS),
             None,
         )
-        failed = entries[position]
+        failed = f"{rows[position][0]}.{rows[position][1]}"
         if found is not None:
             evidence.append("E_NOT_FOUND followed by recovery lookup")
             # Only the items per_violation keeps get a sentence (a session may hold 50,000).
             text = ""
             if len(recovered) < POINT_ITEM_LIMIT:
                 lookup = window[found]
-                text = (
-                    f"E_NOT_FOUND ({failed.domain}.{failed.operation}) recovered by "
-                    f"{lookup.domain}.{lookup.operation} (no deduction)"
-                )
+                text = f"E_NOT_FOUND ({failed}) recovered by {lookup[0]}.{lookup[1]} (no deduction)"
             recovered.append((text, (position, position + 1 + found)))
         else:
             score -= 5
             # The CLEO spec gives no text; this is CLEO's, naming the call that failed.
-            flags.append(
-                f"E_NOT_FOUND ({failed.domain}.{failed.operation}) not followed by recovery lookup"
-            )
+            flags.append(f"E_NOT_FOUND ({failed}) not followed by recovery lookup")
             text = ""
             if len(unrecovered) < POINT_ITEM_LIMIT:
                 text = (
-                    f"E_NOT_FOUND ({failed.domain}.{failed.operation}) with no tasks.find or "
+                    f"E_NOT_FOUND ({failed}) with no tasks.find or "
                     f"tasks.exists in the next {RECOVERY_WINDOW} calls"
                 )
             unrecovered.append((text, (position,)))
@@ -486,13 +478,33 @@ def grade_ordered(
     """Grade entries already validated, filtered to one session and in session order."""
     with collector_paused():
         rows: list[_Row] = list(map(_ROW, ordered))
-        result = _grade(ordered, rows, session_id=session_id, now=now, task_id=task_id)
+        result = _grade(
+            EntryDetails(ordered), rows, session_id=session_id, now=now, task_id=task_id
+        )
         del rows  # freed while the collector is paused (see grade_entries)
     return result
 
 
+def grade_calls(
+    calls: Sequence[GradedCall],
+    *,
+    session_id: str,
+    now: datetime | None = None,
+    task_id: str | None = None,
+) -> GradeResult:
+    """Grade one session's graded calls, already in session order (see ``cleo_calls``).
+
+    The same result as :func:`grade_ordered` over the entries the calls were read from.
+    """
+    with collector_paused():
+        rows: list[_Row] = list(map(_CALL_ROW, calls))
+        result = _grade(CallDetails(calls), rows, session_id=session_id, now=now, task_id=task_id)
+        del rows
+    return result
+
+
 def _grade(
-    ordered: Sequence[AuditEntry],
+    details: Details,
     rows: list[_Row],
     *,
     session_id: str,
@@ -500,7 +512,7 @@ def _grade(
     task_id: str | None,
 ) -> GradeResult:
     timestamp = now or datetime.now(UTC)
-    if not ordered:
+    if not rows:
         empty = DimensionScore(score=0, max=DIMENSION_MAX, evidence=[])
         return GradeResult(
             session_id=session_id,
@@ -512,14 +524,14 @@ def _grade(
             timestamp=timestamp,
             entry_count=0,
         )
-    facts = _scan(ordered, rows)
+    facts = _scan(details, rows)
     flags: list[str] = []
     points: _Points = []
     scores = (
         _session_discipline(facts, flags, points),
         _discovery_efficiency(facts, flags, points),
         _task_hygiene(facts, flags, points),
-        _error_protocol(ordered, facts, flags, points),
+        _error_protocol(rows, facts, flags, points),
         _disclosure_use(facts, flags, points),
     )
     return GradeResult(
@@ -530,7 +542,7 @@ def _grade(
         dimensions=dict(zip(CLEO_DIMENSIONS, scores, strict=True)),
         flags=flags,
         timestamp=timestamp,
-        entry_count=len(ordered),
+        entry_count=len(rows),
         points=points,
     )
 
@@ -574,4 +586,4 @@ def _filter_order_grade(
         validated = [validated[i] for i in order]
         full = [full[i] for i in order]
     rows: list[_Row] = list(map(_FULL_KEY, full))
-    return _grade(validated, rows, session_id=session_id, now=now, task_id=task_id)
+    return _grade(EntryDetails(validated), rows, session_id=session_id, now=now, task_id=task_id)

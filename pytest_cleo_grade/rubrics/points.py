@@ -8,6 +8,7 @@ order) of the entries that caused it. A dimension's items sum exactly to its sco
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import Any, Final
 
 #: The most entry indices one item lists; a million-entry session would otherwise carry a
@@ -21,11 +22,7 @@ def point(
     dimension: str, points: int | float, rule: str, text: str, entries: Iterable[int] = ()
 ) -> dict[str, Any]:
     """One item of the ``points`` extra, in its JSON shape (see ``models.Point``)."""
-    listed: list[int] = []
-    for index in entries:
-        if len(listed) == POINT_ENTRY_LIMIT:
-            break
-        listed.append(index)
+    listed = list(islice(entries, POINT_ENTRY_LIMIT))
     return {"dimension": dimension, "points": points, "rule": rule, "text": text, "entries": listed}
 
 

@@ -26,7 +26,9 @@ from pytest_cleo_grade.models import (
     format_validation_error,
     order_entries,
 )
+from pytest_cleo_grade.rubrics.cleo_calls import GradedCall
 from pytest_cleo_grade.settings import DEFAULT_DB
+from pytest_cleo_grade.store.calls import read_calls
 from pytest_cleo_grade.store.schema import (
     AUDIT_COLUMNS,
     INSERT_ENTRY,
@@ -316,6 +318,19 @@ class AuditStore:
         # Text order is time order for rows we wrote; CLEO databases mix timestamp forms.
         return order_entries(entries)
 
+    def session_calls(self, session_id: str) -> list[GradedCall] | None:
+        """The session as graded calls in session order (only what CLEO's rubric reads), or
+        None when one of its rows needs :meth:`session_entries` (see ``store.calls``)."""
+        try:
+            with self._lock:
+                return read_calls(self._conn, self._columns, session_id)
+        except sqlite3.OperationalError:
+            # Malformed JSON or a BLOB in a row: the entry path names the row (and any other
+            # failure to read, it reports as its own).
+            return None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
+
     def session_items(self, session_id: str) -> list[tuple[str, AuditEntry]]:
         """(row id, entry) pairs of one session in stored order (for copying rows by id)."""
         ids, entries = self._load(session_id)
@@ -344,6 +359,11 @@ class AuditStore:
             with self._lock:
                 rows = self._conn.execute(sql, (session_id,)).fetchall()
         except sqlite3.OperationalError as exc:
+            if "BLOB" in str(exc):
+                raise StoreError(
+                    f"{self.path}: audit_log row {self._blob_row(session_id)}: holds binary "
+                    "data (a BLOB) where text or a number belongs"
+                ) from exc
             if "malformed JSON" not in str(exc):
                 raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
             raise StoreError(
@@ -358,6 +378,15 @@ class AuditStore:
         except ValidationError as exc:
             raise StoreError(f"{self.path}: {_first_invalid_row(rows, exc)}") from exc
         return [str(row[0]) for row in rows], entries
+
+    def _blob_row(self, session_id: str) -> str:
+        blob = " OR ".join(f"typeof({column}) = 'blob'" for column in self._columns)
+        rows = self._read(
+            f"SELECT id FROM audit_log WHERE session_id = ? AND ({blob}) "
+            "ORDER BY timestamp, rowid LIMIT 1",
+            (session_id,),
+        )
+        return str(rows[0][0]) if rows else "?"
 
     def _malformed_row(self, session_id: str) -> str:
         check = "json_valid(coalesce(nullif(details_json, ''), '{}'))"

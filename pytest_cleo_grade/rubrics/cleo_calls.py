@@ -1,0 +1,148 @@
+"""The few facts of an entry CLEO's rubric reads, as a compact tuple (a "graded call").
+
+Grading a million entries is bound by memory: a validated AuditEntry is a tree of a dozen
+objects, a graded call one tuple. The store's read path and the file grader build these
+straight from columns and lines, so a session that is only graded never holds its entries.
+The rubric itself (``cleo.py``) reads either form through the same small interface.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+from pytest_cleo_grade.models import AuditEntry
+
+__all__ = [
+    "AddFacts",
+    "CallDetails",
+    "Details",
+    "EntryDetails",
+    "GradedCall",
+    "add_facts",
+    "graded_call",
+]
+
+#: A successful tasks.add: (described, has a parent, trimmed case-folded title or None when
+#: blank or absent).
+AddFacts = tuple[bool, bool, str | None]
+
+#: (timestamp, domain, operation, gateway, exit code, success, add, metadata taskId).
+#: The timestamp is a datetime, or text in the store's fixed-width form
+#: (``2026-03-01T12:00:00.000Z``), whose text order is time order. Success is a bool, or 0/1
+#: as SQLite returns it. ``add`` is None except for a successful tasks.add: its AddFacts, or
+#: its parameters as JSON object text, read only if the rubric asks (the store's form).
+GradedCall = tuple[
+    datetime | str, str, str, str | None, int, int, AddFacts | str | None, str | None
+]
+
+TASKS_ADD: Final = ("tasks", "add")
+
+
+def add_facts(params: Mapping[str, Any]) -> AddFacts:
+    """What S3 and S4 read from the parameters of one successful tasks.add.
+
+    A description is read as CLEO's ``!desc || !desc.trim()`` reads it: missing when None,
+    an empty or blank string, or another falsy value (0, false, an empty list or object);
+    any other non-string value counts as present, so odd input never crashes grading.
+    """
+    get = params.get
+    description = get("description")
+    described = description.strip() if isinstance(description, str) else description
+    title = get("title")
+    key = None
+    if title is not None:
+        # A blank title is no title: untitled adds are not duplicates.
+        key = (title if type(title) is str else str(title)).strip().lower() or None
+    return (bool(described), bool(get("parent")), key)
+
+
+def graded_call(entry: AuditEntry) -> GradedCall:
+    """The graded call of one validated entry."""
+    result = entry.result
+    metadata = entry.metadata
+    add = None
+    if result.success and entry.domain == "tasks" and entry.operation == "add":
+        add = add_facts(entry.params)
+    return (
+        entry.timestamp,
+        entry.domain,
+        entry.operation,
+        metadata.gateway,
+        result.exit_code,
+        result.success,
+        add,
+        metadata.task_id,
+    )
+
+
+class Details(Protocol):
+    """What the rubric asks of the few entries it looks at closely, by session position."""
+
+    def timestamp(self, position: int) -> datetime:
+        """When the call at ``position`` happened."""
+        ...
+
+    def failed(self, position: int) -> bool:
+        """Whether the call at ``position`` failed."""
+        ...
+
+    def add(self, position: int) -> AddFacts | None:
+        """The facts of the tasks.add at ``position``, or None when it failed."""
+        ...
+
+    def task_id(self, position: int) -> str | None:
+        """The metadata taskId of the call at ``position``."""
+        ...
+
+
+class EntryDetails:
+    """Details read from validated entries (the plugin's in-memory session)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Sequence[AuditEntry]) -> None:
+        self._entries = entries
+
+    def timestamp(self, position: int) -> datetime:
+        return self._entries[position].timestamp
+
+    def failed(self, position: int) -> bool:
+        return not self._entries[position].result.success
+
+    def add(self, position: int) -> AddFacts | None:
+        entry = self._entries[position]
+        if not entry.result.success:
+            return None
+        return add_facts(entry.params)
+
+    def task_id(self, position: int) -> str | None:
+        return self._entries[position].metadata.task_id
+
+
+class CallDetails:
+    """Details read from graded calls."""
+
+    __slots__ = ("_calls",)
+
+    def __init__(self, calls: Sequence[GradedCall]) -> None:
+        self._calls = calls
+
+    def timestamp(self, position: int) -> datetime:
+        stamp = self._calls[position][0]
+        return stamp if isinstance(stamp, datetime) else datetime.fromisoformat(stamp)
+
+    def failed(self, position: int) -> bool:
+        return not self._calls[position][5]
+
+    def add(self, position: int) -> AddFacts | None:
+        add = self._calls[position][6]
+        if isinstance(add, str):
+            params = json.loads(add)
+            return add_facts(params if isinstance(params, dict) else {})
+        return add
+
+    def task_id(self, position: int) -> str | None:
+        return self._calls[position][7]
