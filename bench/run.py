@@ -37,7 +37,7 @@ from report_page import report_row
 
 from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.cli import main as cli_main
-from pytest_cleo_grade.cli.grade import grade_from_store
+from pytest_cleo_grade.cli.grade import grade_entries_file, grade_from_store
 from pytest_cleo_grade.models import validate_entry_dicts
 from pytest_cleo_grade.store import AuditStore
 
@@ -256,9 +256,7 @@ def peak(mode: str, path: Path) -> float:
 
 def _peak_child(mode: str, path: Path) -> None:
     if mode == "project":
-        from pytest_cleo_grade.sources import load_entries_file
-
-        grade_entries(load_entries_file(path), session_id="bench")
+        grade_entries_file(str(path), "bench")  # what `cleo-grade grade --entries` does
     else:
         with path.open(encoding="utf-8") as handle:
             tuple_grade([to_row(json.loads(line)) for line in handle])

@@ -1,4 +1,5 @@
-"""Grading a stored session from its columns (graded calls) is grading its entries, exactly."""
+"""Grading a session as graded calls (from store columns, from a streamed file) is grading
+its entries, exactly."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 
 import pytest
 
-from pytest_cleo_grade.cli.grade import grade_from_store
+from pytest_cleo_grade.cli.common import CommandError
+from pytest_cleo_grade.cli.grade import grade_entries_file, grade_from_store
 from pytest_cleo_grade.errors import StoreError
 from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries
 from pytest_cleo_grade.rubrics.cleo_calls import graded_call
+from pytest_cleo_grade.sources import load_entries_file
 from pytest_cleo_grade.store import AUDIT_COLUMNS, AuditStore, entry_row
 from tests.test_import import SESSION, build_cleo_db
 
@@ -223,3 +226,34 @@ def test_a_row_the_columns_cannot_vouch_for_takes_the_entry_path(
     else:
         got = grade_from_store(path, "s1").model_dump(mode="json")
         assert {**got, "timestamp": None} == {**expected, "timestamp": None}  # type: ignore[dict-item]
+
+
+def write_entries(path: Path, entries: list[AuditEntry], *, array: bool) -> Path:
+    lines = [e.model_dump_json(by_alias=True) for e in entries]
+    path.write_text("[" + ",".join(lines) + "]" if array else "\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("array", [False, True], ids=["jsonl", "json-array"])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_file_streamed_as_graded_calls_grades_like_its_entries(
+    tmp_path: Path, seed: int, array: bool
+) -> None:
+    rng = random.Random(seed)
+    mixed = random_session(rng, 200, "s1") + random_session(rng, 50, "s2")
+    rng.shuffle(mixed)  # out of order, two sessions interleaved
+    path = write_entries(tmp_path / "entries.json", mixed, array=array)
+    for session in ("s1", "s2", "nobody"):
+        streamed = grade_entries_file(str(path), session)
+        whole = grade_entries(load_entries_file(path), session_id=session)
+        assert {**dump(streamed), "timestamp": None} == {**dump(whole), "timestamp": None}
+
+
+def test_a_streamed_file_chooses_its_one_session_or_says_which_to_choose(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    one = write_entries(tmp_path / "one.jsonl", random_session(rng, 30, "s1"), array=False)
+    assert grade_entries_file(str(one)).session_id == "s1"
+    two = random_session(rng, 5, "s1") + random_session(rng, 5, "s2")
+    both = write_entries(tmp_path / "two.jsonl", two, array=False)
+    with pytest.raises(CommandError, match=r"holds 2 sessions \(s1, s2\); choose one"):
+        grade_entries_file(str(both))

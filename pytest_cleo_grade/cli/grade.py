@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import operator
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
@@ -26,10 +28,11 @@ from pytest_cleo_grade.display import render_grade, terminal_text
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
 from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries
+from pytest_cleo_grade.rubrics.cleo_calls import GradedCall, graded_call
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 from pytest_cleo_grade.session import persist
-from pytest_cleo_grade.sources import find_cleo_db, load_entries_file
+from pytest_cleo_grade.sources import find_cleo_db, iter_entry_batches, load_entries_file
 from pytest_cleo_grade.store import AuditStore
 from pytest_cleo_grade.verdict import describe_threshold, passes, percent_below
 
@@ -111,22 +114,58 @@ def _session_id(args: argparse.Namespace) -> str | None:
     return positional if positional is not None else option
 
 
+def _choose_session(path: str, sessions: Iterable[str | None], session_id: str | None) -> str:
+    """The session to grade: ``session_id``, else the one session the file holds."""
+    if session_id is not None:
+        return session_id
+    named = sorted(sid for sid in set(sessions) if sid is not None)
+    if len(named) > 1:
+        raise CommandError(
+            f"cleo-grade grade: {path} holds {len(named)} sessions "
+            f"({', '.join(named[:5])}{', ...' if len(named) > 5 else ''}); "
+            "choose one with --session-id"
+        )
+    if not named:
+        raise CommandError(
+            f"cleo-grade grade: entries in {path} carry no sessionId; name it with --session-id"
+        )
+    return named[0]
+
+
 def _entries_from_file(path: str, session_id: str | None) -> tuple[str, list[AuditEntry]]:
     entries = load_entries_file(path)
-    sessions = sorted({e.session_id for e in entries if e.session_id is not None})
-    if session_id is None:
-        if len(sessions) > 1:
-            raise CommandError(
-                f"cleo-grade grade: {path} holds {len(sessions)} sessions "
-                f"({', '.join(sessions[:5])}{', ...' if len(sessions) > 5 else ''}); "
-                "choose one with --session-id"
-            )
-        if not sessions:
-            raise CommandError(
-                f"cleo-grade grade: entries in {path} carry no sessionId; name it with --session-id"
-            )
-        session_id = sessions[0]
+    session_id = _choose_session(path, (e.session_id for e in entries), session_id)
     return session_id, [e for e in entries if e.session_id in (None, session_id)]
+
+
+_SESSION_OF: Final = operator.attrgetter("session_id")
+_CALL_TIME: Final = operator.itemgetter(0)
+
+
+def grade_entries_file(path: str, session_id: str | None = None) -> GradeResult:
+    """CLEO's rubric over a JSON or JSONL file of entries, read a batch at a time.
+
+    Only each entry's graded call is kept (``rubrics.cleo_calls``), so memory follows the
+    calls, not the entries: the same grade as :func:`grade_entries` over the whole file, with
+    the session chosen and the errors raised as ``cleo-grade grade --entries`` does.
+    """
+    calls: list[GradedCall] = []
+    owners: list[str | None] = []
+    # One string object per session id, not one per entry.
+    shared: dict[str | None, str | None] = {}
+    for batch in iter_entry_batches(path):
+        ids = list(map(_SESSION_OF, batch))
+        owners.extend(map(shared.setdefault, ids, ids))
+        calls.extend(map(graded_call, batch))
+    chosen = _choose_session(path, shared, session_id)
+    if any(sid is not None and sid != chosen for sid in shared):
+        calls = [c for c, sid in zip(calls, owners, strict=True) if sid is None or sid == chosen]
+    del owners
+    times = list(map(_CALL_TIME, calls))
+    if any(map(operator.gt, times, times[1:])):
+        calls.sort(key=_CALL_TIME)  # stable: ties keep file order
+    del times
+    return grade_calls(calls, session_id=chosen)
 
 
 def session_source(
@@ -157,6 +196,9 @@ def session_source(
 
 
 def run_grade(args: argparse.Namespace) -> int:
+    if args.entries and args.rubric == DEFAULT_RUBRIC and not (args.cleo_db or args.db):
+        # CLEO's rubric needs no entry objects: stream the file (see grade_entries_file).
+        return report(args, grade_entries_file(args.entries, _session_id(args)))
     session_id, entries, store = session_source(args)
     if entries is not None:
         return report(args, grade_with_args(args, entries, session_id, store))
