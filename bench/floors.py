@@ -11,6 +11,8 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
+from pydantic import TypeAdapter
+
 # (timestamp, domain, operation, gateway, exit code, success, has description, title key,
 #  has parent, task id): the only facts CLEO's rubric reads from an entry.
 Row = tuple[datetime, str, str, Any, int, bool, bool, Any, bool, Any]
@@ -176,6 +178,25 @@ def json_insert(lines: list[str], db_path: str) -> int:
     conn.execute("COMMIT")
     conn.close()
     return len(rows)
+
+
+def validate_and_insert(blobs: list[bytes], rows: list[tuple[Any, ...]], db_path: str) -> int:
+    """The least an import that validates every entry does: pydantic validation of each
+    batch (the entry model, one call per batch as the project makes it) and one executemany
+    of the store's rows, built beforehand, into the store's own table and indexes.
+
+    Not an importer: it converts nothing. What it costs is the limit of validating and
+    storing, whatever the code between the two.
+    """
+    from pytest_cleo_grade.models import AuditEntry, collector_paused
+    from pytest_cleo_grade.store import AuditStore
+
+    adapter = TypeAdapter(list[AuditEntry])
+    with collector_paused():
+        for blob in blobs:
+            adapter.validate_json(blob)
+    with AuditStore(db_path) as store:
+        return store.append_rows(rows)
 
 
 #: The floor of the plugin row: a conftest fixture that keeps entries in a list and grades them
