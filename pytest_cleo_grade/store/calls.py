@@ -39,10 +39,7 @@ def _plain(columns: tuple[str, ...]) -> str:
     """SQL true for a row the entry path validates and the calls path reads alike."""
     checks = [
         _STAMP_CHECK,
-        "(domain IS NULL OR (typeof(domain) = 'text' AND domain != ''))",
-        "typeof(coalesce(operation, action)) = 'text' AND coalesce(operation, action) != ''",
-        "(gateway IS NULL OR typeof(gateway) = 'text')",
-        "(task_id IS NULL OR typeof(task_id) = 'text')",
+        # Domain, operation, gateway and task id are checked on the values read (_read_alike).
         "(source IS NULL OR typeof(source) = 'text')",
         "(error_message IS NULL OR typeof(error_message) = 'text')",
         # JSON has no infinity: the entry path refuses one.
@@ -98,8 +95,31 @@ def read_calls(
     cursor.row_factory = None
     # Rows come back as the GradedCall tuples themselves: no Python code runs per row.
     calls: list[GradedCall] = cursor.execute(_select(columns), (session_id,)).fetchall()
+    if not _read_alike(calls):
+        return None
     try:
         deque(map(datetime.fromisoformat, map(_STAMP, calls)), maxlen=0)
     except ValueError:
         return None
     return calls
+
+
+#: (position in a GradedCall, whether NULL is allowed) of the text columns the calls carry.
+_TEXT_FIELDS: Final = ((1, False), (2, False), (3, True), (7, True))
+
+
+def _read_alike(calls: list[GradedCall]) -> bool:
+    """Whether the text columns the calls carry hold what the entry reading accepts.
+
+    A TEXT column can hold only text, NULL or a BLOB (SQLite turns numbers into text): no
+    BLOB, no NULL where the entry needs a value, no empty domain or operation. Checked on
+    each column's distinct values, which a session has few of: cheaper than typeof() in SQL.
+    """
+    for position, nullable in _TEXT_FIELDS:
+        values = set(map(operator.itemgetter(position), calls))
+        kinds = set(map(type, values))
+        if not kinds <= ({str, type(None)} if nullable else {str}):
+            return False
+        if not nullable and "" in values:
+            return False
+    return True
