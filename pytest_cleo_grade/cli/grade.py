@@ -27,7 +27,7 @@ from pytest_cleo_grade.cli.rubrics import (
 from pytest_cleo_grade.display import render_grade, terminal_text
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
-from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries
+from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries, session_order
 from pytest_cleo_grade.rubrics.cleo_calls import GradedCall, graded_call
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
@@ -158,13 +158,9 @@ def grade_entries_file(path: str, session_id: str | None = None) -> GradeResult:
         owners.extend(map(shared.setdefault, ids, ids))
         calls.extend(map(graded_call, batch))
     chosen = _choose_session(path, shared, session_id)
-    if any(sid is not None and sid != chosen for sid in shared):
-        calls = [c for c, sid in zip(calls, owners, strict=True) if sid is None or sid == chosen]
-    del owners
-    times = list(map(_CALL_TIME, calls))
-    if any(map(operator.gt, times, times[1:])):
-        calls.sort(key=_CALL_TIME)  # stable: ties keep file order
-    del times
+    order = session_order(owners, list(map(_CALL_TIME, calls)), chosen)
+    if order is not None:
+        calls = [calls[i] for i in order]
     return grade_calls(calls, session_id=chosen)
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "grade_entries",
     "grade_ordered",
     "order_entries",
+    "session_order",
 ]
 
 RUBRIC_VERSION: Final = "1.0.0"
@@ -570,19 +571,31 @@ def grade_entries(
     return result
 
 
+def session_order(
+    sessions: list[str | None], times: list[Any], session_id: str
+) -> list[int] | None:
+    """Positions of the items of ``session_id`` (and of those without a session) in session
+    order: by time, ties in list order. None when that is every item, in the order given.
+
+    ``sessions`` and ``times`` are the items' session ids and timestamps, position by
+    position; the common case (one session, already in order) costs two C-level passes.
+    """
+    keep: list[int] | None = None
+    if sessions.count(session_id) + sessions.count(None) != len(sessions):
+        keep = [i for i, sid in enumerate(sessions) if sid is None or sid == session_id]
+        times = [times[i] for i in keep]
+    if any(map(operator.gt, times, times[1:])):
+        order = sorted(range(len(times)), key=times.__getitem__)  # stable: ties keep order
+        return order if keep is None else [keep[i] for i in order]
+    return keep
+
+
 def _filter_order_grade(
     validated: list[AuditEntry], *, session_id: str, now: datetime | None, task_id: str | None
 ) -> GradeResult:
     full = list(map(_FULL_ROW, validated))
-    sessions = list(map(_FULL_SESSION, full))
-    if sessions.count(session_id) + sessions.count(None) != len(sessions):
-        keep = [i for i, sid in enumerate(sessions) if sid is None or sid == session_id]
-        validated = [validated[i] for i in keep]
-        full = [full[i] for i in keep]
-    times = list(map(_FULL_TIME, full))
-    if any(map(operator.gt, times, times[1:])):
-        # Stable: ties keep recording order.
-        order = sorted(range(len(times)), key=times.__getitem__)
+    order = session_order(list(map(_FULL_SESSION, full)), list(map(_FULL_TIME, full)), session_id)
+    if order is not None:
         validated = [validated[i] for i in order]
         full = [full[i] for i in order]
     rows: list[_Row] = list(map(_FULL_KEY, full))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from pytest_cleo_grade.models import AuditEntry
 
@@ -37,8 +37,6 @@ AddFacts = tuple[bool, bool, str | None]
 GradedCall = tuple[
     datetime | str, str, str, str | None, int, int, AddFacts | str | None, str | None
 ]
-
-TASKS_ADD: Final = ("tasks", "add")
 
 
 def add_facts(params: Mapping[str, Any]) -> AddFacts:
@@ -139,9 +137,8 @@ class CallDetails:
 
     def add(self, position: int) -> AddFacts | None:
         add = self._calls[position][6]
-        if isinstance(add, str):
-            params = json.loads(add)
-            return add_facts(params if isinstance(params, dict) else {})
+        if isinstance(add, str):  # the store's form: the parameters' JSON object text
+            return add_facts(json.loads(add))
         return add
 
     def task_id(self, position: int) -> str | None:
