@@ -6,13 +6,13 @@ the spec's ambiguities are those of DESIGN.md section 3; each is commented where
 
 from __future__ import annotations
 
-import heapq
 import operator
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import chain, islice
+from itertools import compress, islice
 from typing import Any, Final
 
 from pytest_cleo_grade.models import (
@@ -82,19 +82,27 @@ RECOVERY_WINDOW: Final = 4
 RECOVERY_OPS: Final = frozenset({"find", "exists"})
 
 
-_Row = tuple[str, str, str | None, int]
+_Row = tuple[str, str, str | None, int, int]  # domain, operation, gateway, exit code, success
 
 # Grading is bound by memory, not by arithmetic: a large session does not fit in the CPU
 # caches and each object touched costs a cache miss. So every entry is read once, by one
 # C-level attrgetter call, and the rest of grading works on the compact tuples it returns.
-_ROW = operator.attrgetter("domain", "operation", "metadata.gateway", "result.exit_code")
+_ROW = operator.attrgetter(
+    "domain", "operation", "metadata.gateway", "result.exit_code", "result.success"
+)
 _FULL_ROW = operator.attrgetter(
-    "session_id", "timestamp", "domain", "operation", "metadata.gateway", "result.exit_code"
+    "session_id",
+    "timestamp",
+    "domain",
+    "operation",
+    "metadata.gateway",
+    "result.exit_code",
+    "result.success",
 )
 _FULL_SESSION = operator.itemgetter(0)
 _FULL_TIME = operator.itemgetter(1)
-_FULL_KEY = operator.itemgetter(2, 3, 4, 5)
-_CALL_ROW = operator.itemgetter(1, 2, 3, 4)
+_FULL_KEY = operator.itemgetter(2, 3, 4, 5, 6)
+_CALL_ROW = operator.itemgetter(1, 2, 3, 4, 5)
 
 SESSION_LIST: Final = ("session", "list")
 SESSION_END: Final = ("session", "end")
@@ -138,97 +146,136 @@ class _Facts:
     title_positions: list[int] = field(default_factory=list)
 
 
-def _positions(rows: list[_Row], wanted: _Row) -> list[int]:
-    """Every index of ``wanted``; list.index scans in C, so this costs one pass per call."""
-    found: list[int] = []
-    start = 0
-    try:
-        while True:
-            start = rows.index(wanted, start)
-            found.append(start)
-            start += 1
-    except ValueError:
-        return found
+# What the rubric asks of a row depends only on its class: which of the calls it counts the
+# row is (or none), whether it went through the query gateway, whether it succeeded and, if
+# not, whether it failed with E_NOT_FOUND. A session has a few distinct rows, each classed
+# once; the session becomes one byte per entry, and every count, "first" and "where"
+# question is a C-level scan of those bytes (a regex search, bytes.count, compress()).
+_OTHER, _OTHER_TASK, _SESSION_LIST, _SESSION_END, _FIND = range(5)
+_LIST, _SHOW, _ADD, _EXISTS, _HELP = range(5, 10)
+_KIND_OF_CALL: Final[dict[tuple[str, str], int]] = {
+    SESSION_LIST: _SESSION_LIST,
+    SESSION_END: _SESSION_END,
+    TASKS_FIND: _FIND,
+    TASKS_LIST: _LIST,
+    TASKS_SHOW: _SHOW,
+    TASKS_ADD: _ADD,
+    TASKS_EXISTS: _EXISTS,
+    **dict.fromkeys(HELP_CALLS, _HELP),
+}
+_TASK_KINDS: Final = frozenset({_OTHER_TASK, _FIND, _LIST, _SHOW, _ADD, _EXISTS})
+_QUERY_BIT: Final = 4
+_NOT_FOUND_BIT: Final = 2
+_SUCCESS_BIT: Final = 1
+_CLASSES: Final = range(80)  # kind * 8 + the three bits
 
 
-def _first(rows: list[_Row], tally: Counter[_Row], match: Callable[[_Row], bool]) -> int | None:
-    """Index of the first row that matches, searching only for the distinct rows that do."""
-    return min((rows.index(row) for row in tally if match(row)), default=None)
+def _kind(code: int) -> int:
+    return code >> 3
 
 
-def _all(rows: list[_Row], tally: Counter[_Row], match: Callable[[_Row], bool]) -> list[int]:
-    return sorted(chain.from_iterable(_positions(rows, row) for row in tally if match(row)))
+class _Classes(dict[_Row, int]):
+    """Row -> class, filled as rows are met (a dict lookup in C for every known row)."""
+
+    def __missing__(self, row: _Row) -> int:
+        domain, operation, gateway, code, success = row
+        kind = _KIND_OF_CALL.get((domain, operation))
+        if kind is None:
+            kind = _OTHER_TASK if domain == "tasks" else _OTHER
+        klass = kind << 3
+        if gateway in QUERY_GATEWAYS:
+            klass |= _QUERY_BIT
+        if success:
+            klass |= _SUCCESS_BIT
+        elif code == E_NOT_FOUND:
+            klass |= _NOT_FOUND_BIT
+        self[row] = klass
+        return klass
 
 
-def _occurrences(rows: list[_Row], wanted: _Row) -> Iterator[int]:
-    """The indices of ``wanted`` one at a time, each found by a list.index scan in C."""
-    index = rows.index
-    start = 0
-    try:
-        while True:
-            start = index(wanted, start)
-            yield start
-            start += 1
-    except ValueError:
-        return
+class _Matching:
+    """The classes that pass ``test``: a regex for the first, a translate table for all."""
+
+    __slots__ = ("marks", "pattern")
+
+    def __init__(self, test: Callable[[int], bool]) -> None:
+        members = [code for code in _CLASSES if test(code)]
+        self.pattern = re.compile(b"[" + b"".join(re.escape(bytes((c,))) for c in members) + b"]")
+        self.marks = bytes(code in members for code in range(256))
 
 
-def _some(rows: list[_Row], tally: Counter[_Row], match: Callable[[_Row], bool]) -> list[int]:
-    """The first POINT_ENTRY_LIMIT positions of the matching rows.
-
-    The distinct rows' positions are merged lazily: the scans stop once the limit is
-    reached, instead of finding the limit's worth of positions for every distinct row.
-    """
-    streams = [_occurrences(rows, row) for row in tally if match(row)]
-    if len(streams) == 1:
-        return list(islice(streams[0], POINT_ENTRY_LIMIT))
-    return list(islice(heapq.merge(*streams), POINT_ENTRY_LIMIT))
+def _of_kinds(*kinds: int) -> _Matching:
+    return _Matching(lambda code: _kind(code) in kinds)
 
 
-def _scan(details: Details, rows: list[_Row]) -> _Facts:
-    """Collect the facts from one C-level pass plus a tally of the distinct rows.
+_TASK_AT = _Matching(lambda code: _kind(code) in _TASK_KINDS)
+_SESSION_LIST_AT = _of_kinds(_SESSION_LIST)
+_SESSION_END_AT = _of_kinds(_SESSION_END)
+_FIND_AT = _of_kinds(_FIND)
+_LIST_AT = _of_kinds(_LIST)
+_SHOW_AT = _of_kinds(_SHOW)
+_ADDED_AT = _Matching(lambda code: _kind(code) == _ADD and bool(code & _SUCCESS_BIT))
+_EXISTS_AT = _of_kinds(_EXISTS)
+_HELP_AT = _of_kinds(_HELP)
+_RECOVERY_AT = _of_kinds(_FIND, _EXISTS)
+_QUERY_AT = _Matching(lambda code: bool(code & _QUERY_BIT))
+_NOT_FOUND_AT = _Matching(lambda code: bool(code & _NOT_FOUND_BIT))
 
-    Grading must stay close to a bare loop over the entries even for a million of them. Each
-    entry becomes a (domain, operation, gateway, exit code) tuple; a session has few distinct
-    tuples, so every count comes from the tally and every "first"/"where" question is a
-    list.index scan for a handful of them. Python code runs per entry only for the entries
-    that need a closer look: successful adds and E_NOT_FOUND errors.
+
+def _first(matching: _Matching, codes: bytes) -> int | None:
+    found = matching.pattern.search(codes)
+    return None if found is None else found.start()
+
+
+def _positions(matching: _Matching, codes: bytes) -> Iterator[int]:
+    # compress() picks the marked positions in C, with no match object per position.
+    return compress(range(len(codes)), codes.translate(matching.marks))
+
+
+def _some(matching: _Matching, codes: bytes) -> list[int]:
+    """The first POINT_ENTRY_LIMIT positions of a class."""
+    return list(islice(_positions(matching, codes), POINT_ENTRY_LIMIT))
+
+
+def _all(matching: _Matching, codes: bytes) -> list[int]:
+    return list(_positions(matching, codes))
+
+
+def _scan(details: Details, codes: bytes) -> _Facts:
+    """Collect the facts from the session's classes, one byte per entry (see _Classes).
+
+    Grading must stay close to a bare loop over the entries even for a million of them:
+    Python code runs per entry only for the entries that need a closer look: successful adds.
     """
     facts = _Facts()
-    tally: Counter[_Row] = Counter(rows)
-    calls: Counter[tuple[str, str]] = Counter()
-    for (domain, op, gateway, _code), count in tally.items():
-        calls[domain, op] += count
-        if gateway in QUERY_GATEWAYS:
+    kinds = Counter[int]()
+    for code in set(codes):
+        count = codes.count(code)
+        kinds[_kind(code)] += count
+        if code & _QUERY_BIT:
             facts.query_calls += count
 
     # S1 compares with the first tasks.* entry of any operation, failed or not.
-    first_task = _first(rows, tally, lambda r: r[0] == "tasks")
-    first_list = _first(rows, tally, lambda r: r[:2] == SESSION_LIST)
+    first_task = _first(_TASK_AT, codes)
+    first_list = _first(_SESSION_LIST_AT, codes)
     facts.first_task, facts.first_list = first_task, first_list
     facts.first_task_time = None if first_task is None else details.timestamp(first_task)
     facts.first_list_time = None if first_list is None else details.timestamp(first_list)
-    facts.end_positions = _some(rows, tally, lambda r: r[:2] == SESSION_END)
-    facts.find_positions = _some(rows, tally, lambda r: r[:2] == TASKS_FIND)
-    facts.list_positions = _some(rows, tally, lambda r: r[:2] == TASKS_LIST)
-    facts.show_positions = _some(rows, tally, lambda r: r[:2] == TASKS_SHOW)
-    facts.help_positions = _some(rows, tally, lambda r: r[:2] in HELP_CALLS)
-    facts.query_positions = _some(rows, tally, lambda r: r[2] in QUERY_GATEWAYS)
-    facts.session_end_calls = calls[SESSION_END]
-    facts.find_calls = calls[TASKS_FIND]
-    facts.list_calls = calls[TASKS_LIST]
-    facts.show_calls = calls[TASKS_SHOW]
-    facts.help_calls = sum(calls[call] for call in HELP_CALLS)
+    facts.end_positions = _some(_SESSION_END_AT, codes)
+    facts.find_positions = _some(_FIND_AT, codes)
+    facts.list_positions = _some(_LIST_AT, codes)
+    facts.show_positions = _some(_SHOW_AT, codes)
+    facts.help_positions = _some(_HELP_AT, codes)
+    facts.query_positions = _some(_QUERY_AT, codes)
+    facts.session_end_calls = kinds[_SESSION_END]
+    facts.find_calls = kinds[_FIND]
+    facts.list_calls = kinds[_LIST]
+    facts.show_calls = kinds[_SHOW]
+    facts.help_calls = kinds[_HELP]
 
-    first_exists = _first(rows, tally, lambda r: r[:2] == TASKS_EXISTS)
-    _note_adds(facts, details, _all(rows, tally, lambda r: r[:2] == TASKS_ADD), first_exists)
-
-    failed = details.failed
-    facts.not_found_positions = [
-        position
-        for position in _all(rows, tally, lambda r: r[3] == E_NOT_FOUND)
-        if failed(position)
-    ]
+    first_exists = _first(_EXISTS_AT, codes)
+    _note_adds(facts, details, _all(_ADDED_AT, codes), first_exists)
+    facts.not_found_positions = _all(_NOT_FOUND_AT, codes)
     return facts
 
 
@@ -390,7 +437,7 @@ def _task_hygiene(facts: _Facts, flags: list[str], points: _Points) -> Dimension
 
 
 def _error_protocol(
-    rows: list[_Row], facts: _Facts, flags: list[str], points: _Points
+    details: Details, codes: bytes, facts: _Facts, flags: list[str], points: _Points
 ) -> DimensionScore:
     dim = "errorProtocol"
     score = DIMENSION_MAX
@@ -398,21 +445,19 @@ def _error_protocol(
     points.append(point(dim, DIMENSION_MAX, "errors.start", "Error protocol starts at 20"))
     unrecovered: list[tuple[str, tuple[int, ...]]] = []
     recovered: list[tuple[str, tuple[int, ...]]] = []
+    recovery = _RECOVERY_AT.pattern.search
     for position in facts.not_found_positions:
-        window = rows[position + 1 : position + 1 + RECOVERY_WINDOW]
-        found = next(
-            (k for k, r in enumerate(window) if r[0] == "tasks" and r[1] in RECOVERY_OPS),
-            None,
-        )
-        failed = f"{rows[position][0]}.{rows[position][1]}"
-        if found is not None:
+        after = position + 1
+        lookup = recovery(codes, after, after + RECOVERY_WINDOW)
+        failed = details.call(position)
+        if lookup is not None:
             evidence.append("E_NOT_FOUND followed by recovery lookup")
             # Only the items per_violation keeps get a sentence (a session may hold 50,000).
+            at = lookup.start()
             text = ""
             if len(recovered) < POINT_ITEM_LIMIT:
-                lookup = window[found]
-                text = f"E_NOT_FOUND ({failed}) recovered by {lookup[0]}.{lookup[1]} (no deduction)"
-            recovered.append((text, (position, position + 1 + found)))
+                text = f"E_NOT_FOUND ({failed}) recovered by {details.call(at)} (no deduction)"
+            recovered.append((text, (position, at)))
         else:
             score -= 5
             # The CLEO spec gives no text; this is CLEO's, naming the call that failed.
@@ -478,12 +523,13 @@ def grade_ordered(
 ) -> GradeResult:
     """Grade entries already validated, filtered to one session and in session order."""
     with collector_paused():
-        rows: list[_Row] = list(map(_ROW, ordered))
-        result = _grade(
-            EntryDetails(ordered), rows, session_id=session_id, now=now, task_id=task_id
+        return _grade(
+            EntryDetails(ordered),
+            map(_ROW, ordered),
+            session_id=session_id,
+            now=now,
+            task_id=task_id,
         )
-        del rows  # freed while the collector is paused (see grade_entries)
-    return result
 
 
 def grade_calls(
@@ -498,22 +544,26 @@ def grade_calls(
     The same result as :func:`grade_ordered` over the entries the calls were read from.
     """
     with collector_paused():
-        rows: list[_Row] = list(map(_CALL_ROW, calls))
-        result = _grade(CallDetails(calls), rows, session_id=session_id, now=now, task_id=task_id)
-        del rows
-    return result
+        return _grade(
+            CallDetails(calls),
+            map(_CALL_ROW, calls),
+            session_id=session_id,
+            now=now,
+            task_id=task_id,
+        )
 
 
 def _grade(
     details: Details,
-    rows: list[_Row],
+    rows: Iterable[_Row],
     *,
     session_id: str,
     now: datetime | None,
     task_id: str | None,
 ) -> GradeResult:
     timestamp = now or datetime.now(UTC)
-    if not rows:
+    codes = bytes(map(_Classes().__getitem__, rows))
+    if not codes:
         empty = DimensionScore(score=0, max=DIMENSION_MAX, evidence=[])
         return GradeResult(
             session_id=session_id,
@@ -525,14 +575,14 @@ def _grade(
             timestamp=timestamp,
             entry_count=0,
         )
-    facts = _scan(details, rows)
+    facts = _scan(details, codes)
     flags: list[str] = []
     points: _Points = []
     scores = (
         _session_discipline(facts, flags, points),
         _discovery_efficiency(facts, flags, points),
         _task_hygiene(facts, flags, points),
-        _error_protocol(rows, facts, flags, points),
+        _error_protocol(details, codes, facts, flags, points),
         _disclosure_use(facts, flags, points),
     )
     return GradeResult(
@@ -543,7 +593,7 @@ def _grade(
         dimensions=dict(zip(CLEO_DIMENSIONS, scores, strict=True)),
         flags=flags,
         timestamp=timestamp,
-        entry_count=len(rows),
+        entry_count=len(codes),
         points=points,
     )
 
@@ -598,5 +648,10 @@ def _filter_order_grade(
     if order is not None:
         validated = [validated[i] for i in order]
         full = [full[i] for i in order]
-    rows: list[_Row] = list(map(_FULL_KEY, full))
-    return _grade(EntryDetails(validated), rows, session_id=session_id, now=now, task_id=task_id)
+    return _grade(
+        EntryDetails(validated),
+        map(_FULL_KEY, full),
+        session_id=session_id,
+        now=now,
+        task_id=task_id,
+    )

@@ -83,16 +83,16 @@ class Details(Protocol):
         """When the call at ``position`` happened."""
         ...
 
-    def failed(self, position: int) -> bool:
-        """Whether the call at ``position`` failed."""
-        ...
-
     def add(self, position: int) -> AddFacts | None:
-        """The facts of the tasks.add at ``position``, or None when it failed."""
+        """The facts of the successful tasks.add at ``position`` (None: none were read)."""
         ...
 
     def task_id(self, position: int) -> str | None:
         """The metadata taskId of the call at ``position``."""
+        ...
+
+    def call(self, position: int) -> str:
+        """The call at ``position`` as ``domain.operation``."""
         ...
 
 
@@ -107,17 +107,15 @@ class EntryDetails:
     def timestamp(self, position: int) -> datetime:
         return self._entries[position].timestamp
 
-    def failed(self, position: int) -> bool:
-        return not self._entries[position].result.success
-
-    def add(self, position: int) -> AddFacts | None:
-        entry = self._entries[position]
-        if not entry.result.success:
-            return None
-        return add_facts(entry.params)
+    def add(self, position: int) -> AddFacts:
+        return add_facts(self._entries[position].params)
 
     def task_id(self, position: int) -> str | None:
         return self._entries[position].metadata.task_id
+
+    def call(self, position: int) -> str:
+        entry = self._entries[position]
+        return f"{entry.domain}.{entry.operation}"
 
 
 class CallDetails:
@@ -132,9 +130,6 @@ class CallDetails:
         stamp = self._calls[position][0]
         return stamp if isinstance(stamp, datetime) else datetime.fromisoformat(stamp)
 
-    def failed(self, position: int) -> bool:
-        return not self._calls[position][5]
-
     def add(self, position: int) -> AddFacts | None:
         add = self._calls[position][6]
         if isinstance(add, str):  # the store's form: the parameters' JSON object text
@@ -143,3 +138,7 @@ class CallDetails:
 
     def task_id(self, position: int) -> str | None:
         return self._calls[position][7]
+
+    def call(self, position: int) -> str:
+        call = self._calls[position]
+        return f"{call[1]}.{call[2]}"
