@@ -502,3 +502,17 @@ def test_the_unrecovered_flag_names_the_failed_call() -> None:
         "E_NOT_FOUND (tasks.exists) not followed by recovery lookup",
         "E_NOT_FOUND (admin.help) not followed by recovery lookup",
     ]
+
+
+def test_a_session_of_many_distinct_calls_grades_alike_and_is_not_remembered() -> None:
+    # Rows' classes are remembered across grades, up to a limit; a session of thousands of
+    # distinct calls (here every operation differs) is graded the same and then forgotten.
+    from pytest_cleo_grade.rubrics import cleo
+
+    odd = [entry("custom", f"op{i}", gateway="query") for i in range(cleo._KNOWN_LIMIT + 10)]
+    result = grade([entry("session", "list"), *odd, entry("tasks", "find")])
+    # Every call went through a query gateway: 4,106 odd ones, session.list and tasks.find.
+    assert dim(result, "disclosureUse")[1] == ["cleo_query (MCP) used 4108x"]
+    assert len(cleo._known) <= cleo._KNOWN_LIMIT
+    again = grade([entry("session", "list"), *odd, entry("tasks", "find")])
+    assert again.model_dump() == result.model_dump()

@@ -9,8 +9,9 @@ The rubric itself (``cleo.py``) reads either form through the same small interfa
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, Protocol
 
 from pytest_cleo_grade.models import AuditEntry
@@ -76,6 +77,9 @@ def graded_call(entry: AuditEntry) -> GradedCall:
     )
 
 
+_PARAMS = attrgetter("params")
+
+
 class Details(Protocol):
     """What the rubric asks of the few entries it looks at closely, by session position."""
 
@@ -83,8 +87,8 @@ class Details(Protocol):
         """When the call at ``position`` happened."""
         ...
 
-    def add(self, position: int) -> AddFacts | None:
-        """The facts of the successful tasks.add at ``position`` (None: none were read)."""
+    def adds(self, positions: Iterable[int]) -> Iterator[AddFacts | None]:
+        """The facts of the successful tasks.add calls at ``positions`` (None: none read)."""
         ...
 
     def task_id(self, position: int) -> str | None:
@@ -107,8 +111,9 @@ class EntryDetails:
     def timestamp(self, position: int) -> datetime:
         return self._entries[position].timestamp
 
-    def add(self, position: int) -> AddFacts:
-        return add_facts(self._entries[position].params)
+    def adds(self, positions: Iterable[int]) -> Iterator[AddFacts | None]:
+        # No Python frame per add but add_facts' own: a session can hold 100,000 adds.
+        return map(add_facts, map(_PARAMS, map(self._entries.__getitem__, positions)))
 
     def task_id(self, position: int) -> str | None:
         return self._entries[position].metadata.task_id
@@ -130,11 +135,13 @@ class CallDetails:
         stamp = self._calls[position][0]
         return stamp if isinstance(stamp, datetime) else datetime.fromisoformat(stamp)
 
-    def add(self, position: int) -> AddFacts | None:
-        add = self._calls[position][6]
-        if isinstance(add, str):  # the store's form: the parameters' JSON object text
-            return add_facts(json.loads(add))
-        return add
+    def adds(self, positions: Iterable[int]) -> Iterator[AddFacts | None]:
+        for position in positions:
+            add = self._calls[position][6]
+            if isinstance(add, str):  # the store's form: the parameters' JSON object text
+                yield add_facts(json.loads(add))
+            else:
+                yield add
 
     def task_id(self, position: int) -> str | None:
         return self._calls[position][7]
