@@ -142,7 +142,7 @@ def read_fields(entries: list[Any]) -> int:
     seen = 0
     for entry in entries:
         entry.session_id, entry.timestamp, entry.domain, entry.operation  # noqa: B018
-        entry.metadata.gateway, entry.result.exit_code  # noqa: B018
+        entry.metadata.gateway, entry.result.exit_code, entry.result.success  # noqa: B018
         seen += 1
     return seen
 

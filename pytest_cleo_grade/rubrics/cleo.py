@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import operator
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -237,9 +236,13 @@ def _positions(matching: _Matching, codes: bytes) -> Iterator[int]:
     return compress(range(len(codes)), codes.translate(matching.marks))
 
 
-def _some(matching: _Matching, codes: bytes) -> list[int]:
-    """The first POINT_ENTRY_LIMIT positions of a class."""
-    return list(islice(_positions(matching, codes), POINT_ENTRY_LIMIT))
+def _counted(matching: _Matching, codes: bytes) -> tuple[int, list[int]]:
+    """How many entries match, and the first POINT_ENTRY_LIMIT of their positions."""
+    marks = codes.translate(matching.marks)
+    count = marks.count(1)
+    if not count:
+        return 0, []
+    return count, list(islice(compress(range(len(marks)), marks), POINT_ENTRY_LIMIT))
 
 
 def _all(matching: _Matching, codes: bytes) -> list[int]:
@@ -253,30 +256,18 @@ def _scan(details: Details, codes: bytes) -> _Facts:
     Python code runs per entry only for the entries that need a closer look: successful adds.
     """
     facts = _Facts()
-    kinds = Counter[int]()
-    for code in set(codes):
-        count = codes.count(code)
-        kinds[_kind(code)] += count
-        if code & _QUERY_BIT:
-            facts.query_calls += count
-
     # S1 compares with the first tasks.* entry of any operation, failed or not.
     first_task = _first(_TASK_AT, codes)
     first_list = _first(_SESSION_LIST_AT, codes)
     facts.first_task, facts.first_list = first_task, first_list
     facts.first_task_time = None if first_task is None else details.timestamp(first_task)
     facts.first_list_time = None if first_list is None else details.timestamp(first_list)
-    facts.end_positions = _some(_SESSION_END_AT, codes)
-    facts.find_positions = _some(_FIND_AT, codes)
-    facts.list_positions = _some(_LIST_AT, codes)
-    facts.show_positions = _some(_SHOW_AT, codes)
-    facts.help_positions = _some(_HELP_AT, codes)
-    facts.query_positions = _some(_QUERY_AT, codes)
-    facts.session_end_calls = kinds[_SESSION_END]
-    facts.find_calls = kinds[_FIND]
-    facts.list_calls = kinds[_LIST]
-    facts.show_calls = kinds[_SHOW]
-    facts.help_calls = kinds[_HELP]
+    facts.session_end_calls, facts.end_positions = _counted(_SESSION_END_AT, codes)
+    facts.find_calls, facts.find_positions = _counted(_FIND_AT, codes)
+    facts.list_calls, facts.list_positions = _counted(_LIST_AT, codes)
+    facts.show_calls, facts.show_positions = _counted(_SHOW_AT, codes)
+    facts.help_calls, facts.help_positions = _counted(_HELP_AT, codes)
+    facts.query_calls, facts.query_positions = _counted(_QUERY_AT, codes)
 
     first_exists = _first(_EXISTS_AT, codes)
     _note_adds(facts, details, _all(_ADDED_AT, codes), first_exists)
@@ -448,15 +439,15 @@ def _error_protocol(
     points.append(point(dim, DIMENSION_MAX, "errors.start", "Error protocol starts at 20"))
     unrecovered: list[tuple[str, tuple[int, ...]]] = []
     recovered: list[tuple[str, tuple[int, ...]]] = []
-    recovery = _RECOVERY_AT.pattern.search
+    # 1 where a recovery lookup is: bytes.find looks ahead in C, with no match object.
+    recovery = codes.translate(_RECOVERY_AT.marks).find
     for position in facts.not_found_positions:
         after = position + 1
-        lookup = recovery(codes, after, after + RECOVERY_WINDOW)
-        if lookup is not None:
+        at = recovery(1, after, after + RECOVERY_WINDOW)
+        if at >= 0:
             evidence.append("E_NOT_FOUND followed by recovery lookup")
             # Only the items per_violation keeps get a sentence (a session may hold 50,000),
             # and only those read the calls' names.
-            at = lookup.start()
             text = ""
             if len(recovered) < POINT_ITEM_LIMIT:
                 failed, found = details.call(position), details.call(at)

@@ -8,7 +8,7 @@ order) of the entries that caused it. A dimension's items sum exactly to its sco
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Final
 
 #: The most entry indices one item lists; a million-entry session would otherwise carry a
@@ -34,7 +34,7 @@ def per_violation(
     items = [point(dimension, each, rule, text, where) for text, where in texts[:POINT_ITEM_LIMIT]]
     rest = texts[POINT_ITEM_LIMIT:]
     if rest:
-        entries = [index for _, where in rest for index in where]
+        entries = chain.from_iterable(where for _, where in rest)  # point() takes the first
         items.append(
             point(dimension, each * len(rest), rule, f"{len(rest)} more like the above", entries)
         )
