@@ -184,6 +184,7 @@ class _Classes(dict[_Row, int]):
 
 # Rows met by earlier grades keep their class: most sessions reuse the same few dozen.
 # Dropped when it grows past the limit, so an odd session's distinct rows are not kept.
+# Threads grading at once may both class a new row: they store the same value.
 _KNOWN_LIMIT: Final = 4096
 _known = _Classes()
 
