@@ -8,6 +8,7 @@ of medians measured in one run is what ``make bench`` reports.
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -61,7 +62,7 @@ class Row:
             self.label,
             self.project,
             self.floor,
-            f"{self.ratio:.2f}x",
+            f"{self.ratio:.2f}x" if math.isfinite(self.ratio) else "n/a",
             self.target,
             "" if self.met is None else "met" if self.met else "MISSED",
         )
