@@ -431,6 +431,13 @@ def _task_hygiene(facts: _Facts, flags: list[str], points: _Points) -> Dimension
     return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
 
 
+# per_violation gives the first POINT_ITEM_LIMIT violations an item each and the rest one
+# item listing the first POINT_ENTRY_LIMIT of their indices: past this many violations
+# (each with at least one index) nothing more is listed, and only the count matters.
+_LISTED: Final = POINT_ITEM_LIMIT + POINT_ENTRY_LIMIT
+_UNLISTED: Final[tuple[str, tuple[int, ...]]] = ("", ())
+
+
 def _error_protocol(
     details: Details, codes: bytes, facts: _Facts, flags: list[str], points: _Points
 ) -> DimensionScore:
@@ -453,7 +460,7 @@ def _error_protocol(
             if len(recovered) < POINT_ITEM_LIMIT:
                 failed, found = details.call(position), details.call(at)
                 text = f"E_NOT_FOUND ({failed}) recovered by {found} (no deduction)"
-            recovered.append((text, (position, at)))
+            recovered.append((text, (position, at)) if len(recovered) < _LISTED else _UNLISTED)
         else:
             score -= 5
             # The CLEO spec gives no text; this is CLEO's, naming the call that failed.
@@ -465,7 +472,7 @@ def _error_protocol(
                     f"E_NOT_FOUND ({failed}) with no tasks.find or "
                     f"tasks.exists in the next {RECOVERY_WINDOW} calls"
                 )
-            unrecovered.append((text, (position,)))
+            unrecovered.append((text, (position,)) if len(unrecovered) < _LISTED else _UNLISTED)
     points.extend(per_violation(dim, 0, "errors.recovered", recovered))
     points.extend(per_violation(dim, -5, "errors.not_found", unrecovered))
     duplicates = len(facts.titles) - len(set(facts.titles))
@@ -631,7 +638,7 @@ def session_order(
     if sessions.count(session_id) + sessions.count(None) != len(sessions):
         keep = [i for i, sid in enumerate(sessions) if sid is None or sid == session_id]
         times = [times[i] for i in keep]
-    if any(map(operator.gt, times, times[1:])):
+    if any(map(operator.gt, times, islice(times, 1, None))):
         order = sorted(range(len(times)), key=times.__getitem__)  # stable: ties keep order
         return order if keep is None else [keep[i] for i in order]
     return keep
