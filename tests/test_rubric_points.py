@@ -89,3 +89,26 @@ def test_recovered_errors_are_explained_within_the_item_limit() -> None:
     assert (recovered[0].points, recovered[0].entries) == (0, [0, 1])
     assert recovered[0].text == "E_NOT_FOUND (tasks.show) recovered by tasks.find (no deduction)"
     assert recovered[-1].text == "20 more like the above"
+
+
+def test_violations_past_what_an_item_lists_still_count_and_list_the_first_indices() -> None:
+    # 400 recovered and 400 unrecovered E_NOT_FOUND: the last item of each rule counts the 300
+    # past the item limit and lists the first POINT_ENTRY_LIMIT of their indices.
+    calls: list[dict[str, Any]] = []
+    for i in range(400):
+        calls.append(entry("tasks", "show", at=4 * i, success=False, exit_code=4))
+        calls.append(entry("tasks", "find", at=4 * i + 1))
+    start = len(calls)
+    for i in range(400):
+        calls.append(entry("tasks", "show", at=10_000 + i, success=False, exit_code=4))
+    points = grade(calls).points
+    recovered = [p for p in points if p.rule == "errors.recovered"]
+    assert len(recovered) == POINT_ITEM_LIMIT + 1
+    assert recovered[-1].text == "300 more like the above"
+    first_rest = 2 * POINT_ITEM_LIMIT
+    assert recovered[-1].entries == list(range(first_rest, first_rest + POINT_ENTRY_LIMIT))
+    unrecovered = [p for p in points if p.rule == "errors.not_found"]
+    assert len(unrecovered) == POINT_ITEM_LIMIT + 1
+    assert (unrecovered[-1].points, unrecovered[-1].text) == (-5 * 300, "300 more like the above")
+    first_rest = start + POINT_ITEM_LIMIT
+    assert unrecovered[-1].entries == list(range(first_rest, first_rest + POINT_ENTRY_LIMIT))
