@@ -30,7 +30,7 @@ from pytest_cleo_grade.rubrics.cleo_calls import (
 )
 from pytest_cleo_grade.rubrics.points import (
     POINT_ENTRY_LIMIT,
-    POINT_ITEM_LIMIT,
+    Violations,
     balance,
     per_violation,
     point,
@@ -431,13 +431,6 @@ def _task_hygiene(facts: _Facts, flags: list[str], points: _Points) -> Dimension
     return DimensionScore(score=score, max=DIMENSION_MAX, evidence=evidence)
 
 
-# per_violation gives the first POINT_ITEM_LIMIT violations an item each and the rest one
-# item listing the first POINT_ENTRY_LIMIT of their indices: past this many violations
-# (each with at least one index) nothing more is listed, and only the count matters.
-_LISTED: Final = POINT_ITEM_LIMIT + POINT_ENTRY_LIMIT
-_UNLISTED: Final[tuple[str, tuple[int, ...]]] = ("", ())
-
-
 def _error_protocol(
     details: Details, codes: bytes, facts: _Facts, flags: list[str], points: _Points
 ) -> DimensionScore:
@@ -445,8 +438,7 @@ def _error_protocol(
     score = DIMENSION_MAX
     evidence: list[str] = []
     points.append(point(dim, DIMENSION_MAX, "errors.start", "Error protocol starts at 20"))
-    unrecovered: list[tuple[str, tuple[int, ...]]] = []
-    recovered: list[tuple[str, tuple[int, ...]]] = []
+    unrecovered, recovered = Violations(), Violations()
     # 1 where a recovery lookup is: bytes.find looks ahead in C, with no match object.
     recovery = codes.translate(_RECOVERY_AT.marks).find
     for position in facts.not_found_positions:
@@ -454,27 +446,27 @@ def _error_protocol(
         at = recovery(1, after, after + RECOVERY_WINDOW)
         if at >= 0:
             evidence.append("E_NOT_FOUND followed by recovery lookup")
-            # Only the items per_violation keeps get a sentence (a session may hold 50,000),
-            # and only those read the calls' names.
+            # Only the itemized violations get a sentence (a session may hold 50,000), and
+            # only those read the calls' names.
             text = ""
-            if len(recovered) < POINT_ITEM_LIMIT:
+            if recovered.itemized:
                 failed, found = details.call(position), details.call(at)
                 text = f"E_NOT_FOUND ({failed}) recovered by {found} (no deduction)"
-            recovered.append((text, (position, at)) if len(recovered) < _LISTED else _UNLISTED)
+            recovered.add(text, (position, at))
         else:
             score -= 5
             # The CLEO spec gives no text; this is CLEO's, naming the call that failed.
             failed = details.call(position)
             flags.append(f"E_NOT_FOUND ({failed}) not followed by recovery lookup")
             text = ""
-            if len(unrecovered) < POINT_ITEM_LIMIT:
+            if unrecovered.itemized:
                 text = (
                     f"E_NOT_FOUND ({failed}) with no tasks.find or "
                     f"tasks.exists in the next {RECOVERY_WINDOW} calls"
                 )
-            unrecovered.append((text, (position,)) if len(unrecovered) < _LISTED else _UNLISTED)
-    points.extend(per_violation(dim, 0, "errors.recovered", recovered))
-    points.extend(per_violation(dim, -5, "errors.not_found", unrecovered))
+            unrecovered.add(text, (position,))
+    points.extend(recovered.items(dim, 0, "errors.recovered"))
+    points.extend(unrecovered.items(dim, -5, "errors.not_found"))
     duplicates = len(facts.titles) - len(set(facts.titles))
     if duplicates:
         score -= 5

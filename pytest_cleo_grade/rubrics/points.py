@@ -7,8 +7,8 @@ order) of the entries that caused it. A dimension's items sum exactly to its sco
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from itertools import chain, islice
+from collections.abc import Iterable
+from itertools import islice
 from typing import Any, Final
 
 #: The most entry indices one item lists; a million-entry session would otherwise carry a
@@ -26,19 +26,53 @@ def point(
     return {"dimension": dimension, "points": points, "rule": rule, "text": text, "entries": listed}
 
 
+class Violations:
+    """The violations of one rule, kept as far as their points items need them.
+
+    The first POINT_ITEM_LIMIT get an item (and a sentence) each; the rest share one item
+    that counts them and lists the first POINT_ENTRY_LIMIT of their indices, so a rule
+    broken 50,000 times keeps a count, not 50,000 records.
+    """
+
+    __slots__ = ("_items", "_rest", "_rest_entries")
+
+    def __init__(self) -> None:
+        self._items: list[tuple[str, Iterable[int]]] = []
+        self._rest = 0
+        self._rest_entries: list[int] = []
+
+    @property
+    def itemized(self) -> bool:
+        """Whether the next violation gets an item of its own (and so needs a sentence)."""
+        return len(self._items) < POINT_ITEM_LIMIT
+
+    def add(self, text: str, where: Iterable[int]) -> None:
+        """One violation; ``text`` is never read when it is past the itemized ones."""
+        if self.itemized:
+            self._items.append((text, where))
+            return
+        self._rest += 1
+        if len(self._rest_entries) < POINT_ENTRY_LIMIT:
+            self._rest_entries.extend(where)
+
+    def items(self, dimension: str, each: int | float, rule: str) -> list[dict[str, Any]]:
+        """An item per itemized violation (``each`` points), then one for the rest."""
+        items = [point(dimension, each, rule, text, where) for text, where in self._items]
+        if self._rest:
+            text = f"{self._rest} more like the above"
+            items.append(point(dimension, each * self._rest, rule, text, self._rest_entries))
+        return items
+
+
 def per_violation(
-    dimension: str, each: int | float, rule: str, texts: Sequence[tuple[str, Iterable[int]]]
+    dimension: str, each: int | float, rule: str, texts: Iterable[tuple[str, Iterable[int]]]
 ) -> list[dict[str, Any]]:
     """An item per violation (``each`` points), the ones past POINT_ITEM_LIMIT in one item
     (whose sentences are never read: a caller may leave them empty)."""
-    items = [point(dimension, each, rule, text, where) for text, where in texts[:POINT_ITEM_LIMIT]]
-    rest = texts[POINT_ITEM_LIMIT:]
-    if rest:
-        entries = chain.from_iterable(where for _, where in rest)  # point() takes the first
-        items.append(
-            point(dimension, each * len(rest), rule, f"{len(rest)} more like the above", entries)
-        )
-    return items
+    found = Violations()
+    for text, where in texts:
+        found.add(text, where)
+    return found.items(dimension, each, rule)
 
 
 def balance(
