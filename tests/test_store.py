@@ -14,7 +14,7 @@ import pytest
 from pytest_cleo_grade.errors import CleoGradeWarning, EntryError, StoreError
 from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import grade_entries
-from pytest_cleo_grade.store import AUDIT_COLUMNS, AuditStore, entry_row
+from pytest_cleo_grade.store import AUDIT_COLUMNS, ROW_COLUMNS, AuditStore, entry_row
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -266,7 +266,7 @@ def test_read_only_open_of_a_missing_file_is_an_error_and_creates_nothing(tmp_pa
 
 def test_a_row_with_malformed_details_json_is_named_by_its_id(store: AuditStore) -> None:
     row = list(entry_row(entry(), "row-42"))
-    row[AUDIT_COLUMNS.index("details_json")] = "{not json"
+    row[ROW_COLUMNS.index("details_json")] = "{not json"
     store.append_rows([row])
     with pytest.raises(StoreError, match="audit_log row row-42"):
         store.session_entries("s1")
@@ -274,7 +274,7 @@ def test_a_row_with_malformed_details_json_is_named_by_its_id(store: AuditStore)
 
 def test_a_row_with_an_invalid_field_is_named_by_its_id(store: AuditStore) -> None:
     row = list(entry_row(entry(), "row-7"))
-    row[AUDIT_COLUMNS.index("timestamp")] = "yesterday"
+    row[ROW_COLUMNS.index("timestamp")] = "yesterday"
     store.append_rows([row])
     with pytest.raises(StoreError, match=r"audit_log row row-7: timestamp"):
         store.session_entries("s1")
@@ -284,7 +284,7 @@ def test_a_row_with_an_infinite_duration_is_named_by_its_id(store: AuditStore) -
     # SQLite keeps an infinite REAL and writes it into JSON as Inf, which is no JSON.
     good = entry_row(entry(), "row-1")
     bad = list(entry_row(entry(at=1), "row-2"))
-    bad[AUDIT_COLUMNS.index("duration_ms")] = float("inf")
+    bad[ROW_COLUMNS.index("duration_ms")] = float("inf")
     store.append_rows([good, bad])
     with pytest.raises(StoreError, match=r"audit_log row row-2: holds a number JSON cannot"):
         store.session_entries("s1")

@@ -18,7 +18,7 @@ from pytest_cleo_grade.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries
 from pytest_cleo_grade.rubrics.cleo_calls import graded_call
 from pytest_cleo_grade.sources import load_entries_file
-from pytest_cleo_grade.store import AUDIT_COLUMNS, AuditStore, entry_row
+from pytest_cleo_grade.store import ROW_COLUMNS, AuditStore, entry_row
 from tests.test_import import SESSION, build_cleo_db
 
 NOW = datetime(2026, 3, 2, tzinfo=UTC)
@@ -140,7 +140,7 @@ def store_with(tmp_path: Path, column: str, value: object) -> Path:
         list(entry_row(e, f"row-{i}"))
         for i, e in enumerate(random_session(random.Random(5), 30, "s1"))
     ]
-    rows[12][AUDIT_COLUMNS.index(column)] = value
+    rows[12][ROW_COLUMNS.index(column)] = value
     with AuditStore(path) as store:
         store.append_rows(rows)
     return path

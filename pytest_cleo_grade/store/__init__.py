@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from pytest_cleo_grade.store.core import BUSY_TIMEOUT_S, DEFAULT_DB, AuditStore
-from pytest_cleo_grade.store.schema import AUDIT_COLUMNS, CLEO_COLUMNS, entry_row
+from pytest_cleo_grade.store.schema import (
+    AUDIT_COLUMNS,
+    CLEO_COLUMNS,
+    ROW_COLUMNS,
+    entry_row,
+    entry_rows,
+)
 
 __all__ = [
     "AUDIT_COLUMNS",
     "BUSY_TIMEOUT_S",
     "CLEO_COLUMNS",
     "DEFAULT_DB",
+    "ROW_COLUMNS",
     "AuditStore",
     "entry_row",
+    "entry_rows",
 ]

@@ -35,6 +35,7 @@ from pytest_cleo_grade.store.schema import (
     KNOWN_MIGRATIONS,
     MIGRATIONS,
     entry_row,
+    entry_rows,
     grade_row,
 )
 
@@ -217,10 +218,10 @@ class AuditStore:
 
     def append_many(self, entries: Iterable[AuditEntry]) -> int:
         """Append entries in one transaction: all of them or, on any error, none."""
-        return self.append_rows(entry_row(entry) for entry in entries)
+        return self.append_rows(entry_rows(entries))
 
     def append_rows(self, rows: Iterable[Sequence[Any]]) -> int:
-        """Insert prepared ``audit_log`` rows (AUDIT_COLUMNS order) in one transaction.
+        """Insert prepared ``audit_log`` rows (ROW_COLUMNS order) in one transaction.
 
         Rows whose id is already stored are skipped (importing a CLEO database twice adds
         nothing); returns the number of rows inserted.

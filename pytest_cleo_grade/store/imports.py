@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_cleo_grade.errors import EntryError
-from pytest_cleo_grade.models import AuditEntry
+from pytest_cleo_grade.models import AuditEntry, collector_paused
 from pytest_cleo_grade.sources import (
     iter_entry_batches,
     load_entries_file,
@@ -17,7 +18,7 @@ from pytest_cleo_grade.sources import (
     select_session,
 )
 from pytest_cleo_grade.store.core import AuditStore
-from pytest_cleo_grade.store.schema import entry_row
+from pytest_cleo_grade.store.schema import entry_row, entry_rows
 
 __all__ = [
     "ImportSummary",
@@ -26,6 +27,8 @@ __all__ = [
     "import_entries_file",
     "stream_entries_file",
 ]
+
+_SESSION = operator.attrgetter("session_id")
 
 
 @dataclass
@@ -66,9 +69,11 @@ def stream_entries_file(
     def rows(batch: list[AuditEntry]) -> list[tuple[object, ...]]:
         chosen = batch if session_id is None else select_session(batch, session_id, where)
         summary.count += len(chosen)
-        for entry in chosen:
-            summary.saw(entry.session_id or "(no session)")
-        return [entry_row(entry) for entry in chosen]
+        if not summary.more_sessions:  # past five sessions, there is nothing to note
+            # The batch's distinct sessions in first-seen order, found at C speed.
+            for session in dict.fromkeys(map(_SESSION, chosen)):
+                summary.saw(session or "(no session)")
+        return entry_rows(chosen)
 
     def selected(first: list[AuditEntry]) -> Iterator[list[tuple[object, ...]]]:
         for batch in _chain(first, batches):
@@ -80,14 +85,17 @@ def stream_entries_file(
         if not summary.count:
             raise EntryError(f"{where}: no entries for session {session_id}")
 
-    first = next(batches)  # line 1's error surfaces here, before the store exists
-    created = _missing_parts(store_path)
-    try:
-        with AuditStore(store_path) as store:
-            store.append_batches(selected(first))
-    except BaseException:
-        _remove_created(store_path, created)
-        raise
+    # Memory is bounded by a batch, and nothing built here forms a cycle: the collector
+    # would only traverse each batch's new objects again (10-20 % of an import's time).
+    with collector_paused():
+        first = next(batches)  # line 1's error surfaces here, before the store exists
+        created = _missing_parts(store_path)
+        try:
+            with AuditStore(store_path) as store:
+                store.append_batches(selected(first))
+        except BaseException:
+            _remove_created(store_path, created)
+            raise
     return summary
 
 
