@@ -42,6 +42,8 @@ from pytest_cleo_grade.cli import main as cli_main
 from pytest_cleo_grade.cli.grade import grade_entries_file, grade_from_store
 from pytest_cleo_grade.models import validate_entry_dicts
 from pytest_cleo_grade.store import AuditStore, entry_row
+from pytest_cleo_grade.store.imports import import_workers
+from pytest_cleo_grade.workers import WORKERS_ENV
 
 #: CLEO's TypeScript grader on 1k entries, measured with node on the same machine class when
 #: the issue was filed (node is not installed here, so the figure is quoted, not re-measured).
@@ -319,14 +321,20 @@ def import_row(tmp: Path, size: int, rounds: int) -> list[Row]:
     prebuilt = [entry_row(entry) for entry in validate_entry_dicts(synthetic(size))]
     counter = iter(range(10**6))
 
-    def project() -> None:
+    def project(workers: str | None = None) -> None:
         db = tmp / f"import-{next(counter)}.db"
+        previous = os.environ.pop(WORKERS_ENV, None)
+        if workers is not None:
+            os.environ[WORKERS_ENV] = workers
         with open(os.devnull, "w") as sink:
             stdout, sys.stdout = sys.stdout, sink
             try:
                 status = cli_main(["import", str(path), "--db", str(db)])
             finally:
                 sys.stdout = stdout
+                os.environ.pop(WORKERS_ENV, None)
+                if previous is not None:
+                    os.environ[WORKERS_ENV] = previous
         if status != 0:
             sys.exit(f"cleo-grade import exited {status}")
 
@@ -336,8 +344,9 @@ def import_row(tmp: Path, size: int, rounds: int) -> list[Row]:
     def limit() -> None:
         validate_and_insert(blobs, prebuilt, str(tmp / f"limit-{next(counter)}.db"))
 
-    figures = alternate({"project": project, "floor": floor, "limit": limit}, rounds)
-    p, f, v = figures["project"], figures["floor"], figures["limit"]
+    variants = {"project": project, "alone": lambda: project("0"), "floor": floor, "limit": limit}
+    figures = alternate(variants, rounds)
+    p, f, v, a = figures["project"], figures["floor"], figures["limit"], figures["alone"]
     rate = size / p.median
     return [
         Row(
@@ -354,6 +363,14 @@ def import_row(tmp: Path, size: int, rounds: int) -> list[Row]:
             f"{size / v.median / 1000:.1f}k/s ({v.median:.2f} s)",
             p.median / v.median,
             "(the limit of validating every entry)",
+            None,
+        ),
+        Row(
+            "  the same in one process vs only validating the entries and inserting",
+            f"{size / a.median / 1000:.1f}k/s ({a.median:.2f} s)",
+            f"{size / v.median / 1000:.1f}k/s ({v.median:.2f} s)",
+            a.median / v.median,
+            f"({WORKERS_ENV}=0; above: {import_workers(path)} workers)",
             None,
         ),
     ]

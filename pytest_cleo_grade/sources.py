@@ -7,13 +7,14 @@ read as a stream of batches, so importing one holds a batch in memory, never the
 from __future__ import annotations
 
 import codecs
+import functools
 import io
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Final, NamedTuple, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -32,6 +33,7 @@ from pytest_cleo_grade.files import (
 )
 from pytest_cleo_grade.models import AuditEntry, collector_paused, format_validation_error
 from pytest_cleo_grade.store import AuditStore
+from pytest_cleo_grade.workers import ordered_map
 
 __all__ = [
     "CLEO_DB_CANDIDATES",
@@ -40,6 +42,7 @@ __all__ = [
     "is_sqlite_file",
     "iter_entry_batches",
     "load_entries_file",
+    "map_entry_batches",
     "parse_entries_text",
     "parse_json_strict",
     "read_cleo_db",
@@ -48,6 +51,8 @@ __all__ = [
 
 #: Where a CLEO project keeps its database: ``cleo.db`` now, ``tasks.db`` in older releases.
 CLEO_DB_CANDIDATES: Final = (Path(".cleo") / "cleo.db", Path(".cleo") / "tasks.db")
+
+T = TypeVar("T")
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _ENTRIES: Final = TypeAdapter(list[AuditEntry])
@@ -107,25 +112,66 @@ def iter_entry_batches(path: str | os.PathLike[str]) -> Iterator[list[AuditEntry
     names the file and line of the first invalid entry when the reader reaches it, so a
     caller that must be all-or-nothing keeps its writes uncommitted until the end.
     """
+    return map_entry_batches(path, _same, workers=0)
+
+
+def map_entry_batches(
+    path: str | os.PathLike[str], convert: Callable[[list[AuditEntry]], T], *, workers: int
+) -> Generator[T, None, None]:
+    """``convert(batch)`` for each batch of :func:`iter_entry_batches`, in file order.
+
+    With ``workers``, the full batches of a JSON lines file are validated and converted in
+    that many worker processes (``convert`` must pickle, and so must what it returns), while
+    the caller consumes the results; the first error in file order is the one raised.
+    """
     target = Path(path)
     try:
         handle = open_regular(target)
     except OSError as exc:
         raise EntryError(f"{target}: cannot read: {exc.strerror or exc}") from exc
+    where = str(target)
     with handle:
         try:
-            yield from _batches(handle, str(target))
+            yield from ordered_map(
+                functools.partial(_convert_batch, where=where, convert=convert),
+                _raw_batches(handle, where),
+                remote=_is_full_lines,
+                workers=workers,
+            )
         except OSError as exc:
             raise EntryError(f"{target}: cannot read: {exc.strerror or exc}") from exc
+
+
+class _Lines(NamedTuple):
+    """A batch of JSON lines not validated yet: (line number, line) pairs."""
+
+    items: list[tuple[int, bytes]]
+
+
+def _same(batch: list[AuditEntry]) -> list[AuditEntry]:
+    return batch
+
+
+def _is_full_lines(batch: list[AuditEntry] | _Lines) -> bool:
+    # Only full JSON-lines batches are worth a trip to a worker: the first, small ones
+    # (line 1's error is found before anything else happens) stay in this process.
+    return isinstance(batch, _Lines) and len(batch.items) >= MAX_BATCH
+
+
+def _convert_batch(
+    batch: list[AuditEntry] | _Lines, where: str, convert: Callable[[list[AuditEntry]], T]
+) -> T:
+    return convert(_validate_lines(batch.items, where) if isinstance(batch, _Lines) else batch)
 
 
 def parse_entries_text(text: str, where: str) -> list[AuditEntry]:
     """Parse entries from text that is a JSON array, one JSON object, or JSONL."""
     data = text.encode("utf-8", "surrogatepass")
-    return [entry for batch in _batches(io.BytesIO(data), where) for entry in batch]
+    batches = _raw_batches(io.BytesIO(data), where)
+    return [entry for batch in batches for entry in _convert_batch(batch, where, _same)]
 
 
-def _batches(handle: IO[bytes], where: str) -> Iterator[list[AuditEntry]]:
+def _raw_batches(handle: IO[bytes], where: str) -> Iterator[list[AuditEntry] | _Lines]:
     # The first bytes decide the format: a JSON array, or JSON lines.
     head = handle.read(_CHUNK)
     while not head.strip(_JSON_SPACE + b"\n") and len(head) <= MAX_LINE_BYTES:
@@ -147,13 +193,13 @@ def _batches(handle: IO[bytes], where: str) -> Iterator[list[AuditEntry]]:
             seen = True
             pending.append((number, line))
             if len(pending) >= size:
-                yield _validate_lines(pending, where)
+                yield _Lines(pending)
                 pending = []
                 size = min(size * 2, MAX_BATCH)
     except ValueError as exc:  # a line over MAX_LINE_BYTES
         raise EntryError(str(exc)) from None
     if pending:
-        yield _validate_lines(pending, where)
+        yield _Lines(pending)
     elif not seen:
         raise EntryError(f"{where}: file is empty (no audit entries)")
 

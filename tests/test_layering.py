@@ -49,6 +49,8 @@ LAYERS: dict[str, int] = {
     f"{PKG}.history": 4,
     f"{PKG}.store": 4,
     f"{PKG}.sources": 4,
+    # Worker processes for import batches: no files, but processes (with the store).
+    f"{PKG}.workers": 4,
     f"{PKG}.audit": 4,
     f"{PKG}.capture": 4,
     f"{PKG}.exports": 4,

@@ -3,32 +3,38 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final, NamedTuple
 
 from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.models import AuditEntry, collector_paused
 from pytest_cleo_grade.sources import (
-    iter_entry_batches,
     load_entries_file,
+    map_entry_batches,
     read_cleo_db,
     select_session,
 )
 from pytest_cleo_grade.store.core import AuditStore
 from pytest_cleo_grade.store.schema import entry_row, entry_rows
+from pytest_cleo_grade.workers import worker_count
 
 __all__ = [
     "ImportSummary",
     "import_cleo_db",
     "import_cleo_rows",
     "import_entries_file",
+    "import_workers",
     "stream_entries_file",
 ]
 
 _SESSION = operator.attrgetter("session_id")
+#: From this size on (about 20,000 entries) an import hands its batches to worker processes.
+_PARALLEL_BYTES: Final = 4 * 1024 * 1024
 
 
 @dataclass
@@ -59,47 +65,69 @@ def stream_entries_file(
     Memory is bounded by a batch, not by the file. The first line is read and validated
     before the store is opened, so a file that is bad from its first line creates nothing;
     a bad line further on rolls the one transaction back, and a store this call created
-    is removed again (nothing half-written is left).
+    is removed again (nothing half-written is left). A large JSON lines file is validated
+    by worker processes while this one writes (see :func:`worker_count`).
     """
     store_path = Path(target)
     where = str(path)
-    batches = iter_entry_batches(path)
+    convert = functools.partial(_batch_rows, session_id=session_id, where=where)
+    batches = map_entry_batches(path, convert, workers=import_workers(path))
     summary = ImportSummary()
 
-    def rows(batch: list[AuditEntry]) -> list[tuple[object, ...]]:
-        chosen = batch if session_id is None else select_session(batch, session_id, where)
-        summary.count += len(chosen)
-        if not summary.more_sessions:  # past five sessions, there is nothing to note
-            # The batch's distinct sessions in first-seen order, found at C speed.
-            for session in dict.fromkeys(map(_SESSION, chosen)):
+    def selected(first: _Rows) -> Iterator[list[tuple[object, ...]]]:
+        for rows, sessions, entries in _chain(first, batches):
+            summary.count += entries
+            for session in sessions:
                 summary.saw(session or "(no session)")
-        return entry_rows(chosen)
-
-    def selected(first: list[AuditEntry]) -> Iterator[list[tuple[object, ...]]]:
-        for batch in _chain(first, batches):
-            if session_id is not None and not any(
-                e.session_id in (None, session_id) for e in batch
-            ):
-                continue
-            yield rows(batch)
+            yield rows
         if not summary.count:
             raise EntryError(f"{where}: no entries for session {session_id}")
 
     # Memory is bounded by a batch, and nothing built here forms a cycle: the collector
     # would only traverse each batch's new objects again (10-20 % of an import's time).
     with collector_paused():
-        first = next(batches)  # line 1's error surfaces here, before the store exists
-        created = _missing_parts(store_path)
         try:
-            with AuditStore(store_path) as store:
-                store.append_batches(selected(first))
-        except BaseException:
-            _remove_created(store_path, created)
-            raise
+            first = next(batches)  # line 1's error surfaces here, before the store exists
+            created = _missing_parts(store_path)
+            try:
+                with AuditStore(store_path) as store:
+                    store.append_batches(selected(first))
+            except BaseException:
+                _remove_created(store_path, created)
+                raise
+        finally:
+            batches.close()  # stops the workers, whatever happened
     return summary
 
 
-def _chain(first: list[AuditEntry], rest: Iterator[list[AuditEntry]]) -> Iterator[list[AuditEntry]]:
+class _Rows(NamedTuple):
+    """A batch made ready for the store: its rows, its distinct sessions, how many entries."""
+
+    rows: list[tuple[object, ...]]
+    sessions: list[str | None]
+    entries: int
+
+
+def _batch_rows(batch: list[AuditEntry], session_id: str | None, where: str) -> _Rows:
+    if session_id is not None:
+        if not any(e.session_id in (None, session_id) for e in batch):
+            return _Rows([], [], 0)
+        batch = select_session(batch, session_id, where)
+    # The batch's distinct sessions in first-seen order, found at C speed.
+    return _Rows(entry_rows(batch), list(dict.fromkeys(map(_SESSION, batch))), len(batch))
+
+
+def import_workers(path: str | os.PathLike[str]) -> int:
+    """Worker processes an import of ``path`` uses: none for a small file (not worth a fork)."""
+    workers = worker_count()  # a bad setting is an error whatever the file's size
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return 0  # the reader names the problem
+    return workers if size >= _PARALLEL_BYTES else 0
+
+
+def _chain(first: _Rows, rest: Iterator[_Rows]) -> Iterator[_Rows]:
     yield first
     yield from rest
 

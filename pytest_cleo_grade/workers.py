@@ -1,0 +1,125 @@
+"""An ordered map over worker processes, for CPU-bound batches on a machine with cores to spare.
+
+Results come back in the order the items went in, and so do errors: an item's exception is
+raised where its result would have been, after every earlier item's result, exactly as a plain
+loop would. Items are submitted a few at a time, so memory holds a bounded number of them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Final, TypeVar
+
+from pytest_cleo_grade.errors import CleoGradeError
+
+__all__ = ["WORKERS_ENV", "ordered_map", "worker_count"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Overrides how many worker processes an import may use (0: none, everything in-process).
+WORKERS_ENV: Final = "CLEO_GRADE_IMPORT_WORKERS"
+_MOST: Final = 4
+
+
+def worker_count() -> int:
+    """How many worker processes to use here: 0 where forking is unsafe or pointless.
+
+    Forking is only safe from a process with one thread (a forked child inherits locks held
+    by the others), and only worth it with two or more cores this process may run on.
+    """
+    setting = os.environ.get(WORKERS_ENV, "").strip()
+    if setting:
+        try:
+            wanted = int(setting)
+        except ValueError:
+            wanted = -1
+        if not 0 <= wanted <= 64:
+            raise CleoGradeError(f"{WORKERS_ENV}={setting!r}: expected a whole number from 0 to 64")
+    else:
+        wanted = min(len(os.sched_getaffinity(0)), _MOST) if hasattr(os, "sched_getaffinity") else 1
+    if wanted < 2 and not setting:
+        return 0
+    if threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    return wanted
+
+
+def ordered_map(
+    work: Callable[[T], R],
+    items: Iterable[T],
+    *,
+    remote: Callable[[T], bool],
+    workers: int,
+) -> Iterator[R]:
+    """``work(item)`` for each item, in order; items ``remote`` accepts run in worker processes.
+
+    ``work`` and those items must pickle. With ``workers`` at 0 everything runs here. Closing
+    the iterator early (an error downstream) cancels what has not started and waits for the
+    rest, so no worker outlives the call.
+    """
+    if workers <= 0:
+        yield from map(work, items)
+        return
+    context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
+    pending: deque[Future[R]] = deque()
+    source = iter(items)
+    try:
+        while True:
+            try:
+                item = next(source)
+            except StopIteration:
+                break
+            except Exception as exc:
+                # The source's own error comes after the results of the items before it.
+                pending.append(_settled(exc))
+                break
+            pending.append(pool.submit(work, item) if remote(item) else _here(work, item))
+            # Hand back what is ready, and keep at most two items per worker in flight.
+            while pending and (pending[0].done() or len(pending) > 2 * workers):
+                yield _result(pending.popleft())
+        while pending:
+            yield _result(pending.popleft())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _here(work: Callable[[T], R], item: T) -> Future[R]:
+    """``work(item)`` run now, as a settled future (its error waits its turn in the queue)."""
+    try:
+        result = work(item)
+    except Exception as exc:  # raised by _result(), after the results before it
+        return _settled(exc)
+    done: Future[R] = Future()
+    done.set_result(result)
+    return done
+
+
+def _result(future: Future[R]) -> R:
+    try:
+        return future.result()
+    except BrokenProcessPool as exc:  # a worker was killed (out of memory, a signal)
+        raise CleoGradeError(
+            f"a worker process stopped unexpectedly ({exc}); "
+            f"set {WORKERS_ENV}=0 to work in one process"
+        ) from exc
+
+
+def _settled(exc: Exception) -> Future[R]:
+    failed: Future[R] = Future()
+    failed.set_exception(exc)
+    return failed
+
+
+def _ignore_interrupts() -> None:
+    # Ctrl-C reaches the whole process group; the parent decides what an interrupt means
+    # (it rolls the import back), so workers must not die printing their own tracebacks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

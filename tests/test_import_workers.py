@@ -1,0 +1,161 @@
+"""A large import validates its batches in worker processes and stores exactly what a
+one-process import stores; errors still come in file order (issue 11, Deliver 4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.store import ROW_COLUMNS
+
+CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
+
+
+def cli(cwd: Path, *argv: str, workers: str | None) -> subprocess.CompletedProcess[str]:
+    """``cleo-grade ARGV`` in a fresh process (forking is only done from one thread)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
+    if workers is not None:
+        env["CLEO_GRADE_IMPORT_WORKERS"] = workers
+    return subprocess.run(
+        [sys.executable, "-c", CLI, *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def varied_line(i: int) -> str:
+    """Entries of every shape the row builder distinguishes (metadata, failures, nesting)."""
+    entry: dict[str, object] = {
+        "timestamp": f"2026-03-01T{10 + i // 36_000:02d}:{i // 600 % 60:02d}:"
+        f"{i // 10 % 60:02d}.{i % 10 * 100 + i % 7:03d}Z",
+        "sessionId": f"s{i % 3}" if i % 11 else None,
+        "domain": ("tasks", "session", "admin")[i % 3],
+        "operation": ("add", "list", "help", "find")[i % 4],
+        "params": {"title": f"t{i % 50}", "nested": {"deep": [i, {"x": i / 7}]}},
+        "result": {"success": i % 5 != 0, "exitCode": 0 if i % 5 else 4, "duration": i % 13},
+    }
+    if i % 4 == 0:
+        entry["metadata"] = {"gateway": "query", "taskId": f"T{i}", "userId": "u1", "team": "x"}
+    if i % 9 == 0:
+        entry["timestamp"] = "2026-03-01T12:00:00.250+02:00"  # not UTC: converted
+    if i % 5 == 0:
+        entry["error"] = "E_NOT_FOUND: no such task"
+    return json.dumps(entry)
+
+
+def stored(db: Path) -> tuple[list[str], list[tuple[object, ...]]]:
+    """The row ids and the rows without their ids, in insertion order."""
+    columns = ", ".join(ROW_COLUMNS[1:])
+    with sqlite3.connect(db) as conn:
+        ids = [row[0] for row in conn.execute("SELECT id FROM audit_log ORDER BY rowid")]
+        rows = conn.execute(f"SELECT {columns} FROM audit_log ORDER BY rowid").fetchall()
+    conn.close()
+    return ids, rows
+
+
+def test_an_import_with_workers_stores_what_one_without_them_stores(tmp_path: Path) -> None:
+    count = 30_000  # about 6 MB: past the size from which workers are used
+    (tmp_path / "e.jsonl").write_text("\n".join(varied_line(i) for i in range(count)) + "\n")
+    assert (tmp_path / "e.jsonl").stat().st_size > 4 * 1024 * 1024
+    alone = cli(tmp_path, "import", "e.jsonl", "--db", "alone.db", workers="0")
+    shared = cli(tmp_path, "import", "e.jsonl", "--db", "shared.db", workers="2")
+    assert (alone.returncode, alone.stderr) == (0, "")
+    assert (shared.returncode, shared.stderr) == (0, "")
+    assert shared.stdout == alone.stdout.replace("alone.db", "shared.db")
+    assert shared.stdout == (
+        "Imported 30000 entries into shared.db (sessions: (no session), s1, s2, s0)\n"
+    )
+    alone_ids, alone_rows = stored(tmp_path / "alone.db")
+    shared_ids, shared_rows = stored(tmp_path / "shared.db")
+    assert len(shared_rows) == count
+    assert shared_rows == alone_rows
+    assert len(set(shared_ids)) == count
+    # An id holds its process's random prefix after the time: rows made by the workers
+    # carry other prefixes than the first ones, made by the importing process itself.
+    assert len({row_id[12:24] for row_id in alone_ids}) == 1
+    assert len({row_id[12:24] for row_id in shared_ids}) == 3
+
+
+def test_the_first_bad_line_in_file_order_is_the_one_reported(tmp_path: Path) -> None:
+    lines = [varied_line(i) for i in range(40_000)]
+    lines[30_000] = lines[30_000].replace('"success": true', '"success": "maybe"')
+    lines[30_000] = lines[30_000].replace('"success": false', '"success": "maybe"')
+    lines[36_000] = "{not json"
+    (tmp_path / "e.jsonl").write_text("\n".join(lines) + "\n")
+    for workers in ("0", "2"):
+        done = cli(tmp_path, "import", "e.jsonl", "--db", "out/audit.db", workers=workers)
+        assert done.returncode == 2
+        assert done.stderr.startswith("cleo-grade: error: e.jsonl:30001: result.success")
+        assert len(done.stderr.splitlines()) == 1
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("setting", ["lots", "-1", "65", "1.5"])
+def test_a_bad_workers_setting_is_one_line_naming_it(tmp_path: Path, setting: str) -> None:
+    (tmp_path / "e.jsonl").write_text(varied_line(1) + "\n")
+    done = cli(tmp_path, "import", "e.jsonl", workers=setting)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"cleo-grade: error: CLEO_GRADE_IMPORT_WORKERS={setting!r}: "
+        "expected a whole number from 0 to 64\n"
+    )
+    assert not (tmp_path / ".cleo").exists()
+
+
+ORDERED = textwrap.dedent(
+    """
+    import multiprocessing, sys, time
+    from pytest_cleo_grade.workers import ordered_map
+
+    def work(item):
+        if item == 20:
+            time.sleep(0.2)  # still running in its worker when the source fails
+            raise ValueError(f"item {item} is bad")
+        return item * item
+
+    def items():
+        yield from range(22)
+        raise KeyError("the source failed after item 21")
+
+    seen = []
+    try:
+        for result in ordered_map(work, items(), remote=lambda i: i % 3 != 0, workers=2):
+            seen.append(result)
+    except ValueError as exc:
+        print("error", exc)
+    print("seen", seen == [i * i for i in range(20)])
+    print("children", len(multiprocessing.active_children()))
+
+    # Closing early (the consumer failed) stops the workers too.
+    results = ordered_map(work, range(10_000), remote=lambda i: True, workers=2)
+    print("first", next(results), next(results))
+    results.close()
+    print("children", len(multiprocessing.active_children()))
+    """
+)
+
+
+def test_ordered_map_keeps_file_order_for_results_and_errors(tmp_path: Path) -> None:
+    script = tmp_path / "ordered.py"
+    script.write_text(ORDERED)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.stderr == ""
+    assert done.stdout.splitlines() == [
+        "error item 20 is bad",  # not the source's later error, not a later item's result
+        "seen True",
+        "children 0",
+        "first 0 1",
+        "children 0",
+    ]
