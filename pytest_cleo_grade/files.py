@@ -30,6 +30,7 @@ __all__ = [
     "check_nesting",
     "exclusive_temp_file",
     "finite_float",
+    "iter_line_blocks",
     "iter_lines",
     "kind_of",
     "nesting_depth",
@@ -162,6 +163,38 @@ def iter_lines(
     if carry and not skipping:
         number += 1
         yield number, carry[:-1] if carry.endswith(b"\r") else carry
+
+
+def iter_line_blocks(
+    handle: IO[bytes], where: str, *, prefix: bytes = b""
+) -> Iterator[tuple[int, list[bytes]]]:
+    """(number of the first line, lines) for each chunk of a binary stream, split at ``\\n``.
+
+    The lines of :func:`iter_lines` (a line may end with ``\\r``), a chunk's worth at a time,
+    with no Python work per line: a million-line file is a few hundred lists. A line longer
+    than MAX_LINE_BYTES is a ValueError naming it, after the lines before it.
+    """
+    number = 1
+    carry = b""
+    first = prefix
+    while True:
+        chunk, first = (first, b"") if first else (handle.read(_READ_CHUNK), b"")
+        if not chunk:
+            break
+        lines = (carry + chunk).split(b"\n") if carry else chunk.split(b"\n")
+        carry = lines.pop()
+        if lines and max(map(len, lines)) > MAX_LINE_BYTES:
+            index = next(i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES)
+            if index:
+                yield number, lines[:index]
+            _long_line(number + index, where, None)
+        if lines:
+            yield number, lines
+            number += len(lines)
+        if len(carry) > MAX_LINE_BYTES:
+            _long_line(number, where, None)
+    if carry:
+        yield number, [carry]
 
 
 def _long_line(number: int, where: str, on_long: Callable[[int], None] | None) -> None:

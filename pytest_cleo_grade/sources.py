@@ -26,7 +26,7 @@ from pytest_cleo_grade.files import (
     NotRegularFileError,
     check_nesting,
     finite_float,
-    iter_lines,
+    iter_line_blocks,
     kind_of,
     open_regular,
     parse_json_strict,
@@ -143,9 +143,10 @@ def map_entry_batches(
 
 
 class _Lines(NamedTuple):
-    """A batch of JSON lines not validated yet: (line number, line) pairs."""
+    """A batch of JSON lines not validated yet, from line number ``start`` on."""
 
-    items: list[tuple[int, bytes]]
+    start: int
+    lines: list[bytes]
 
 
 def _same(batch: list[AuditEntry]) -> list[AuditEntry]:
@@ -155,13 +156,13 @@ def _same(batch: list[AuditEntry]) -> list[AuditEntry]:
 def _is_full_lines(batch: list[AuditEntry] | _Lines) -> bool:
     # Only full JSON-lines batches are worth a trip to a worker: the first, small ones
     # (line 1's error is found before anything else happens) stay in this process.
-    return isinstance(batch, _Lines) and len(batch.items) >= MAX_BATCH
+    return isinstance(batch, _Lines) and len(batch.lines) >= MAX_BATCH
 
 
 def _convert_batch(
     batch: list[AuditEntry] | _Lines, where: str, convert: Callable[[list[AuditEntry]], T]
 ) -> T:
-    return convert(_validate_lines(batch.items, where) if isinstance(batch, _Lines) else batch)
+    return convert(_validate_lines(batch, where) if isinstance(batch, _Lines) else batch)
 
 
 def parse_entries_text(text: str, where: str) -> list[AuditEntry]:
@@ -183,55 +184,74 @@ def _raw_batches(handle: IO[bytes], where: str) -> Iterator[list[AuditEntry] | _
     if head.lstrip(_JSON_SPACE + b"\n").startswith(b"["):
         yield from _array_batches(head, handle, 1, where)
         return
-    pending: list[tuple[int, bytes]] = []
+    pending: list[bytes] = []
+    start = 1  # the number of pending's first line
     size = 1
     seen = False
     try:
-        for number, line in iter_lines(handle, where, prefix=head):
-            if not line.strip(_JSON_SPACE):
-                continue
-            seen = True
-            pending.append((number, line))
-            if len(pending) >= size:
-                yield _Lines(pending)
-                pending = []
+        for number, lines in iter_line_blocks(handle, where, prefix=head):
+            if not pending:
+                start = number
+            pending += lines
+            seen = seen or any(line.strip(_JSON_SPACE) for line in lines)
+            while len(pending) >= size:
+                yield _Lines(start, pending[:size])
+                del pending[:size]
+                start += size
                 size = min(size * 2, MAX_BATCH)
     except ValueError as exc:  # a line over MAX_LINE_BYTES
+        if pending:  # the lines before it come first: one of them may be the first error
+            yield _Lines(start, pending)
         raise EntryError(str(exc)) from None
-    if pending:
-        yield _Lines(pending)
-    elif not seen:
+    if not seen:
         raise EntryError(f"{where}: file is empty (no audit entries)")
+    if pending:
+        yield _Lines(start, pending)
 
 
-def _validate_lines(lines: list[tuple[int, bytes]], where: str) -> list[AuditEntry]:
+def _validate_lines(batch: _Lines, where: str) -> list[AuditEntry]:
     """A batch of JSONL lines as entries: one pydantic call when the batch is clean.
 
-    Anything the fast path rejects, or text that might carry NaN/Infinity, a lone surrogate
-    or deep nesting (which pydantic's parser would accept), is parsed line by line for the
-    exact error.
+    Blank lines are left out. Anything the fast path rejects, or text that might carry
+    NaN/Infinity, a lone surrogate or deep nesting (which pydantic's parser would accept),
+    is parsed line by line for the exact error.
     """
-    text = b"\n".join([line for _, line in lines])
+    entries = _validate_joined(batch.lines)
+    if entries is not None:
+        return entries
+    kept = [
+        (number, line[:-1] if line.endswith(b"\r") else line)
+        for number, line in enumerate(batch.lines, batch.start)
+        if line.strip(_JSON_SPACE)
+    ]
+    if len(kept) < len(batch.lines):  # blank lines: the rest may still be clean
+        entries = _validate_joined([line for _, line in kept])
+        if entries is not None:
+            return entries
+    with collector_paused():
+        return [_parse_line(number, line, where) for number, line in kept]
+
+
+def _validate_joined(lines: list[bytes]) -> list[AuditEntry] | None:
+    """The entries of ``lines`` by one pydantic call, or None when they need a closer look."""
+    text = b"\n".join(lines)
     blob = b"[" + text.replace(b"\n", b",") + b"]"
     if (
-        b"NaN" not in blob
-        and b"Infinity" not in blob
-        and not (b"\\u" in blob and _SURROGATE_BYTES.search(blob))
-        and not may_overflow(blob)
-        and _most_openers(text) <= MAX_NESTING
+        b"NaN" in blob
+        or b"Infinity" in blob
+        or (b"\\u" in blob and _SURROGATE_BYTES.search(blob))
+        or may_overflow(blob)
+        or _most_openers(text) > MAX_NESTING
     ):
-        try:
-            with collector_paused():
-                entries = _ENTRIES.validate_json(blob)
-        except ValueError:
-            pass
-        else:
-            # Joined with commas, a line holding two objects ("{...},{...}") would pass as
-            # two entries; it is malformed JSONL, so only one entry per line is accepted.
-            if len(entries) == len(lines):
-                return entries
-    with collector_paused():
-        return [_parse_line(number, line, where) for number, line in lines]
+        return None
+    try:
+        with collector_paused():
+            entries = _ENTRIES.validate_json(blob)
+    except ValueError:
+        return None
+    # Joined with commas, a line holding two objects ("{...},{...}") would pass as two
+    # entries, and a blank line is no entry: only one entry per line is accepted.
+    return entries if len(entries) == len(lines) else None
 
 
 def _parse_line(number: int, line: bytes, where: str) -> AuditEntry:

@@ -143,3 +143,37 @@ def test_a_json_array_is_streamed_too(capsys: pytest.CaptureFixture[str], in_tmp
     with AuditStore(in_tmp / ".cleo" / "audit.db", read_only=True) as store:
         stored = [entry.params["query"] for _, entry in store.session_items("s1")]
     assert sorted(stored) == sorted(f"q{i}" if i != 7 else "[,]\u2028{" for i in range(3000))
+
+
+def test_blank_lines_keep_line_numbers_and_clean_batches(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    lines: list[str] = []
+    for i in range(9_000):
+        lines.append(entry_line(i))
+        if i % 97 == 0:
+            lines.append(" \t" if i % 2 else "")  # blank and whitespace-only lines
+    (in_tmp / "ok.jsonl").write_text("\r\n".join(lines) + "\r\n")
+    assert main(["import", "ok.jsonl"]) == 0
+    assert "Imported 9000 entries" in capsys.readouterr().out
+    bad = lines[:]
+    at = 8_500
+    bad[at] = bad[at].replace('"success":true', '"success":"maybe"')
+    (in_tmp / "bad.jsonl").write_text("\n".join(bad) + "\n")
+    assert main(["import", "bad.jsonl", "--db", "other.db"]) == 2
+    assert capsys.readouterr().err.startswith(f"cleo-grade: error: bad.jsonl:{at + 1}: result")
+    assert not (in_tmp / "other.db").exists()
+
+
+def test_a_bad_line_before_an_over_long_line_is_the_one_reported(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    huge = '{"pad": "' + "x" * (64 * 1024 * 1024) + '"}'
+    good = [entry_line(i) for i in range(3)]
+    (in_tmp / "long.jsonl").write_text("\n".join([*good, huge, *good]) + "\n")
+    assert main(["import", "long.jsonl"]) == 2
+    assert capsys.readouterr().err == ("cleo-grade: error: long.jsonl:4: line longer than 64 MiB\n")
+    (in_tmp / "both.jsonl").write_text("\n".join([*good, "{broken", huge]) + "\n")
+    assert main(["import", "both.jsonl"]) == 2
+    assert capsys.readouterr().err.startswith("cleo-grade: error: both.jsonl:4: invalid JSON")
+    assert not (in_tmp / ".cleo").exists()

@@ -284,25 +284,30 @@ def _note_adds(
     One tight loop with locals: a session can hold a hundred thousand adds.
     """
     missing = facts.adds_without_description
+    missing_at = facts.missing_description_positions
     titles = facts.titles
+    titles_at = facts.title_positions
+    added = subtasks = 0
     for position, seen in zip(positions, details.adds(positions), strict=True):
         if seen is None:
             continue
         described, parent, title = seen
-        facts.successful_adds += 1
+        added += 1
         if not described:
             task_id = details.task_id(position)
             missing.append("unknown" if task_id is None else task_id)
-            facts.missing_description_positions.append(position)
+            missing_at.append(position)
         if parent:
-            facts.subtask_adds += 1
+            subtasks += 1
             # The spec says "preceding": an exists later in the session does not verify.
             if first_exists is None or first_exists > position:
                 facts.subtask_without_exists = True
                 facts.unverified_subtask_positions.append(position)
         if title is not None:
             titles.append(title)
-            facts.title_positions.append(position)
+            titles_at.append(position)
+    facts.successful_adds = added
+    facts.subtask_adds = subtasks
 
 
 def _percent_half_up(part: int, whole: int) -> int:
