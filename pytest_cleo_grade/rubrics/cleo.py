@@ -30,10 +30,10 @@ from pytest_cleo_grade.rubrics.cleo_calls import (
 )
 from pytest_cleo_grade.rubrics.points import (
     POINT_ENTRY_LIMIT,
-    Violations,
     balance,
     per_violation,
     point,
+    violation_items,
 )
 
 # coerce_entries and order_entries live in models; they stay importable from here, where
@@ -443,35 +443,32 @@ def _error_protocol(
     score = DIMENSION_MAX
     evidence: list[str] = []
     points.append(point(dim, DIMENSION_MAX, "errors.start", "Error protocol starts at 20"))
-    unrecovered, recovered = Violations(), Violations()
     # 1 where a recovery lookup is: bytes.find looks ahead in C, with no match object.
-    recovery = codes.translate(_RECOVERY_AT.marks).find
-    for position in facts.not_found_positions:
-        after = position + 1
-        at = recovery(1, after, after + RECOVERY_WINDOW)
-        if at >= 0:
-            evidence.append("E_NOT_FOUND followed by recovery lookup")
-            # Only the itemized violations get a sentence (a session may hold 50,000), and
-            # only those read the calls' names.
-            text = ""
-            if recovered.itemized:
-                failed, found = details.call(position), details.call(at)
-                text = f"E_NOT_FOUND ({failed}) recovered by {found} (no deduction)"
-            recovered.add(text, (position, at))
-        else:
-            score -= 5
-            # The CLEO spec gives no text; this is CLEO's, naming the call that failed.
-            failed = details.call(position)
-            flags.append(f"E_NOT_FOUND ({failed}) not followed by recovery lookup")
-            text = ""
-            if unrecovered.itemized:
-                text = (
-                    f"E_NOT_FOUND ({failed}) with no tasks.find or "
-                    f"tasks.exists in the next {RECOVERY_WINDOW} calls"
-                )
-            unrecovered.add(text, (position,))
-    points.extend(recovered.items(dim, 0, "errors.recovered"))
-    points.extend(unrecovered.items(dim, -5, "errors.not_found"))
+    look = codes.translate(_RECOVERY_AT.marks).find
+    failures = facts.not_found_positions
+    found_at = [look(1, p + 1, p + 1 + RECOVERY_WINDOW) for p in failures]
+    recovered = [(p, at) for p, at in zip(failures, found_at, strict=True) if at >= 0]
+    missed = [(p,) for p, at in zip(failures, found_at, strict=True) if at < 0]
+    evidence.extend(["E_NOT_FOUND followed by recovery lookup"] * len(recovered))
+    score -= 5 * len(missed)
+    # The CLEO spec gives no text; this is CLEO's, naming the call that failed.
+    failed = [details.call(p) for (p,) in missed]
+    flags.extend([f"E_NOT_FOUND ({call}) not followed by recovery lookup" for call in failed])
+
+    def recovery(i: int) -> str:
+        position, at = recovered[i]
+        return (
+            f"E_NOT_FOUND ({details.call(position)}) recovered by {details.call(at)} (no deduction)"
+        )
+
+    def no_recovery(i: int) -> str:
+        return (
+            f"E_NOT_FOUND ({failed[i]}) with no tasks.find or "
+            f"tasks.exists in the next {RECOVERY_WINDOW} calls"
+        )
+
+    points.extend(violation_items(dim, 0, "errors.recovered", recovered, recovery))
+    points.extend(violation_items(dim, -5, "errors.not_found", missed, no_recovery))
     duplicates = len(facts.titles) - len(set(facts.titles))
     if duplicates:
         score -= 5

@@ -7,8 +7,8 @@ order) of the entries that caused it. A dimension's items sum exactly to its sco
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from itertools import islice
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain, islice
 from typing import Any, Final
 
 #: The most entry indices one item lists; a million-entry session would otherwise carry a
@@ -26,42 +26,27 @@ def point(
     return {"dimension": dimension, "points": points, "rule": rule, "text": text, "entries": listed}
 
 
-class Violations:
-    """The violations of one rule, kept as far as their points items need them.
+def violation_items(
+    dimension: str,
+    each: int | float,
+    rule: str,
+    wheres: Sequence[Iterable[int]],
+    text: Callable[[int], str],
+) -> list[dict[str, Any]]:
+    """The items of one rule's violations, ``wheres[i]`` being where the i-th one happened.
 
-    The first POINT_ITEM_LIMIT get an item (and a sentence) each; the rest share one item
-    that counts them and lists the first POINT_ENTRY_LIMIT of their indices, so a rule
-    broken 50,000 times keeps a count, not 50,000 records.
+    The first POINT_ITEM_LIMIT get an item each, with the sentence ``text(i)`` (asked for
+    those only: a rule broken 50,000 times writes a hundred sentences); the rest share one
+    item that counts them and lists the first POINT_ENTRY_LIMIT of their indices.
     """
-
-    __slots__ = ("_items", "_rest", "_rest_entries")
-
-    def __init__(self) -> None:
-        self._items: list[tuple[str, Iterable[int]]] = []
-        self._rest = 0
-        self._rest_entries: list[int] = []
-
-    @property
-    def itemized(self) -> bool:
-        """Whether the next violation gets an item of its own (and so needs a sentence)."""
-        return len(self._items) < POINT_ITEM_LIMIT
-
-    def add(self, text: str, where: Iterable[int]) -> None:
-        """One violation; ``text`` is never read when it is past the itemized ones."""
-        if self.itemized:
-            self._items.append((text, where))
-            return
-        self._rest += 1
-        if len(self._rest_entries) < POINT_ENTRY_LIMIT:
-            self._rest_entries.extend(where)
-
-    def items(self, dimension: str, each: int | float, rule: str) -> list[dict[str, Any]]:
-        """An item per itemized violation (``each`` points), then one for the rest."""
-        items = [point(dimension, each, rule, text, where) for text, where in self._items]
-        if self._rest:
-            text = f"{self._rest} more like the above"
-            items.append(point(dimension, each * self._rest, rule, text, self._rest_entries))
-        return items
+    shown = min(len(wheres), POINT_ITEM_LIMIT)
+    items = [point(dimension, each, rule, text(i), wheres[i]) for i in range(shown)]
+    rest = len(wheres) - shown
+    if rest:
+        entries = islice(chain.from_iterable(islice(wheres, shown, None)), POINT_ENTRY_LIMIT)
+        text_of_rest = f"{rest} more like the above"
+        items.append(point(dimension, each * rest, rule, text_of_rest, entries))
+    return items
 
 
 def per_violation(
@@ -69,10 +54,8 @@ def per_violation(
 ) -> list[dict[str, Any]]:
     """An item per violation (``each`` points), the ones past POINT_ITEM_LIMIT in one item
     (whose sentences are never read: a caller may leave them empty)."""
-    found = Violations()
-    for text, where in texts:
-        found.add(text, where)
-    return found.items(dimension, each, rule)
+    found = list(texts)
+    return violation_items(dimension, each, rule, [w for _, w in found], lambda i: found[i][0])
 
 
 def balance(
