@@ -85,9 +85,14 @@ def ordered_map(
             pending.append(pool.submit(work, item) if remote(item) else _here(work, item))
             # Hand back what is ready, and keep at most two items per worker in flight.
             while pending and (pending[0].done() or len(pending) > 2 * workers):
-                yield _result(pending.popleft())
+                yield pending.popleft().result()
         while pending:
-            yield _result(pending.popleft())
+            yield pending.popleft().result()
+    except BrokenProcessPool as exc:  # a worker was killed (out of memory, a signal)
+        raise CleoGradeError(
+            f"a worker process stopped unexpectedly ({exc}); "
+            f"set {WORKERS_ENV}=0 to work in one process"
+        ) from exc
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -96,21 +101,11 @@ def _here(work: Callable[[T], R], item: T) -> Future[R]:
     """``work(item)`` run now, as a settled future (its error waits its turn in the queue)."""
     try:
         result = work(item)
-    except Exception as exc:  # raised by _result(), after the results before it
+    except Exception as exc:  # raised by result(), after the results before it
         return _settled(exc)
     done: Future[R] = Future()
     done.set_result(result)
     return done
-
-
-def _result(future: Future[R]) -> R:
-    try:
-        return future.result()
-    except BrokenProcessPool as exc:  # a worker was killed (out of memory, a signal)
-        raise CleoGradeError(
-            f"a worker process stopped unexpectedly ({exc}); "
-            f"set {WORKERS_ENV}=0 to work in one process"
-        ) from exc
 
 
 def _settled(exc: Exception) -> Future[R]:

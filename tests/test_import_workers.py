@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +161,56 @@ def test_ordered_map_keeps_file_order_for_results_and_errors(tmp_path: Path) -> 
         "first 0 1",
         "children 0",
     ]
+
+
+def started_import(tmp_path: Path, count: int) -> subprocess.Popen[str]:
+    """A CLI import of ``count`` entries in its own process group, once its store exists."""
+    (tmp_path / "e.jsonl").write_text("\n".join(varied_line(i) for i in range(count)) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
+    env["CLEO_GRADE_IMPORT_WORKERS"] = "2"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CLI, "import", "e.jsonl"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # a terminal's Ctrl-C reaches the whole group
+    )
+    store = tmp_path / ".cleo" / "audit.db"
+    deadline = time.monotonic() + 60
+    while not store.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert child.poll() is None, "the import ended before the test could interrupt it"
+    return child
+
+
+def workers_of(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children]
+
+
+def test_ctrl_c_during_an_import_with_workers_leaves_nothing(tmp_path: Path) -> None:
+    child = started_import(tmp_path, 150_000)
+    os.killpg(child.pid, signal.SIGINT)  # the importing process and its workers alike
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, out, err) == (130, "", "cleo-grade: interrupted\n")
+    assert not (tmp_path / ".cleo").exists()
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir(), reason="finds the worker processes through /proc"
+)
+def test_a_worker_killed_during_an_import_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    child = started_import(tmp_path, 150_000)
+    deadline = time.monotonic() + 60
+    while not (workers := workers_of(child.pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the workers start with the first full batch
+    assert workers, "no worker processes were started"
+    os.kill(workers[0], signal.SIGKILL)
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, out) == (2, ""), err
+    assert err.startswith("cleo-grade: error: a worker process stopped unexpectedly (")
+    assert err.endswith("; set CLEO_GRADE_IMPORT_WORKERS=0 to work in one process\n")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / ".cleo").exists()
