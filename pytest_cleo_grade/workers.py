@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -33,7 +34,9 @@ def worker_count() -> int:
     """How many worker processes to use here: 0 where forking is unsafe or pointless.
 
     Forking is only safe from a process with one thread (a forked child inherits locks held
-    by the others), and only worth it with two or more cores this process may run on.
+    by the others), and only worth it with two or more cores this process may run on. Unless
+    ``CLEO_GRADE_IMPORT_WORKERS`` asks for workers, they are used on Linux only (macOS system
+    libraries are not fork-safe, and Windows cannot fork).
     """
     setting = os.environ.get(WORKERS_ENV, "").strip()
     if setting:
@@ -43,10 +46,11 @@ def worker_count() -> int:
             wanted = -1
         if not 0 <= wanted <= 64:
             raise CleoGradeError(f"{WORKERS_ENV}={setting!r}: expected a whole number from 0 to 64")
+    elif sys.platform.startswith("linux"):
+        wanted = min(len(os.sched_getaffinity(0)), _MOST)
+        wanted = 0 if wanted < 2 else wanted
     else:
-        wanted = min(len(os.sched_getaffinity(0)), _MOST) if hasattr(os, "sched_getaffinity") else 1
-    if wanted < 2 and not setting:
-        return 0
+        wanted = 0
     if threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
         return 0
     return wanted
