@@ -130,12 +130,29 @@ def iter_lines(
 ) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of a binary stream, split at ``\\n`` only, ``\\r\\n`` trimmed.
 
-    Read a chunk at a time (bytes.split is much cheaper than readline() per line). A line
-    longer than MAX_LINE_BYTES is a ValueError naming it, or, with ``on_long``, is reported
-    to it with its number and skipped (read through, never held whole). ``prefix``: bytes
-    already read from the start of the stream.
+    The lines of :func:`iter_line_blocks`, one at a time.
     """
-    number = 0
+    for number, lines in iter_line_blocks(handle, where, on_long=on_long, prefix=prefix):
+        for offset, line in enumerate(lines):
+            yield number + offset, line[:-1] if line.endswith(b"\r") else line
+
+
+def iter_line_blocks(
+    handle: IO[bytes],
+    where: str,
+    *,
+    on_long: Callable[[int], None] | None = None,
+    prefix: bytes = b"",
+) -> Iterator[tuple[int, list[bytes]]]:
+    """(number of the first line, lines) for each chunk of a binary stream, split at ``\\n``.
+
+    Read a chunk at a time, with no Python work per line (bytes.split is much cheaper than
+    readline() per line): a million-line file is a few hundred lists. A line may end with
+    ``\\r``. A line longer than MAX_LINE_BYTES is a ValueError naming it, after the lines
+    before it; or, with ``on_long``, is reported to it with its number and skipped (read
+    through, never held whole). ``prefix``: bytes already read from the start of the stream.
+    """
+    number = 1  # the number of the next line
     carry = b""
     skipping = False  # inside an over-long line that on_long was told about
     first = prefix
@@ -145,55 +162,26 @@ def iter_lines(
             break
         lines = (carry + chunk).split(b"\n") if carry else chunk.split(b"\n")
         carry = lines.pop()
-        for line in lines:
-            if skipping:
-                skipping = False
-                continue
-            number += 1
-            if len(line) > MAX_LINE_BYTES:
-                _long_line(number, where, on_long)
-                continue
-            yield number, line[:-1] if line.endswith(b"\r") else line
+        if skipping and lines:
+            del lines[0]  # the end of the over-long line, already numbered
+            skipping = False
+        while lines and max(map(len, lines)) > MAX_LINE_BYTES:
+            index = next(i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES)
+            if index:
+                yield number, lines[:index]
+            _long_line(number + index, where, on_long)
+            number += index + 1
+            del lines[: index + 1]
+        if lines:
+            yield number, lines
+            number += len(lines)
         if len(carry) > MAX_LINE_BYTES and not skipping:
-            number += 1
             _long_line(number, where, on_long)
+            number += 1
             skipping = True
         if skipping:
             carry = b""
     if carry and not skipping:
-        number += 1
-        yield number, carry[:-1] if carry.endswith(b"\r") else carry
-
-
-def iter_line_blocks(
-    handle: IO[bytes], where: str, *, prefix: bytes = b""
-) -> Iterator[tuple[int, list[bytes]]]:
-    """(number of the first line, lines) for each chunk of a binary stream, split at ``\\n``.
-
-    The lines of :func:`iter_lines` (a line may end with ``\\r``), a chunk's worth at a time,
-    with no Python work per line: a million-line file is a few hundred lists. A line longer
-    than MAX_LINE_BYTES is a ValueError naming it, after the lines before it.
-    """
-    number = 1
-    carry = b""
-    first = prefix
-    while True:
-        chunk, first = (first, b"") if first else (handle.read(_READ_CHUNK), b"")
-        if not chunk:
-            break
-        lines = (carry + chunk).split(b"\n") if carry else chunk.split(b"\n")
-        carry = lines.pop()
-        if lines and max(map(len, lines)) > MAX_LINE_BYTES:
-            index = next(i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES)
-            if index:
-                yield number, lines[:index]
-            _long_line(number + index, where, None)
-        if lines:
-            yield number, lines
-            number += len(lines)
-        if len(carry) > MAX_LINE_BYTES:
-            _long_line(number, where, None)
-    if carry:
         yield number, [carry]
 
 

@@ -235,3 +235,26 @@ def test_a_deeply_nested_rubric_file_or_score_sheet_is_one_line_not_recursion_er
         load_rubric_file(path)
     with pytest.raises(ComparisonError, match=r"deep\.\w+: nested too deeply"):
         load_score_sheet(path)
+
+
+def test_over_long_history_lines_are_skipped_and_numbering_goes_on(tmp_path: Path) -> None:
+    # One line ends just past the limit in the chunk after it fills 64 MiB; the other is
+    # so long that it is read through and never held whole. Both are line-numbered warnings.
+    limit = 64 * 1024 * 1024
+    history = tmp_path / "GRADES.jsonl"
+    good = [json.dumps({**GOOD, "sessionId": f"good-{i}"}).encode() for i in range(3)]
+    with history.open("wb") as handle:
+        handle.write(good[0] + b"\n")
+        handle.write(b'"' + b"x" * (limit + 8) + b'"\n')
+        handle.write(good[1] + b"\n")
+        handle.write(b"[" * (limit + 5 * 1024 * 1024) + b"\n")
+        handle.write(b"garbage\r\n")
+        handle.write(good[2] + b"\r\n")
+    with pytest.warns(CleoGradeWarning) as caught:
+        results = read_grades(history)
+    assert [r.session_id for r in results] == ["good-0", "good-1", "good-2"]
+    assert [str(w.message).removeprefix(f"{history}:") for w in caught] == [
+        "2: skipped corrupt grade line: line too long",
+        "4: skipped corrupt grade line: line too long",
+        "5: skipped corrupt grade line: invalid JSON (Expecting value: line 1 column 1 (char 0))",
+    ]
