@@ -12,7 +12,7 @@ from pathlib import Path
 from pytest_cleo_grade.display_html import build_report, grade_test_id, render_html
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import write_atomically
-from pytest_cleo_grade.models import GradeResult, order_entries
+from pytest_cleo_grade.models import GradeResult, collector_paused, order_entries
 from pytest_cleo_grade.verdict import GradedTest, RunGrade
 
 __all__ = ["ReportError", "latest_run", "session_calls", "write_html_report", "write_report"]
@@ -100,5 +100,10 @@ def write_html_report(
     calls = None
     if db is not None:
         calls = session_calls(db, [test.result.session_id for test in run.tests])
-    report = build_report(run, history, baseline=baseline, calls=calls, source=source)
-    write_report(path, render_html(report))
+    # A page of a long history is many small objects and no cycles: full collections would
+    # only traverse the history again (the larger the process, the more they cost).
+    with collector_paused():
+        page = render_html(
+            build_report(run, history, baseline=baseline, calls=calls, source=source)
+        )
+    write_report(path, page)
