@@ -167,7 +167,7 @@ class AuditStore:
                 MIGRATIONS.apply(self.db)
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise
 
     def _refuse_foreign(self) -> None:
@@ -237,7 +237,7 @@ class AuditStore:
                 inserted = conn.total_changes - before
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise
             return inserted
 
@@ -264,8 +264,7 @@ class AuditStore:
                 inserted = conn.total_changes - before
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:  # SQLite rolls back by itself on a full disk
-                    conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise
             finally:
                 conn.execute(f"PRAGMA cache_size = {int(previous)}")
@@ -291,7 +290,7 @@ class AuditStore:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise
 
         self._write(insert)
@@ -555,6 +554,17 @@ def _row_json_problem(text: str) -> str | None:
             return "details_json or metadata_json is nested too deeply"
         return f"holds a number JSON cannot carry ({error['msg']})"
     return None
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if one is still open.
+
+    SQLite rolls back by itself on some errors (a full disk), and a Ctrl-C can land just after
+    COMMIT returned: a ROLLBACK then fails with "no transaction is active", which would replace
+    the error (or the interrupt) being raised.
+    """
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 def _locked(exc: sqlite3.Error) -> bool:
