@@ -7,6 +7,7 @@ loop would. Items are submitted a few at a time, so memory holds a bounded numbe
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -28,6 +29,7 @@ R = TypeVar("R")
 #: Overrides how many worker processes an import may use (0: none, everything in-process).
 WORKERS_ENV: Final = "CLEO_GRADE_IMPORT_WORKERS"
 _MOST: Final = 4
+_PR_SET_PDEATHSIG: Final = 1  # from <sys/prctl.h>
 
 
 def worker_count() -> int:
@@ -73,10 +75,13 @@ def ordered_map(
         yield from map(work, items)
         return
     context = multiprocessing.get_context("fork")
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
+    pool = ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_worker_setup, initargs=(os.getpid(),)
+    )
     pending: deque[Future[R]] = deque()
     source = iter(items)
     try:
+        _start(pool)
         while True:
             try:
                 item = next(source)
@@ -118,7 +123,36 @@ def _settled(exc: Exception) -> Future[R]:
     return failed
 
 
-def _ignore_interrupts() -> None:
+def _start(pool: ProcessPoolExecutor) -> None:
+    """Fork every worker of ``pool`` now, with Ctrl-C held back until they all run.
+
+    With fork, the first submit starts all the processes, then the thread that stops them.
+    An interrupt in between would leave forked workers that nothing stops (and a handler
+    run inside a fork callback loses it): SIGINT stays pending until the pool is whole.
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        pool.submit(int)
+    except BaseException:
+        # A fork that failed part way (no memory, a process limit): the workers already
+        # started have no thread to stop them, and the interpreter would wait for them at
+        # exit. The pool keeps no public handle on its processes.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.kill()
+            process.join()
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _worker_setup(parent: int) -> None:
     # Ctrl-C reaches the whole process group; the parent decides what an interrupt means
     # (it rolls the import back), so workers must not die printing their own tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        # A parent killed outright (SIGKILL, the OOM killer, a CI timeout) cannot stop its
+        # workers: the kernel kills them with it, instead of leaving them blocked forever.
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)

@@ -177,3 +177,21 @@ def test_a_bad_line_before_an_over_long_line_is_the_one_reported(
     assert main(["import", "both.jsonl"]) == 2
     assert capsys.readouterr().err.startswith("cleo-grade: error: both.jsonl:4: invalid JSON")
     assert not (in_tmp / ".cleo").exists()
+
+
+def test_leading_blank_lines_do_not_open_the_store_before_the_first_entry(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    (in_tmp / "notadb.txt").write_text("not a database\n")
+    (in_tmp / "bad.jsonl").write_text("\n  \n{bad\n" + entry_line(1) + "\n")
+    assert main(["import", "bad.jsonl", "--db", "notadb.txt"]) == 2
+    assert capsys.readouterr().err.startswith("cleo-grade: error: bad.jsonl:3: invalid JSON")
+    (in_tmp / "blank.jsonl").write_text("\n\n  \n")
+    assert main(["import", "blank.jsonl", "--db", "notadb.txt"]) == 2
+    assert capsys.readouterr().err == (
+        "cleo-grade: error: blank.jsonl: file is empty (no audit entries)\n"
+    )
+    (in_tmp / "other.jsonl").write_text("\n" + entry_line(1, "a") + "\n")
+    assert main(["import", "other.jsonl", "--session-id", "b", "--db", "notadb.txt"]) == 2
+    assert capsys.readouterr().err == ("cleo-grade: error: other.jsonl: no entries for session b\n")
+    assert (in_tmp / "notadb.txt").read_text() == "not a database\n"

@@ -80,14 +80,16 @@ def stream_entries_file(
             for session in sessions:
                 summary.saw(session or "(no session)")
             yield rows
-        if not summary.count:
-            raise EntryError(f"{where}: no entries for session {session_id}")
 
     # Memory is bounded by a batch, and nothing built here forms a cycle: the collector
     # would only traverse each batch's new objects again (10-20 % of an import's time).
     with collector_paused():
         try:
-            first = next(batches)  # line 1's error surfaces here, before the store exists
+            # The first entry's error surfaces here, before the store exists; so does the
+            # end of a file whose entries all belong to other sessions.
+            first = next((ready for ready in batches if ready.entries), None)
+            if first is None:
+                raise EntryError(f"{where}: no entries for session {session_id}")
             created = _missing_parts(store_path)
             try:
                 with AuditStore(store_path) as store:
