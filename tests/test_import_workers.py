@@ -190,6 +190,15 @@ def started_import(
     return child
 
 
+def started_workers(child: subprocess.Popen[str]) -> list[int]:
+    """The worker processes of an import, once they run."""
+    deadline = time.monotonic() + 60
+    while not (workers := workers_of(child.pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert workers, "no worker processes were started"
+    return workers
+
+
 def workers_of(pid: int) -> list[int]:
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [int(child) for child in children]
@@ -208,10 +217,7 @@ def test_ctrl_c_during_an_import_with_workers_leaves_nothing(tmp_path: Path) -> 
 )
 def test_a_worker_killed_during_an_import_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     child = started_import(tmp_path, 150_000)
-    deadline = time.monotonic() + 60
-    while not (workers := workers_of(child.pid)) and time.monotonic() < deadline:
-        time.sleep(0.01)  # the workers start with the first full batch
-    assert workers, "no worker processes were started"
+    workers = started_workers(child)
     os.kill(workers[0], signal.SIGKILL)
     out, err = child.communicate(timeout=60)
     assert (child.returncode, out) == (2, ""), err
@@ -244,10 +250,7 @@ def test_ctrl_c_while_the_workers_start_still_interrupts(tmp_path: Path) -> None
 )
 def test_workers_die_with_an_importing_process_killed_outright(tmp_path: Path) -> None:
     child = started_import(tmp_path, 150_000)
-    deadline = time.monotonic() + 60
-    while not (workers := workers_of(child.pid)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert workers, "no worker processes were started"
+    workers = started_workers(child)
     child.kill()
     child.communicate(timeout=60)
     deadline = time.monotonic() + 10
