@@ -155,7 +155,7 @@ def _same(batch: list[AuditEntry]) -> list[AuditEntry]:
 
 def _is_full_lines(batch: list[AuditEntry] | _Lines) -> bool:
     # Only full JSON-lines batches are worth a trip to a worker: the first, small ones
-    # (line 1's error is found before anything else happens) stay in this process.
+    # (line 1 is checked after reading one line) stay in this process.
     return isinstance(batch, _Lines) and len(batch.lines) >= MAX_BATCH
 
 

@@ -170,10 +170,6 @@ class _Ids:
 _IDS: Final = _Ids()
 
 
-def _new_id() -> str:
-    return _IDS.new()
-
-
 def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]:
     """The ``audit_log`` row of an entry, in ROW_COLUMNS order (CLEO's conventions)."""
     return _row(entry, entry_id or _IDS.new(), entry_id)
