@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -447,6 +448,45 @@ def test_entries_of_other_sessions_are_left_out_and_untagged_ones_kept() -> None
     result = grade(entries)
     assert result.entry_count == 2
     assert "session.list never called (check existing sessions before starting)" in result.flags
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_mixed_sessions_out_of_order_grade_as_their_own_session_in_time_order(seed: int) -> None:
+    # Other sessions' entries, untagged ones, equal times and disorder: the grade is that of
+    # the session's own entries (untagged ones kept) sorted stably by time, graded in order.
+    from pytest_cleo_grade.rubrics.cleo import grade_ordered
+
+    rng = random.Random(seed)
+    calls = [
+        ("session", "list"),
+        ("session", "end"),
+        ("tasks", "find"),
+        ("tasks", "list"),
+        ("tasks", "exists"),
+        ("admin", "help"),
+        ("custom", "thing"),
+    ]
+    entries = []
+    for _ in range(rng.randrange(1, 60)):
+        owner = rng.choice(["s1", "s1", "s1", None, "other", "s10"])
+        at = rng.randrange(20)  # few distinct times: many ties
+        if rng.random() < 0.2:
+            item = failed("tasks", "show", at=at, session=owner)
+        elif rng.random() < 0.2:
+            title = rng.choice(["a", "b", " A "])
+            params = {"title": title, **({"description": "d"} if rng.random() < 0.5 else {})}
+            item = entry("tasks", "add", at=at, session=owner, params=params)
+        else:
+            domain, operation = rng.choice(calls)
+            gateway = rng.choice(["query", "cleo_mutate", None])
+            item = entry(domain, operation, at=at, session=owner, gateway=gateway)
+        entries.append(item)
+    mine = [model(e) for e in entries if e["sessionId"] in ("s1", None)]
+    expected = grade_ordered(
+        sorted(mine, key=lambda e: e.timestamp), session_id="s1", now=NOW
+    ).model_dump()
+    assert grade_entries(entries, session_id="s1", now=NOW).model_dump() == expected
+    assert grade(entries).model_dump() == expected
 
 
 def test_models_and_dicts_grade_identically() -> None:

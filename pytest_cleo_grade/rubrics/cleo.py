@@ -89,7 +89,16 @@ _Row = tuple[str, str, str | None, int, int]  # domain, operation, gateway, exit
 _ROW = operator.attrgetter(
     "domain", "operation", "metadata.gateway", "result.exit_code", "result.success"
 )
-_SESSION = operator.attrgetter("session_id")
+# The session id leads the row where entries may come from several sessions: whether each
+# belongs to the graded one is then a fact of its row too, with no pass of its own.
+_SESSION_ROW = operator.attrgetter(
+    "session_id",
+    "domain",
+    "operation",
+    "metadata.gateway",
+    "result.exit_code",
+    "result.success",
+)
 _TIME = operator.attrgetter("timestamp")
 _CALL_ROW = operator.itemgetter(1, 2, 3, 4, 5)
 
@@ -196,6 +205,30 @@ def _class_bytes(rows: Iterable[_Row]) -> bytes:
     if len(known) > _KNOWN_LIMIT:
         _known = _Classes()
     return codes
+
+
+#: The class byte of an entry tagged with another session (no class of a row reaches it).
+_ELSEWHERE: Final = 255
+
+
+class _SessionClasses(dict[tuple[str | None, str, str, str | None, int, int], int]):
+    """(session id, *row) -> the row's class, or _ELSEWHERE for another session's entry.
+
+    One per grade: it holds the grade's few distinct rows and asks the shared cache once each.
+    """
+
+    __slots__ = ("_session_id",)
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__()
+        self._session_id = session_id
+
+    def __missing__(self, key: tuple[str | None, str, str, str | None, int, int]) -> int:
+        owner = key[0]
+        mine = owner is None or owner == self._session_id
+        klass = _known[key[1:]] if mine else _ELSEWHERE
+        self[key] = klass
+        return klass
 
 
 class _Matching:
@@ -559,8 +592,19 @@ def _grade(
     now: datetime | None,
     task_id: str | None,
 ) -> GradeResult:
-    timestamp = now or datetime.now(UTC)
     codes = _class_bytes(rows)
+    return _grade_classes(details, codes, session_id=session_id, now=now, task_id=task_id)
+
+
+def _grade_classes(
+    details: Details,
+    codes: bytes,
+    *,
+    session_id: str,
+    now: datetime | None,
+    task_id: str | None,
+) -> GradeResult:
+    timestamp = now or datetime.now(UTC)
     if not codes:
         empty = DimensionScore(score=0, max=DIMENSION_MAX, evidence=[])
         return GradeResult(
@@ -641,15 +685,26 @@ def session_order(
 def _filter_order_grade(
     validated: list[AuditEntry], *, session_id: str, now: datetime | None, task_id: str | None
 ) -> GradeResult:
-    # Three C-level passes: measured faster than one pass building a wider tuple per entry.
-    sessions = list(map(_SESSION, validated))
-    order = session_order(sessions, list(map(_TIME, validated)), session_id)
-    if order is not None:
-        validated = [validated[i] for i in order]
-    return _grade(
-        EntryDetails(validated),
-        map(_ROW, validated),
-        session_id=session_id,
-        now=now,
-        task_id=task_id,
+    # Two C-level passes over the entries: their rows (with the session, so that leaving out
+    # other sessions' entries needs no pass of its own) and their times. The rows are classed
+    # as they are read; filtering and ordering then move class bytes, not rows.
+    global _known
+    codes = bytes(map(_SessionClasses(session_id).__getitem__, map(_SESSION_ROW, validated)))
+    if len(_known) > _KNOWN_LIMIT:
+        _known = _Classes()
+    if _ELSEWHERE in codes:
+        marks = codes.translate(_MINE)
+        validated = list(compress(validated, marks))
+        codes = codes.translate(None, bytes((_ELSEWHERE,)))
+    times = list(map(_TIME, validated))
+    if any(map(operator.gt, times, islice(times, 1, None))):
+        order = sorted(range(len(times)), key=times.__getitem__)  # stable: ties keep order
+        validated = list(map(validated.__getitem__, order))
+        codes = bytes(map(codes.__getitem__, order))
+    return _grade_classes(
+        EntryDetails(validated), codes, session_id=session_id, now=now, task_id=task_id
     )
+
+
+# 1 for an entry of the graded session, 0 for another session's (a translate table).
+_MINE: Final = bytes(code != _ELSEWHERE for code in range(256))
