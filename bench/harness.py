@@ -1,8 +1,9 @@
 """Alternating A/B measurement: every variant runs once per round, in turn, for several rounds.
 
 Back-to-back rounds of one variant let the machine's state (CPU frequency, page cache, other
-load) drift between variants; alternating spreads that drift over all of them, and the ratio
-of medians measured in one run is what ``make bench`` reports.
+load) drift between variants; alternating spreads that drift over all of them. A row's ratio
+pairs the variants round by round (the median of their per-round ratios): two measurements
+taken seconds apart share the machine's speed of that moment, which cancels in their ratio.
 """
 
 from __future__ import annotations
@@ -28,6 +29,18 @@ class Figure:
     @property
     def median(self) -> float:
         return statistics.median(self.values)
+
+
+def paired_ratio(project: Figure, floor: Figure) -> float:
+    """The median over rounds of project / floor, each measured in the same round.
+
+    A ratio of the two medians can pair a fast round of one with a slow round of the other:
+    on a machine whose speed moves by half between minutes, that flipped verdicts.
+    """
+    ratios = [
+        p / f if f > 0 else math.inf for p, f in zip(project.values, floor.values, strict=True)
+    ]
+    return statistics.median(ratios)
 
 
 def alternate(variants: Mapping[str, Callable[[], float | None]], rounds: int) -> dict[str, Figure]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from harness import Row, alternate
+from harness import Row, alternate, paired_ratio
 
 from pytest_cleo_grade.history import append_grades, read_grades
 from pytest_cleo_grade.html_report import latest_run, write_html_report
@@ -64,7 +64,7 @@ def report_row(tmp: Path, lines: int, tests: int, rounds: int) -> Row:
 
     figures = alternate({"project": project, "floor": floor}, rounds)
     p, f = figures["project"], figures["floor"]
-    ratio = p.median / f.median
+    ratio = paired_ratio(p, f)
     size = page.stat().st_size / 1e6
     return Row(
         f"HTML report of a {lines:,}-line history, {tests} tests ({size:.1f} MB) vs reading it",
