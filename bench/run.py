@@ -415,8 +415,9 @@ def main() -> None:
     large = 20_000 if args.quick else 1_000_000
     rounds = args.rounds
     print(
-        f"python {sys.version.split()[0]}; {os.cpu_count()} cores; {rounds} rounds, variants "
-        "alternating; ratio = median over rounds of project / floor"
+        f"python {sys.version.split()[0]}; {os.cpu_count()} cores; {rounds} rounds or more "
+        "(the cheaper rows more), variants alternating; ratio = median over rounds of "
+        "project / floor"
     )
     with tempfile.TemporaryDirectory(prefix="cleo-grade-bench-") as name:
         tmp = Path(name)
