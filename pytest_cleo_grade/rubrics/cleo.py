@@ -86,19 +86,17 @@ _Row = tuple[str, str, str | None, int, int]  # domain, operation, gateway, exit
 # Grading is bound by memory, not by arithmetic: a large session does not fit in the CPU
 # caches and each object touched costs a cache miss. So entries are read by C-level
 # attrgetter passes, and the rest of grading works on the class bytes of their rows.
-_ROW = operator.attrgetter(
-    "domain", "operation", "metadata.gateway", "result.exit_code", "result.success"
-)
-# The session id leads the row where entries may come from several sessions: whether each
-# belongs to the graded one is then a fact of its row too, with no pass of its own.
-_SESSION_ROW = operator.attrgetter(
-    "session_id",
+_ROW_FIELDS: Final = (
     "domain",
     "operation",
     "metadata.gateway",
     "result.exit_code",
     "result.success",
 )
+_ROW = operator.attrgetter(*_ROW_FIELDS)
+# The session id leads the row where entries may come from several sessions: whether each
+# belongs to the graded one is then a fact of its row too, with no pass of its own.
+_SESSION_ROW = operator.attrgetter("session_id", *_ROW_FIELDS)
 _TIME = operator.attrgetter("timestamp")
 _CALL_ROW = operator.itemgetter(1, 2, 3, 4, 5)
 
@@ -198,17 +196,23 @@ _KNOWN_LIMIT: Final = 4096
 _known = _Classes()
 
 
-def _class_bytes(rows: Iterable[_Row]) -> bytes:
+def _codes(classes: Iterable[int]) -> bytes:
+    """A grade's class bytes; the shared cache is dropped once they grew it past its limit."""
     global _known
-    known = _known
-    codes = bytes(map(known.__getitem__, rows))
-    if len(known) > _KNOWN_LIMIT:
+    codes = bytes(classes)
+    if len(_known) > _KNOWN_LIMIT:
         _known = _Classes()
     return codes
 
 
+def _class_bytes(rows: Iterable[_Row]) -> bytes:
+    return _codes(map(_known.__getitem__, rows))
+
+
 #: The class byte of an entry tagged with another session (no class of a row reaches it).
 _ELSEWHERE: Final = 255
+# 1 for an entry of the graded session, 0 for another session's (a translate table).
+_MINE: Final = bytes(code != _ELSEWHERE for code in range(256))
 
 
 class _SessionClasses(dict[tuple[str | None, str, str, str | None, int, int], int]):
@@ -688,10 +692,7 @@ def _filter_order_grade(
     # Two C-level passes over the entries: their rows (with the session, so that leaving out
     # other sessions' entries needs no pass of its own) and their times. The rows are classed
     # as they are read; filtering and ordering then move class bytes, not rows.
-    global _known
-    codes = bytes(map(_SessionClasses(session_id).__getitem__, map(_SESSION_ROW, validated)))
-    if len(_known) > _KNOWN_LIMIT:
-        _known = _Classes()
+    codes = _codes(map(_SessionClasses(session_id).__getitem__, map(_SESSION_ROW, validated)))
     if _ELSEWHERE in codes:
         marks = codes.translate(_MINE)
         validated = list(compress(validated, marks))
@@ -704,7 +705,3 @@ def _filter_order_grade(
     return _grade_classes(
         EntryDetails(validated), codes, session_id=session_id, now=now, task_id=task_id
     )
-
-
-# 1 for an entry of the graded session, 0 for another session's (a translate table).
-_MINE: Final = bytes(code != _ELSEWHERE for code in range(256))
