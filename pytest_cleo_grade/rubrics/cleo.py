@@ -560,7 +560,7 @@ def grade_ordered(
     with collector_paused():
         return _grade(
             EntryDetails(ordered),
-            map(_ROW, ordered),
+            _class_bytes(map(_ROW, ordered)),
             session_id=session_id,
             now=now,
             task_id=task_id,
@@ -581,7 +581,7 @@ def grade_calls(
     with collector_paused():
         return _grade(
             CallDetails(calls),
-            map(_CALL_ROW, calls),
+            _class_bytes(map(_CALL_ROW, calls)),
             session_id=session_id,
             now=now,
             task_id=task_id,
@@ -589,18 +589,6 @@ def grade_calls(
 
 
 def _grade(
-    details: Details,
-    rows: Iterable[_Row],
-    *,
-    session_id: str,
-    now: datetime | None,
-    task_id: str | None,
-) -> GradeResult:
-    codes = _class_bytes(rows)
-    return _grade_classes(details, codes, session_id=session_id, now=now, task_id=task_id)
-
-
-def _grade_classes(
     details: Details,
     codes: bytes,
     *,
@@ -680,10 +668,18 @@ def session_order(
     if sessions.count(session_id) + sessions.count(None) != len(sessions):
         keep = [i for i, sid in enumerate(sessions) if sid is None or sid == session_id]
         times = [times[i] for i in keep]
-    if any(map(operator.gt, times, islice(times, 1, None))):
-        order = sorted(range(len(times)), key=times.__getitem__)  # stable: ties keep order
+    order = _time_order(times)
+    if order is not None:
         return order if keep is None else [keep[i] for i in order]
     return keep
+
+
+def _time_order(times: list[Any]) -> list[int] | None:
+    """Positions of ``times`` sorted by time, ties in list order; None when already in order
+    (the common case: one C-level pass)."""
+    if any(map(operator.gt, times, islice(times, 1, None))):
+        return sorted(range(len(times)), key=times.__getitem__)  # stable: ties keep order
+    return None
 
 
 def _filter_order_grade(
@@ -697,11 +693,8 @@ def _filter_order_grade(
         marks = codes.translate(_MINE)
         validated = list(compress(validated, marks))
         codes = codes.translate(None, bytes((_ELSEWHERE,)))
-    times = list(map(_TIME, validated))
-    if any(map(operator.gt, times, islice(times, 1, None))):
-        order = sorted(range(len(times)), key=times.__getitem__)  # stable: ties keep order
+    order = _time_order(list(map(_TIME, validated)))
+    if order is not None:
         validated = list(map(validated.__getitem__, order))
         codes = bytes(map(codes.__getitem__, order))
-    return _grade_classes(
-        EntryDetails(validated), codes, session_id=session_id, now=now, task_id=task_id
-    )
+    return _grade(EntryDetails(validated), codes, session_id=session_id, now=now, task_id=task_id)
