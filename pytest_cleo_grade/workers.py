@@ -30,6 +30,7 @@ R = TypeVar("R")
 WORKERS_ENV: Final = "CLEO_GRADE_IMPORT_WORKERS"
 _MOST: Final = 4
 _PR_SET_PDEATHSIG: Final = 1  # from <sys/prctl.h>
+_HELD: Final = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 def worker_count() -> int:
@@ -124,13 +125,13 @@ def _settled(exc: Exception) -> Future[R]:
 
 
 def _start(pool: ProcessPoolExecutor) -> None:
-    """Fork every worker of ``pool`` now, with Ctrl-C held back until they all run.
+    """Fork every worker of ``pool`` now, with Ctrl-C (and SIGTERM) held back until they run.
 
     With fork, the first submit starts all the processes, then the thread that stops them.
     An interrupt in between would leave forked workers that nothing stops (and a handler
-    run inside a fork callback loses it): SIGINT stays pending until the pool is whole.
+    run inside a fork callback loses it): the signals stay pending until the pool is whole.
     """
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         pool.submit(int)
     except BaseException:
@@ -149,7 +150,16 @@ def _worker_setup(parent: int) -> None:
     # Ctrl-C reaches the whole process group; the parent decides what an interrupt means
     # (it rolls the import back), so workers must not die printing their own tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The pool stops the workers of a broken pool with SIGTERM: it must kill them outright
+    # (not run the command's handler, inherited by the fork), and it was held back while
+    # the pool forked.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if sys.platform.startswith("linux"):
+        # A group of their own: a SIGTERM to the command's group (a CI timeout, `timeout`)
+        # reaches only the parent, which rolls the import back and then stops the pool;
+        # workers dying first would turn that into a worker's failure.
+        os.setpgid(0, 0)
         # A parent killed outright (SIGKILL, the OOM killer, a CI timeout) cannot stop its
         # workers: the kernel kills them with it, instead of leaving them blocked forever.
         libc = ctypes.CDLL(None, use_errno=True)

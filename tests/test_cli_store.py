@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -335,3 +337,35 @@ def test_an_exit_code_beyond_64_bits_is_a_clear_error(
     status, _, err = run(capsys, "import", "e.jsonl")
     assert status == 2
     assert "too large" in err
+
+
+def test_a_command_leaves_the_callers_sigterm_handler_in_place(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    # main() ends a command on SIGTERM as on Ctrl-C (tests/test_import_workers.py), with a
+    # handler of its own that must not outlive the command in a program that called it.
+    (in_tmp / "e.jsonl").write_text(line(0) + "\n")
+
+    def callers(signum: int, frame: object) -> None:
+        raise AssertionError("not raised: only the handler's identity is checked")
+
+    previous = signal.signal(signal.SIGTERM, callers)
+    try:
+        assert run(capsys, "import", "e.jsonl")[0] == 0
+        assert signal.getsignal(signal.SIGTERM) is callers
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_command_runs_outside_the_main_thread(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    # Signal handlers can only be set from the main thread: elsewhere SIGTERM keeps its
+    # meaning and the command still runs.
+    (in_tmp / "e.jsonl").write_text(line(0) + "\n")
+    statuses: list[int] = []
+    worker = threading.Thread(target=lambda: statuses.append(main(["import", "e.jsonl"])))
+    worker.start()
+    worker.join(timeout=60)
+    assert statuses == [0]
+    assert capsys.readouterr().out.startswith("Imported 1 entries into ")

@@ -164,13 +164,13 @@ def test_ordered_map_keeps_file_order_for_results_and_errors(tmp_path: Path) -> 
 
 
 def started_import(
-    tmp_path: Path, count: int, *, wait_for_store: bool = True
+    tmp_path: Path, count: int, *, wait_for_store: bool = True, workers: str = "2"
 ) -> subprocess.Popen[str]:
     """A CLI import of ``count`` entries in its own process group, once its store exists."""
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "e.jsonl").write_text("\n".join(varied_line(i) for i in range(count)) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
-    env["CLEO_GRADE_IMPORT_WORKERS"] = "2"
+    env["CLEO_GRADE_IMPORT_WORKERS"] = workers
     child = subprocess.Popen(
         [sys.executable, "-c", CLI, "import", "e.jsonl"],
         cwd=tmp_path,
@@ -209,6 +209,17 @@ def test_ctrl_c_during_an_import_with_workers_leaves_nothing(tmp_path: Path) -> 
     os.killpg(child.pid, signal.SIGINT)  # the importing process and its workers alike
     out, err = child.communicate(timeout=60)
     assert (child.returncode, out, err) == (130, "", "cleo-grade: interrupted\n")
+    assert not (tmp_path / ".cleo").exists()
+
+
+@pytest.mark.parametrize("workers", ["2", "0"])
+def test_a_terminated_import_leaves_nothing(tmp_path: Path, workers: str) -> None:
+    # SIGTERM is how a CI timeout, `timeout` or a container stop ends a command: it undoes
+    # the import as Ctrl-C does, instead of leaving a new store with no entries behind.
+    child = started_import(tmp_path, 150_000, workers=workers)
+    os.killpg(child.pid, signal.SIGTERM)
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, out, err) == (143, "", "cleo-grade: terminated\n")
     assert not (tmp_path / ".cleo").exists()
 
 

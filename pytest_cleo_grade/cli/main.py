@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from types import FrameType
 
 from pytest_cleo_grade.cli import (
     baseline,
@@ -66,20 +70,53 @@ def _normalise(argv: list[str], commands: set[str]) -> list[str]:
     return ["grade", *argv]
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is: every path that undoes an interrupted write
+    (a transaction rolled back, a store the command created removed) undoes this too."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI timeout, ``timeout``, a container stop) ends a command as Ctrl-C does.
+
+    Its default action kills the process where it stands: an import into a new store then
+    left the store file behind with no entries in it. Handlers belong to the main thread,
+    and one a host program set outside Python (getsignal() is None) could not be restored.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or previous is None:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (0 ok, 1 below threshold, 2 usage/input)."""
+    """Run the command; returns the exit status (0 ok, 1 below threshold, 2 usage/input,
+    130 interrupted, 143 terminated)."""
     parser, commands = _build()
     args_list = _normalise(list(sys.argv[1:] if argv is None else argv), commands)
     try:
-        args = parser.parse_args(args_list)
-        handler: Handler = args.handler
-        return handler(args)
+        with _terminate_as_interrupt():
+            args = parser.parse_args(args_list)
+            handler: Handler = args.handler
+            return handler(args)
     except CommandError as exc:
         print(terminal_text(exc), file=sys.stderr)
         return exc.status
     except CleoGradeError as exc:
         print(terminal_text(f"cleo-grade: error: {exc}"), file=sys.stderr)
         return 2
+    except _Terminated:
+        print("cleo-grade: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("cleo-grade: interrupted", file=sys.stderr)
         return 130
