@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,21 @@ def test_ordered_map_keeps_file_order_for_results_and_errors(tmp_path: Path) -> 
     ]
 
 
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_import_left() -> Iterator[None]:
+    """A test that failed while its import still ran does not leave the import running
+    (killed outright, its workers die with it: see the last test)."""
+    yield
+    while _STARTED:
+        child = _STARTED.pop()
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+
+
 def started_import(
     tmp_path: Path, count: int, *, wait_for_store: bool = True, workers: str = "2"
 ) -> subprocess.Popen[str]:
@@ -180,6 +196,7 @@ def started_import(
         env=env,
         start_new_session=True,  # a terminal's Ctrl-C reaches the whole group
     )
+    _STARTED.append(child)
     store = tmp_path / ".cleo" / "audit.db"
     deadline = time.monotonic() + 60
     while wait_for_store and not store.exists() and child.poll() is None:
