@@ -147,8 +147,9 @@ def _start(pool: ProcessPoolExecutor) -> None:
 
 
 def _worker_setup(parent: int) -> None:
-    # Ctrl-C reaches the whole process group; the parent decides what an interrupt means
-    # (it rolls the import back), so workers must not die printing their own tracebacks.
+    # Ctrl-C reaches the whole process group (the workers' own group below is Linux's only,
+    # and comes after the fork); the parent decides what an interrupt means (it rolls the
+    # import back), so workers must not die printing their own tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The pool stops the workers of a broken pool with SIGTERM: it must kill them outright
     # (not run the command's handler, inherited by the fork), and it was held back while

@@ -240,6 +240,21 @@ def test_a_terminated_import_leaves_nothing(tmp_path: Path, workers: str) -> Non
     assert not (tmp_path / ".cleo").exists()
 
 
+def test_repeated_sigterms_do_not_cut_the_undo_short(tmp_path: Path) -> None:
+    # Supervisors repeat themselves; the first SIGTERM starts the undo, the rest must not
+    # interrupt it (a traceback, or the new store left behind). One that comes once the
+    # command has ended meets the default action again: the process dies of it, undone.
+    child = started_import(tmp_path, 150_000, workers="0")
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline and child.poll() is None:
+        os.killpg(child.pid, signal.SIGTERM)
+        time.sleep(0.0002)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode in (143, -signal.SIGTERM), err
+    assert (out, err) in {("", "cleo-grade: terminated\n"), ("", "")}
+    assert not (tmp_path / ".cleo").exists()
+
+
 @pytest.mark.skipif(
     not Path("/proc/self/task").is_dir(), reason="finds the worker processes through /proc"
 )

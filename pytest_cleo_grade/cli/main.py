@@ -76,6 +76,9 @@ class _Terminated(KeyboardInterrupt):
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
+    # A second SIGTERM (a supervisor repeating itself) must not cut the undo short; what
+    # cannot wait for it sends SIGKILL.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise _Terminated
 
 
