@@ -215,7 +215,10 @@ _ELSEWHERE: Final = 255
 _MINE: Final = bytes(code != _ELSEWHERE for code in range(256))
 
 
-class _SessionClasses(dict[tuple[str | None, str, str, str | None, int, int], int]):
+_SessionRow = tuple[str | None, str, str, str | None, int, int]  # session id, *_Row
+
+
+class _SessionClasses(dict[_SessionRow, int]):
     """(session id, *row) -> the row's class, or _ELSEWHERE for another session's entry.
 
     One per grade: it holds the grade's few distinct rows and asks the shared cache once each.
@@ -227,7 +230,7 @@ class _SessionClasses(dict[tuple[str | None, str, str, str | None, int, int], in
         super().__init__()
         self._session_id = session_id
 
-    def __missing__(self, key: tuple[str | None, str, str, str | None, int, int]) -> int:
+    def __missing__(self, key: _SessionRow) -> int:
         owner = key[0]
         mine = owner is None or owner == self._session_id
         klass = _known[key[1:]] if mine else _ELSEWHERE
