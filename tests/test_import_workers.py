@@ -180,9 +180,15 @@ def no_import_left() -> Iterator[None]:
 
 
 def started_import(
-    tmp_path: Path, count: int, *, wait_for_store: bool = True, workers: str = "2"
+    tmp_path: Path,
+    count: int,
+    *,
+    wait_for_store: bool = True,
+    workers: str = "2",
+    ignoring: signal.Signals | None = None,
 ) -> subprocess.Popen[str]:
-    """A CLI import of ``count`` entries in its own process group, once its store exists."""
+    """A CLI import of ``count`` entries in its own process group, once its store exists;
+    started with the signal ``ignoring`` ignored, as a supervisor may start it."""
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "e.jsonl").write_text("\n".join(varied_line(i) for i in range(count)) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
@@ -195,6 +201,7 @@ def started_import(
         text=True,
         env=env,
         start_new_session=True,  # a terminal's Ctrl-C reaches the whole group
+        preexec_fn=None if ignoring is None else lambda: signal.signal(ignoring, signal.SIG_IGN),
     )
     _STARTED.append(child)
     store = tmp_path / ".cleo" / "audit.db"
@@ -238,6 +245,17 @@ def test_a_terminated_import_leaves_nothing(tmp_path: Path, workers: str) -> Non
     out, err = child.communicate(timeout=60)
     assert (child.returncode, out, err) == (143, "", "cleo-grade: terminated\n")
     assert not (tmp_path / ".cleo").exists()
+
+
+def test_a_sigterm_the_caller_ignores_stays_ignored(tmp_path: Path) -> None:
+    # A program that starts the command with SIGTERM ignored wants it to finish: the
+    # command does not take the signal back (as shells leave a background job's alone).
+    child = started_import(tmp_path, 150_000, workers="0", ignoring=signal.SIGTERM)
+    os.killpg(child.pid, signal.SIGTERM)
+    out, err = child.communicate(timeout=120)
+    assert (child.returncode, err) == (0, "")
+    assert out.startswith("Imported 150000 entries into ")
+    assert len(stored(tmp_path / ".cleo" / "audit.db")[0]) == 150_000
 
 
 def test_repeated_sigterms_do_not_cut_the_undo_short(tmp_path: Path) -> None:

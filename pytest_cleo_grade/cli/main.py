@@ -87,11 +87,17 @@ def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (a CI timeout, ``timeout``, a container stop) ends a command as Ctrl-C does.
 
     Its default action kills the process where it stands: an import into a new store then
-    left the store file behind with no entries in it. Handlers belong to the main thread,
-    and one a host program set outside Python (getsignal() is None) could not be restored.
+    left the store file behind with no entries in it. Left alone: SIGTERM ignored by whoever
+    started the command (it is meant to finish), a handler a host program set outside Python
+    (getsignal() is None: it could not be restored), and threads other than the main one
+    (handlers belong to it).
     """
     previous = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is not threading.main_thread() or previous is None:
+    if (
+        previous is None
+        or previous == signal.SIG_IGN
+        or threading.current_thread() is not threading.main_thread()
+    ):
         yield
         return
     signal.signal(signal.SIGTERM, _terminate)
