@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -85,3 +86,50 @@ def test_the_junit_properties_table_names_every_property_a_graded_test_carries(
     table = re.findall(r"^\| `(cleo_[^`]+)` \|", section, flags=re.MULTILINE)
     # The table's last rows are properties of other rubrics and of comparison tests.
     assert names == set(table) - {"cleo_rubric", "cleo_variant"}
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    from pytest_cleo_grade.cli.main import build_parser
+
+    return _subcommands(build_parser())
+
+
+def test_the_cli_page_has_a_row_for_every_command() -> None:
+    cli_page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    rows = "\n".join(line for line in cli_page.splitlines() if line.startswith("| `cleo-grade"))
+    missing = [name for name in _commands() if f"`cleo-grade {name} " not in rows]
+    assert missing == []
+
+
+def test_every_option_of_every_command_is_documented() -> None:
+    docs = README + "".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md"))
+    undocumented = [
+        f"{name} {option}"
+        for name, command in _commands().items()
+        # A command's own actions (``baseline save``...) too.
+        for parser in (command, *_subcommands(command).values())
+        for action in parser._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help" and option not in docs
+    ]
+    assert undocumented == []
+
+
+def test_the_top_level_help_names_cleos_own_spellings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pytest_cleo_grade.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "`cleo-grade --list`" in out
+    assert "`cleo-grade SESSION_ID` grades" in out

@@ -46,6 +46,11 @@ def _build() -> tuple[argparse.ArgumentParser, set[str]]:
     parser = _Parser(
         prog="cleo-grade",
         description="Grade agent sessions against CLEO's rubric and keep their history.",
+        # CLEO's own spellings, taken before a command is chosen (see _normalise).
+        epilog=(
+            "As CLEO's `cleo grade`: `cleo-grade SESSION_ID` grades a session, "
+            "`cleo-grade` and `cleo-grade --list` list the history."
+        ),
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in _COMMAND_MODULES:
