@@ -18,19 +18,28 @@ def change_text(change: Change) -> str:
     )
 
 
-def baseline_verdict(comparison: BaselineComparison, *, gated: bool) -> str:
-    """The one verdict line; ``gated`` says whether a tolerance expression was given."""
+#: The option that gates on regressions, as pytest spells it (the CLI passes its own).
+GATE_OPTION = "--cleo-grade-fail-on-regression"
+
+
+def baseline_verdict(
+    comparison: BaselineComparison, *, gated: bool, option: str = GATE_OPTION
+) -> str:
+    """The one verdict line; ``gated`` says whether a tolerance expression was given (by
+    ``option``, named when it was not)."""
     count = len(comparison.regressions)
     if not gated:
-        return "baseline: compared (no --cleo-grade-fail-on-regression, nothing gated)"
+        return f"baseline: compared (no {option}, nothing gated)"
     if comparison.failed:
         why = f"{count} regression{'s' if count != 1 else ''}" if count else "cannot check"
         return f"baseline gate FAILED: {why}"
     return "baseline gate passed: no drop beyond the tolerances"
 
 
-def baseline_lines(comparison: BaselineComparison, *, gated: bool) -> list[str]:
-    lines = [baseline_verdict(comparison, gated=gated)]
+def baseline_lines(
+    comparison: BaselineComparison, *, gated: bool, option: str = GATE_OPTION
+) -> list[str]:
+    lines = [baseline_verdict(comparison, gated=gated, option=option)]
     lines += [f"REGRESSION {change_text(c)}" for c in comparison.regressions]
     lines += [f"problem: {p}" for p in comparison.problems]
     lines += [f"within noise {change_text(c)}" for c in comparison.changes if c.note]

@@ -80,8 +80,12 @@ def test_diff_exits_1_on_a_regression_and_0_within_the_tolerance(
         main(["baseline", "diff", str(old), str(new), "--fail-on-regression=sessionDiscipline:40"])
         == 1
     )
-    # Without an expression the changes are shown and nothing is gated.
+    capsys.readouterr()
+    # Without an expression the changes are shown and nothing is gated; the verdict names
+    # the command's own option, not pytest's.
     assert main(["baseline", "diff", str(old), str(new)]) == 0
+    verdict = capsys.readouterr().out.splitlines()[0]
+    assert verdict == "baseline: compared (no --fail-on-regression, nothing gated)"
 
 
 def test_diff_reads_a_baseline_file_against_a_history(tmp_path: Path) -> None:

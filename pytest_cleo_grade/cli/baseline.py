@@ -138,7 +138,7 @@ def run_diff(args: argparse.Namespace) -> int:
     tolerances = parse_tolerances(expression) if expression is not None else {}
     comparison = compare_baseline(old, new, tolerances)
     gated = expression is not None
-    for line in baseline_lines(comparison, gated=gated):
+    for line in baseline_lines(comparison, gated=gated, option="--fail-on-regression"):
         print(line)
     # The printed verdict and the exit status ask the same predicate.
     return 1 if gated and comparison.failed else 0
