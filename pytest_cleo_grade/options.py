@@ -27,6 +27,7 @@ from pytest_cleo_grade.settings import (
     parse_exports,
     parse_flag,
     parse_mode,
+    unresolved_leaf,
 )
 
 # Thresholds are parsed with pytest_cleo_grade.verdict, imported where used: it pulls in
@@ -332,12 +333,12 @@ def _path(config: pytest.Config, option: str, ini: str, default: Path) -> Path:
     value: str | None = config.getoption(option)
     if value:
         # Like --junitxml, a path on the command line is relative to where pytest was run.
-        return (config.invocation_params.dir / value).resolve()
+        return unresolved_leaf(config.invocation_params.dir / value)
     text = _ini(config, ini)
     if text:
         base = config.inipath.parent if config.inipath else config.rootpath
-        return (base / text).resolve()
-    return (config.rootpath / default).resolve()
+        return unresolved_leaf(base / text)
+    return unresolved_leaf(config.rootpath / default)
 
 
 def _setting(

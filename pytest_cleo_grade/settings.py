@@ -44,6 +44,7 @@ __all__ = [
     "parse_rubric_weights",
     "parse_runs",
     "rubric_weights_text",
+    "unresolved_leaf",
 ]
 
 Mode = Literal["fail", "report"]
@@ -64,6 +65,18 @@ DEFAULT_DB: Final = Path(".cleo") / "audit.db"
 DEFAULT_HISTORY: Final = Path(".cleo") / "metrics" / "GRADES.jsonl"
 #: A typo such as runs=80000 should be an error, not a night of judge calls.
 MAX_RUNS: Final = 1000
+
+
+def unresolved_leaf(path: Path) -> Path:
+    """``path`` made absolute with its directories resolved but not its last component.
+
+    ``Path.resolve()`` follows a link at the end too, and the file written would then be the
+    link's target, a file no writer checks: a planted ``.cleo/metrics/GRADES.jsonl`` link
+    would carry grades out of the project. Writers refuse the links they see (``files``).
+    """
+    if path.name in {"", ".", ".."}:
+        return path.resolve()
+    return path.parent.resolve() / path.name
 
 
 def parse_mode(value: str) -> Mode:
