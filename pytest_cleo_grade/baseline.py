@@ -8,7 +8,6 @@ dimension as a percentage of that dimension's maximum, so one tolerance language
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.files import read_regular_bytes, write_atomically
 from pytest_cleo_grade.stats import bootstrap_mean_interval
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "parse_baseline",
     "parse_tolerances",
     "read_baseline",
+    "read_text",
     "write_baseline",
 ]
 
@@ -281,9 +282,19 @@ def parse_baseline(data: object, where: str) -> dict[str, TestGrades]:
     return grades
 
 
+def read_text(path: Path) -> str:
+    """A baseline's (or a history's) text: a regular file only (a FIFO is never waited on),
+    UTF-8 or a BaselineError naming the file. OSError passes through (the caller decides)."""
+    data = read_regular_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
 def read_baseline(path: Path) -> dict[str, TestGrades]:
     """Read a baseline file; FileNotFoundError passes through (the caller decides)."""
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -292,9 +303,7 @@ def read_baseline(path: Path) -> dict[str, TestGrades]:
 
 
 def write_baseline(path: Path, grades: Mapping[str, TestGrades], *, source: str) -> None:
-    """Write a baseline file whole (a temporary file renamed over the old one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
+    """Write a baseline file whole: a new file under a random name renamed over the old one
+    (a link at ``path`` is replaced, never written through; nothing is left on failure)."""
     text = json.dumps(baseline_document(grades, source=source), indent=2, ensure_ascii=False)
-    temporary.write_text(text + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    write_atomically(path, (text + "\n").encode("utf-8"))

@@ -62,7 +62,8 @@ class BaselineGate:
             self.failed_without_baseline = self.options.baseline_required
         except (BaselineError, CleoGradeError, OSError) as exc:
             # A baseline that exists but cannot be read must not let a gate pass unchecked.
-            self.note = f"baseline not usable: {exc}"
+            why = f"{where}: {exc.strerror or exc}" if isinstance(exc, OSError) else exc
+            self.note = f"baseline not usable: {why}"
             self.failed_without_baseline = self.gated or self.options.baseline_required
 
     @pytest.hookimpl(trylast=True)

@@ -105,13 +105,19 @@ def test_diff_reads_a_baseline_file_against_a_history(tmp_path: Path) -> None:
             '{"format": "cleo-grade-baseline", "version": 1, "tests": []}',
             "'tests' must be an object",
         ),
+        (b"\xff{}", "input.json: not UTF-8 text (byte 0)"),
+        ("<directory>", "input.json: cannot read: not a regular file (a directory)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_status_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes | None, message: str
 ) -> None:
     path = tmp_path / "input.json"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content == "<directory>":
+        path.mkdir()
+    elif content is not None:
         path.write_text(content)
     assert main(["baseline", "show", str(path)]) == 2
     err = capsys.readouterr().err
@@ -125,3 +131,23 @@ def test_a_bad_expression_is_a_usage_error(
     old = history(tmp_path / "old.jsonl", grade("t::a", 80))
     assert main(["baseline", "diff", str(old), str(old), "--fail-on-regression=total"]) == 2
     assert "invalid regression tolerance 'total'" in capsys.readouterr().err
+
+
+def test_save_never_writes_through_a_planted_file_and_leaves_nothing_when_it_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = history(tmp_path / "GRADES.jsonl", grade("t::a", 80))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    # The name a fixed temporary file would have had, and the target itself, as links.
+    (tmp_path / "bl.json.tmp").symlink_to(victim)
+    (tmp_path / "bl.json").symlink_to(victim)
+    assert main(["baseline", "save", str(tmp_path / "bl.json"), "--history", str(source)]) == 0
+    assert victim.read_text() == "precious\n"
+    assert not (tmp_path / "bl.json").is_symlink()
+    assert json.loads((tmp_path / "bl.json").read_text())["tests"]["t::a"]["percents"] == [80.0]
+    (tmp_path / "isdir").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["baseline", "save", str(tmp_path / "isdir"), "--history", str(source)]) == 2
+    assert capsys.readouterr().err.endswith("isdir: cannot write: Is a directory\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -76,6 +76,26 @@ def test_a_missing_baseline_is_a_note_unless_required(pytester: pytest.Pytester)
     required.stdout.fnmatch_lines(["*nothing compared (fails the run)"])
 
 
+@pytest.mark.parametrize(
+    ("content", "why"), [(b"\xff", "not UTF-8 text (byte 0)"), (None, "not a regular file")]
+)
+def test_an_unreadable_baseline_is_one_line_and_fails_a_gated_run(
+    pytester: pytest.Pytester, content: bytes | None, why: str
+) -> None:
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "perfect")
+    if content is None:
+        (pytester.path / "b.json").mkdir()
+    else:
+        (pytester.path / "b.json").write_bytes(content)
+    result = pytester.runpytest(
+        "--cleo-grade-baseline=b.json", "--cleo-grade-fail-on-regression=total:5"
+    )
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([f"cleo-grade: baseline not usable: *b.json: {why}*"])
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
+
+
 def test_latest_compares_with_the_previous_run_and_lists_new_and_missing_tests(
     pytester: pytest.Pytester,
 ) -> None:

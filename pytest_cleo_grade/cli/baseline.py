@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_cleo_grade.baseline import (
     BASELINE_FORMAT,
@@ -15,6 +16,7 @@ from pytest_cleo_grade.baseline import (
     latest_from_history,
     parse_baseline,
     parse_tolerances,
+    read_text,
     write_baseline,
 )
 from pytest_cleo_grade.cli.common import (
@@ -25,6 +27,8 @@ from pytest_cleo_grade.cli.common import (
 )
 
 __all__ = ["load_grades", "register"]
+
+T = TypeVar("T")
 
 
 def _tolerances(value: str) -> str:
@@ -70,11 +74,12 @@ def register(subparsers: Any) -> None:
 def load_grades(path: Path) -> dict[str, TestGrades]:
     """A baseline file, or a grade history (each test's latest grade or series)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _checked(lambda: read_text(path))
     except FileNotFoundError:
         raise CommandError(f"cleo-grade baseline: {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CommandError(f"cleo-grade baseline: {path}: cannot read: {exc}") from None
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise CommandError(f"cleo-grade baseline: {path}: cannot read: {why}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -90,12 +95,11 @@ def load_grades(path: Path) -> dict[str, TestGrades]:
     return latest_from_history(results)
 
 
-def _checked(read: Any) -> dict[str, TestGrades]:
+def _checked(read: Callable[[], T]) -> T:
     try:
-        grades: dict[str, TestGrades] = read()
+        return read()
     except BaselineError as exc:
         raise CommandError(f"cleo-grade baseline: {exc}") from None
-    return grades
 
 
 def run_save(args: argparse.Namespace) -> int:
@@ -105,7 +109,8 @@ def run_save(args: argparse.Namespace) -> int:
     try:
         write_baseline(output, grades, source=f"history {source.name}")
     except OSError as exc:
-        raise CommandError(f"cleo-grade baseline: {output}: cannot write: {exc}") from None
+        why = exc.strerror or exc
+        raise CommandError(f"cleo-grade baseline: {output}: cannot write: {why}") from None
     noun = "test" if len(grades) == 1 else "tests"
     print(f"baseline of {len(grades)} {noun} written to {output}")
     return 0
