@@ -34,6 +34,7 @@ __all__ = [
     "ENV_SESSION_ID",
     "MUTATE_GATEWAYS",
     "AuditedDispatcher",
+    "Holder",
     "Recorder",
     "UnknownOperationError",
     "active_session",
@@ -43,6 +44,7 @@ __all__ = [
     "make_entry",
     "record",
     "record_entry",
+    "refuse",
 ]
 
 ENV_GRADE: Final = "CLEO_SESSION_GRADE"
@@ -197,19 +199,48 @@ def _store_for(path: Path) -> AuditStore:
     return store
 
 
-#: Sessions that hold their entries in this process (session id -> (pid, sink)). A
+class Holder(Protocol):
+    """What holds a session's entries in this process (the pytest process's GradeSession)."""
+
+    def hold(self, entry: AuditEntry) -> None:
+        """Take one entry recorded into the session."""
+
+    def refuse(self, reason: str) -> None:
+        """Note a call of the session that could not become an entry (EntryError's text)."""
+
+
+#: Sessions that hold their entries in this process (session id -> (pid, holder)). A
 #: GradeSession in the pytest process grades what it holds and writes it in one transaction
 #: when the test is graded, so record() in that process hands entries to it instead of the
 #: store. The pid keeps a forked child (which gets a copy of this dict) writing to the store.
-_sinks: dict[str, tuple[int, Callable[[AuditEntry], None]]] = {}
+_holders: dict[str, tuple[int, Holder]] = {}
 
 
-def hold_in_process(session_id: str, sink: Callable[[AuditEntry], None] | None) -> None:
-    """Route :func:`record` calls of this process for ``session_id`` to ``sink`` (None: stop)."""
-    if sink is None:
-        _sinks.pop(session_id, None)
+def hold_in_process(session_id: str, holder: Holder | None) -> None:
+    """Route :func:`record` calls of this process for ``session_id`` to ``holder`` (None:
+    stop)."""
+    if holder is None:
+        _holders.pop(session_id, None)
     else:
-        _sinks[session_id] = (os.getpid(), sink)
+        _holders[session_id] = (os.getpid(), holder)
+
+
+def _holder(session_id: str) -> Holder | None:
+    held = _holders.get(session_id)
+    return held[1] if held is not None and held[0] == os.getpid() else None
+
+
+def refuse(reason: str) -> None:
+    """Tell the session held in this process that one of its calls was not recorded.
+
+    A call the code under test made but that could not become an entry (a NaN in its
+    parameters, an unserialisable argument) would leave the session graded on part of its
+    calls; the session fails its test instead, however the code under test handled the error.
+    """
+    active = active_session()
+    holder = None if active is None else _holder(active[0])
+    if holder is not None:
+        holder.refuse(reason)
 
 
 def record(
@@ -244,20 +275,24 @@ def record(
     session_id, path, grade_mode = active
     if not grade_mode and gateway not in MUTATE_GATEWAYS:
         return None
-    entry = make_entry(
-        session_id,
-        domain,
-        operation,
-        params,
-        success=success,
-        exit_code=exit_code,
-        duration=duration,
-        gateway=gateway,
-        source=source,
-        task_id=task_id,
-        error=error,
-        metadata=metadata,
-    )
+    try:
+        entry = make_entry(
+            session_id,
+            domain,
+            operation,
+            params,
+            success=success,
+            exit_code=exit_code,
+            duration=duration,
+            gateway=gateway,
+            source=source,
+            task_id=task_id,
+            error=error,
+            metadata=metadata,
+        )
+    except EntryError as exc:
+        refuse(str(exc))
+        raise
     return _deliver(entry, session_id, path)
 
 
@@ -279,9 +314,9 @@ def record_entry(entry: AuditEntry) -> AuditEntry | None:
 
 
 def _deliver(entry: AuditEntry, session_id: str, path: Path) -> AuditEntry | None:
-    held = _sinks.get(session_id)
-    if held is not None and held[0] == os.getpid():
-        held[1](entry)
+    holder = _holder(session_id)
+    if holder is not None:
+        holder.hold(entry)
         return entry
     try:
         _store_for(path).append(entry)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.errors import CleoGradeError, RubricError
 from pytest_cleo_grade.expectations import Call, TrajectoryMode
 from pytest_cleo_grade.models import GradeResult
@@ -39,6 +40,7 @@ __all__ = [
     "TestGrader",
     "comparison_judge",
     "grade_test",
+    "not_recorded",
     "plan_for",
     "threshold_for",
     "uses_trajectory",
@@ -65,6 +67,17 @@ NOTHING_CAPTURED: Final = (
     "session 0/100 as the CLEO Grade Specification does, mark the test "
     "@pytest.mark.cleo_grade(allow_empty=True) or pass --cleo-grade-allow-empty."
 )
+
+
+def not_recorded(reasons: list[str]) -> str:
+    """Why a session some of whose calls could not be recorded is not graded."""
+    count = len(reasons)
+    calls = "1 call" if count == 1 else f"{count} calls"
+    return (
+        f"{calls} of the test could not be recorded, so its session is not graded on the "
+        f"rest (even where the code under test caught the error): {terminal_text(reasons[0])}"
+        + ("" if count == 1 else f" (and {count - 1} more)")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +248,8 @@ def grade_test(
     """
     grader = session.grader
     label = grader.plan.label if isinstance(grader, TestGrader) else DEFAULT_RUBRIC
+    if session.refused:
+        raise GradingFailed(f"cleo-grade: {nodeid}: {not_recorded(session.refused)}")
     try:
         result = grader(session)
     except CleoGradeError as exc:

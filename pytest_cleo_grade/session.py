@@ -29,7 +29,7 @@ from pytest_cleo_grade.audit import (
     hold_in_process,
     make_entry,
 )
-from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.errors import CleoGradeError, EntryError
 from pytest_cleo_grade.faults import Fault
 from pytest_cleo_grade.history import append_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, coerce_entries, order_entries
@@ -201,6 +201,9 @@ class GradeSession:
         self._dispatcher: AuditedDispatcher | None = None
         #: Entries recorded in this process and not yet written to the store (see flush()).
         self._held: list[AuditEntry] = []
+        #: Why calls of this session could not be recorded (EntryError texts, in order): a
+        #: session missing calls is not graded (see grading.grade_test).
+        self.refused: list[str] = []
         self._version: int | None = None
         #: Whether this session wrote to the store itself (flush()): then it must be read.
         self._flushed = False
@@ -226,7 +229,7 @@ class GradeSession:
         if self._saved_env is None:
             self._saved_env = {name: os.environ.get(name) for name in _ENV_NAMES}
             os.environ.update(self.env)
-            hold_in_process(self.id, self._held.append)
+            hold_in_process(self.id, self)
         return self
 
     def flush(self) -> int:
@@ -353,24 +356,36 @@ class GradeSession:
         :meth:`flush` when the test is graded, so a store in trouble never reaches the code
         under test. Raises EntryError for invalid arguments.
         """
-        entry = make_entry(
-            self.id,
-            domain,
-            operation,
-            params,
-            success=success,
-            exit_code=exit_code,
-            duration=duration,
-            gateway=gateway,
-            source=source,
-            task_id=task_id,
-            error=error,
-            metadata=metadata,
-        )
+        try:
+            entry = make_entry(
+                self.id,
+                domain,
+                operation,
+                params,
+                success=success,
+                exit_code=exit_code,
+                duration=duration,
+                gateway=gateway,
+                source=source,
+                task_id=task_id,
+                error=error,
+                metadata=metadata,
+            )
+        except EntryError as exc:
+            self.refuse(str(exc))
+            raise
         if self._store is None:
             raise CleoGradeError(f"session {self.id} is not started")
         self._held.append(entry)
         return entry
+
+    def hold(self, entry: AuditEntry) -> None:
+        """Take an entry :func:`~pytest_cleo_grade.audit.record` made in this process."""
+        self._held.append(entry)
+
+    def refuse(self, reason: str) -> None:
+        """Note a call that could not be recorded (the test then cannot be graded)."""
+        self.refused.append(reason)
 
     @property
     def dispatcher(self) -> AuditedDispatcher:

@@ -52,6 +52,56 @@ def test_a_non_finite_param_is_refused_where_it_is_recorded(
     result.stdout.fnmatch_lines(["*params: c is not a finite number*"])
 
 
+SWALLOWED = """
+from datetime import datetime
+from pytest_cleo_grade import audit
+from pytest_cleo_grade.capture.mapping import Call, record_call
+
+def careless(call):
+    # Agent code that catches everything: the refused call must not vanish from the grade.
+    try:
+        call()
+    except Exception:
+        pass
+
+@pytest.mark.cleo_grade(mode="{mode}")
+def test_agent(graded_session):
+    perfect(graded_session)
+    {call}
+"""
+
+SWALLOWED_CALLS = {
+    "fixture": 'careless(lambda: graded_session.record("tasks", "find", {"q": float("nan")}))',
+    "dispatcher": (
+        'graded_session.dispatcher.register("tasks", "find", lambda p: [])\n    '
+        'careless(lambda: graded_session.dispatcher.query("tasks", "find", {"q": float("nan")}))'
+    ),
+    "audit": 'careless(lambda: audit.record("tasks", "find", {"q": float("nan")}))',
+    # A framework adapter warns instead of raising into the agent (here: an adapter bug, a
+    # time without a timezone; it stores a NaN argument as text).
+    "adapter": 'record_call(Call("tasks_find", started=datetime(2026, 3, 1)))',
+}
+
+
+@pytest.mark.parametrize("mode", ["fail", "report"])
+@pytest.mark.parametrize("path", sorted(SWALLOWED_CALLS))
+def test_a_call_that_could_not_be_recorded_fails_the_test_even_when_the_agent_caught_it(
+    pytester: pytest.Pytester, path: str, mode: str
+) -> None:
+    make_suite(pytester, SWALLOWED.format(mode=mode, call=SWALLOWED_CALLS[path]))
+    result = pytester.runpytest("-W", "ignore::pytest_cleo_grade.CleoGradeWarning")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cleo-grade: test_agent.py::test_agent: 1 call of the test could not be recorded, "
+            "so its session is not graded on the rest*: "
+            + ("tool call 'tasks_find': timestamp*" if path == "adapter" else "*q is not a finite*")
+        ]
+    )
+    # Not graded, so nothing reaches the history.
+    assert history_lines(pytester.path) == []
+
+
 def test_the_non_finite_check_names_the_nested_place_and_survives_cycles() -> None:
     cycle: list[object] = [1.0]
     cycle.append(cycle)

@@ -609,6 +609,7 @@ def record_call(call: Call, *, mapping: ToolMapping | None = None) -> AuditEntry
     try:
         entry = build_entry(call, session_id=None, mapping=mapping)
     except CleoGradeError as exc:
+        audit.refuse(str(exc))
         with warnings_shown_not_raised():
             warnings.warn(f"cleo-grade: {exc}", CleoGradeWarning, stacklevel=2)
         return None
