@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from pytest_cleo_grade.errors import EntryError
+from pytest_cleo_grade.files import MAX_NESTING
 from pytest_cleo_grade.scale import LETTER_CUTOFFS, Letter, letter_for, percent_of, round_half_up
 
 __all__ = [
@@ -91,8 +92,13 @@ class AuditResult(_Input):
     """The outcome of one call: whether it succeeded, its exit code and its duration."""
 
     success: StrictBool = Field(description="Whether the operation succeeded.")
+    # Bounded as SQLite's INTEGER is: a larger one could be graded but never stored.
     exit_code: StrictInt = Field(
-        0, alias="exitCode", description="Process-style exit code; 4 is CLEO's E_NOT_FOUND."
+        0,
+        alias="exitCode",
+        ge=-(2**63),
+        le=2**63 - 1,
+        description="Process-style exit code; 4 is CLEO's E_NOT_FOUND.",
     )
     duration: float = Field(0, ge=0, description="Duration of the call in milliseconds.")
 
@@ -121,24 +127,32 @@ def non_finite_path(value: object) -> str | None:
     """Where ``value`` holds a NaN or infinity (``.c``, ``[2].x``), or None if nowhere.
 
     One pass over nested dicts, lists and tuples; scalars other than floats cost one check.
+    ValueError when containers nest deeper than MAX_NESTING: such a value could be held but
+    never stored and read back (the store and the entry files refuse it alike).
     """
     if type(value) is dict and all(type(v) in _FLAT_SCALARS for v in value.values()):
         return None  # the common flat params: strings, ints, booleans, nulls
-    stack: list[tuple[str, object]] = [("", value)]
+    stack: list[tuple[str, object, int]] = [("", value, 1)]
     seen: set[int] = set()  # a container met twice (a cycle) is walked once
     while stack:
-        path, item = stack.pop()
+        path, item, depth = stack.pop()
         if isinstance(item, float):
             if not math.isfinite(item):
                 return path
         elif isinstance(item, dict | list | tuple):
             if id(item) in seen:
                 continue
+            if depth > MAX_NESTING:
+                where = path.removeprefix(".")
+                where = where if len(where) <= 60 else where[:57] + "..."
+                raise ValueError(f"{where}: nested too deeply (more than {MAX_NESTING} levels)")
             seen.add(id(item))
             if isinstance(item, dict):
-                stack.extend((f"{path}.{key}", child) for key, child in item.items())
+                stack.extend((f"{path}.{key}", child, depth + 1) for key, child in item.items())
             else:
-                stack.extend((f"{path}[{index}]", child) for index, child in enumerate(item))
+                stack.extend(
+                    (f"{path}[{index}]", child, depth + 1) for index, child in enumerate(item)
+                )
     return None
 
 

@@ -137,6 +137,13 @@ def invalid(raw: dict[str, Any]) -> str:
     return ".".join(str(p) for p in info.value.errors()[0]["loc"])
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 def test_a_timestamp_without_timezone_is_rejected() -> None:
     raw = entry("tasks", "find")
     raw["timestamp"] = "2026-03-01T12:00:00"
@@ -155,6 +162,11 @@ def test_durations_must_be_finite_and_non_negative(bad: float) -> None:
     [
         (("result", "success"), "yes"),
         (("result", "exitCode"), 4.5),
+        # Beyond SQLite's 64-bit INTEGER: it could be graded but never stored.
+        (("result", "exitCode"), 2**63),
+        (("result", "exitCode"), -(2**63) - 1),
+        # Deeper than the store (and the entry files) can carry back.
+        (("params",), {"a": _nested(100)}),
         (("domain",), ""),
         (("operation",), None),
     ],
@@ -166,6 +178,13 @@ def test_malformed_fields_are_rejected_by_name(path: tuple[str, ...], value: obj
         target = target[key]
     target[path[-1]] = value
     assert invalid(raw) == ".".join(path)
+
+
+def test_the_deepest_params_the_store_carries_are_accepted() -> None:
+    raw = entry("tasks", "find")
+    raw["params"] = {"a": _nested(99)}  # the params object itself is the 100th level
+    assert AuditEntry.model_validate(raw).params == raw["params"]
+    assert AuditEntry.model_validate(entry("tasks", "find", exit_code=2**63 - 1))
 
 
 def test_grade_results_keep_extra_keys_and_drop_empty_task_id() -> None:
