@@ -163,14 +163,17 @@ class BaselineGate:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.comparison is None and self.note is None:
             return
+        from pytest_cleo_grade.display import terminal_text
+
         terminalreporter.write_sep("-", "cleo-grade baseline")
         if self.note is not None:
             failing = self.failed_without_baseline
             suffix = " (fails the run)" if failing else ""
-            terminalreporter.write_line(f"cleo-grade: {self.note}{suffix}", yellow=not failing)
+            note = terminal_text(f"cleo-grade: {self.note}{suffix}")
+            terminalreporter.write_line(note, yellow=not failing)
         if self.comparison is not None:
             from pytest_cleo_grade.display_baseline import baseline_lines
 
             for line in baseline_lines(self.comparison, gated=self.gated):
                 failed = line.startswith(("REGRESSION", "baseline gate FAILED", "problem"))
-                terminalreporter.write_line(line, red=failed, bold=failed)
+                terminalreporter.write_line(terminal_text(line), red=failed, bold=failed)

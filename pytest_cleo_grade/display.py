@@ -39,6 +39,7 @@ __all__ = [
     "signed_text",
     "summary_line",
     "summary_lines",
+    "terminal_lines",
     "terminal_text",
     "trajectory_diff_lines",
 ]
@@ -69,6 +70,11 @@ def terminal_text(text: object) -> str:
     this one function.
     """
     return str(text).translate(_TERMINAL_ESCAPES)
+
+
+def terminal_lines(text: str) -> str:
+    """Text of several lines made safe line by line: its own line breaks are kept."""
+    return "\n".join(map(terminal_text, text.split("\n")))
 
 
 def number_text(value: float) -> str:

@@ -25,6 +25,7 @@ from pytest_cleo_grade.cli.common import (
     history_path,
     warnings_to_stderr,
 )
+from pytest_cleo_grade.display import terminal_text
 
 __all__ = ["load_grades", "register"]
 
@@ -112,7 +113,7 @@ def run_save(args: argparse.Namespace) -> int:
         why = exc.strerror or exc
         raise CommandError(f"cleo-grade baseline: {output}: cannot write: {why}") from None
     noun = "test" if len(grades) == 1 else "tests"
-    print(f"baseline of {len(grades)} {noun} written to {output}")
+    print(terminal_text(f"baseline of {len(grades)} {noun} written to {output}"))
     return 0
 
 
@@ -128,9 +129,9 @@ def run_show(args: argparse.Namespace) -> int:
         test = grades[test_id]
         mean = sum(test.totals) / len(test.totals)
         runs = f" over {len(test.totals)} runs" if len(test.totals) > 1 else ""
-        print(f"{test_id}: {mean:.1f}%{runs}")
+        print(terminal_text(f"{test_id}: {mean:.1f}%{runs}"))
         for name, values in test.dimensions.items():
-            print(f"    {name}: {sum(values) / len(values):.1f}%")
+            print(terminal_text(f"    {name}: {sum(values) / len(values):.1f}%"))
     return 0
 
 
@@ -144,6 +145,6 @@ def run_diff(args: argparse.Namespace) -> int:
     comparison = compare_baseline(old, new, tolerances)
     gated = expression is not None
     for line in baseline_lines(comparison, gated=gated, option="--fail-on-regression"):
-        print(line)
+        print(terminal_text(line))
     # The printed verdict and the exit status ask the same predicate.
     return 1 if gated and comparison.failed else 0

@@ -22,6 +22,7 @@ from pytest_cleo_grade.comparison import (
     render_text,
 )
 from pytest_cleo_grade.comparison.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from pytest_cleo_grade.display import terminal_lines
 from pytest_cleo_grade.history import read_grades
 
 __all__ = ["register"]
@@ -126,7 +127,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.json:
         print_json(comparison.to_json_dict())
     elif args.markdown:
-        print(render_markdown(comparison), end="")
+        print(terminal_lines(render_markdown(comparison)), end="")
     else:
-        print(render_text(comparison))
+        print(terminal_lines(render_text(comparison)))
     return decision_exit_status(comparison.decision)

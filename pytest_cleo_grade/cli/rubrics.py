@@ -96,11 +96,13 @@ def _check_rule_file(args: argparse.Namespace) -> int:
     if args.json:
         print_json(spec.model_dump(mode="json"))
         return 0
-    print(f"{args.check}: ok (rules {spec.name} {spec.version})")
+    print(terminal_text(f"{args.check}: ok (rules {spec.name} {spec.version})"))
     for dimension in spec.dimensions:
-        print(f"  {dimension.name:<24} max {dimension.max:<4} start {dimension.start}")
+        print(
+            terminal_text(f"  {dimension.name:<24} max {dimension.max:<4} start {dimension.start}")
+        )
         for rule in dimension.rules:
-            print(f"    {rule.id:<28} {rule.kind:<10} {rule.points:+d}")
+            print(terminal_text(f"    {rule.id:<28} {rule.kind:<10} {rule.points:+d}"))
     return 0
 
 
@@ -131,13 +133,14 @@ def run_rubrics(args: argparse.Namespace) -> int:
                 data["judge"]["base_url"] = redact_url(data["judge"]["base_url"])
             print_json(data)
             return 0
-        print(f"{args.check}: ok ({rubric.name} {rubric.version})")
+        print(terminal_text(f"{args.check}: ok ({rubric.name} {rubric.version})"))
         for dimension in loaded.spec.dimensions:
             if isinstance(dimension, CategoricalDimension):
                 scale = " < ".join(c.label for c in dimension.categories)
             else:
                 scale = f"{dimension.min:g}..{dimension.max:g}"
-            print(f"  {dimension.name:<24} {dimension.type:<12} {dimension.weight:<6g} {scale}")
+            line = f"  {dimension.name:<24} {dimension.type:<12} {dimension.weight:<6g} {scale}"
+            print(terminal_text(line))
         return 0
     rubrics = collect_rubrics(make_plugin_manager())
     names = sorted(rubrics, key=lambda name: (name != DEFAULT_RUBRIC, name))
@@ -158,5 +161,5 @@ def run_rubrics(args: argparse.Namespace) -> int:
         registered = rubrics[name]
         marker = " (default)" if name == DEFAULT_RUBRIC else ""
         dims = ", ".join(f"{d} {m:g}" for d, m in registered.dimensions.items())
-        print(f"{name} {registered.version}{marker}: {dims}")
+        print(terminal_text(f"{name} {registered.version}{marker}: {dims}"))
     return 0

@@ -6,7 +6,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
 from pytest_cleo_grade.comparison.decision import Comparison, QueryComparison
-from pytest_cleo_grade.display import markdown_cell
+from pytest_cleo_grade.display import markdown_cell, terminal_text
 
 __all__ = ["format_average", "render_markdown", "render_text"]
 
@@ -57,12 +57,13 @@ def _rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
 
 def render_text(comparison: Comparison) -> str:
     """The terminal report: an aligned table, then the decision, its reason and the action."""
+    # Query and variant names come from the history: each is shown escaped, in its place.
     header, rows = _rows(comparison)
+    header = [terminal_text(cell) for cell in header]
+    rows = [[terminal_text(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    lines = [
-        f"Comparison: {comparison.candidate} (candidate) vs {comparison.baseline} (baseline)",
-        "",
-    ]
+    candidate, baseline = terminal_text(comparison.candidate), terminal_text(comparison.baseline)
+    lines = [f"Comparison: {candidate} (candidate) vs {baseline} (baseline)", ""]
     for row in (header, *rows):
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     decision = comparison.decision
