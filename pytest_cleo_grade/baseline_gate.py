@@ -147,16 +147,18 @@ class BaselineGate:
                 self.note = f"baseline not saved to {self.options.save_baseline}: {exc}"
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if path and (self.comparison is not None or self.note):
+            from pytest_cleo_grade.display import markdown_cell
             from pytest_cleo_grade.display_baseline import baseline_markdown
 
             text = (
                 baseline_markdown(self.comparison, gated=self.gated)
                 if self.comparison is not None
-                else f"### Against the baseline\n\n{self.note}\n"
+                else f"### Against the baseline\n\n{markdown_cell(self.note or '')}\n"
             )
             try:
-                with open(path, "a", encoding="utf-8") as handle:
-                    handle.write("\n" + text)
+                from pytest_cleo_grade.files import append_markdown
+
+                append_markdown(path, text)
             except OSError:
                 self.note = "GITHUB_STEP_SUMMARY not written"
 

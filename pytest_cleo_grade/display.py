@@ -303,9 +303,30 @@ def _one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
+#: What GitHub turns into a link in plain text (its autolink extension): a scheme's ``://``,
+#: ``mailto:`` and ``xmpp:``, ``www.``, and an e-mail address's ``@``.
+_AUTOLINK: Final = re.compile(r"(?i)(://|\b(?:mailto|xmpp):|\bwww\.|@)")
+
+
+def _unlinked(match: re.Match[str]) -> str:
+    found = match.group()
+    if found == "@":
+        # No escape stops an address from linking; an HTML comment (rendered as nothing)
+        # splits it where the autolinker looks.
+        return "@<!-- -->"
+    # An escaped ``:`` or ``.`` is the same character on the page, but no longer a link's.
+    if found == "://":
+        return "\\://"
+    return found[:-1] + "\\" + found[-1]
+
+
 def markdown_cell(text: str) -> str:
-    """``text`` as one plain GitHub-flavoured Markdown table cell, shown exactly as written."""
-    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in _one_line(text))
+    """``text`` as one plain GitHub-flavoured Markdown table cell, shown exactly as written:
+    it cannot leave its cell, restyle the page, add a link or carry a control character
+    (shown escaped, as on the terminal)."""
+    line = terminal_text(_one_line(text))
+    escaped = "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in line)
+    return _AUTOLINK.sub(_unlinked, escaped)
 
 
 def markdown_code_cell(text: str, *, in_table: bool = True) -> str:
@@ -316,7 +337,7 @@ def markdown_code_cell(text: str, *, in_table: bool = True) -> str:
     backtick longer than the longest run in the text, padded with spaces when the text starts
     or ends with a backtick.
     """
-    line = _one_line(text)
+    line = terminal_text(_one_line(text))
     longest = max((len(run) for run in re.findall(r"`+", line)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if line.startswith("`") or line.endswith("`") else ""

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_NESTING",
     "NotRegularFileError",
     "SymlinkRefusedError",
+    "append_markdown",
     "check_nesting",
     "exclusive_temp_file",
     "finite_float",
@@ -287,6 +288,20 @@ def open_append_no_follow(path: str | os.PathLike[str], mode: int = 0o644) -> in
         os.close(fd)
         raise
     return fd
+
+
+def append_markdown(path: str | os.PathLike[str], text: str) -> None:
+    """Append a Markdown block to a file other steps write too (GitHub's step summary).
+
+    The block starts after a blank line unless the file is empty: a heading written after
+    text without a final newline would otherwise continue that text's last line.
+    """
+    with open(path, "a+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - 2))
+        tail = handle.read()
+        lead = "" if size == 0 or tail.endswith(b"\n\n") else "\n" * (1 + (tail[-1:] != b"\n"))
+        handle.write((lead + text).encode("utf-8"))
 
 
 def exclusive_temp_file(target: Path) -> tuple[int, Path]:

@@ -11,6 +11,7 @@ terminal, JUnit, ``-x`` and the exit status all see exactly one failure per fail
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from typing import Final
@@ -155,12 +156,11 @@ class RepeatSummary(RepeatAggregator):
         if not path or not self.tests:
             return
         from pytest_cleo_grade.display_repeats import repeat_markdown
+        from pytest_cleo_grade.files import append_markdown
 
-        try:
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write("\n" + repeat_markdown(self._tests()))
-        except OSError:
-            pass  # the Reporter warns about an unwritable step summary already
+        # The Reporter warns about an unwritable step summary already.
+        with contextlib.suppress(OSError):
+            append_markdown(path, repeat_markdown(self._tests()))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if not self.tests:

@@ -250,8 +250,9 @@ class Reporter:
         if not blocks:
             return
         try:
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write("".join(blocks))
+            from pytest_cleo_grade.files import append_markdown
+
+            append_markdown(path, "".join(blocks))
         except OSError as exc:
             self.problem(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
 

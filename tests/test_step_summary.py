@@ -6,9 +6,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import cmarkgfm
 import pytest
 
-SUITE = """
+#: An agent's task id: a table break, a Markdown link, HTML, a code span, bare addresses
+#: GitHub would link, a terminal escape and a bidirectional override.
+TASK_ID = (
+    "T1 | [link](http://x) <b>` https://evil.example/p www.evil.example a@evil.example "
+    "\x1b[2J \u202e"
+)
+
+SUITE = (
+    f"""
+TASK_ID = {TASK_ID!r}
+"""
+    + """
 import itertools
 import pytest
 
@@ -22,7 +34,7 @@ def good(s):
 
 def sloppy(s):
     s.record("tasks", "list", gateway="cleo_mutate")
-    s.record("tasks", "add", {"title": "x"}, task_id="T1 | [link](http://x) <b>`")
+    s.record("tasks", "add", {"title": "x"}, task_id=TASK_ID)
 
 @pytest.mark.parametrize("name", ["\\u00e9", "a`b", "x|y"])
 def test_ids(graded_session, name):
@@ -32,6 +44,7 @@ def test_ids(graded_session, name):
 def test_flaky(graded_session):
     (good if next(counter) % 2 else sloppy)(graded_session)
 """
+)
 
 
 def run(pytester: pytest.Pytester, regress: bool, *args: str) -> str:
@@ -81,10 +94,41 @@ def test_tests_below_the_threshold_list_their_flag_texts_escaped(summary: str) -
     assert "  - tasks.list used 1x (prefer tasks.find for discovery)" in below
     # Agent text: no link, no HTML, no table break, no code span.
     assert (
-        "  - tasks.add without description (taskId: T1 \\| \\[link\\](http://x) \\<b\\>\\`)"
-        in below
+        "  - tasks.add without description (taskId: T1 \\| \\[link\\](http\\://x) \\<b\\>\\` "
+        "https\\://evil.example/p www\\.evil.example a@<!-- -->evil.example "
+        "\\\\x1b\\[2J \\\\u202e)" in below
     )
     assert "[link](http://x)" not in summary
+
+
+def test_rendered_by_githubs_markdown_library_agent_text_adds_no_link_and_no_html(
+    summary: str,
+) -> None:
+    html = cmarkgfm.github_flavored_markdown_to_html(summary)
+    assert "<a " not in html
+    # Only the tags the summary's own Markdown makes (GitHub drops the comment).
+    made = {"h3", "h4", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "p", "code"}
+    assert set(re.findall(r"</?([a-z0-9]+)", html)) <= made | {"strong"}
+    assert "\x1b" not in html and "\u202e" not in html
+    shown = "https://evil.example/p www.evil.example a@<!-- raw HTML omitted -->evil.example"
+    assert shown in html
+
+
+def test_the_summary_starts_on_a_line_of_its_own_after_what_the_file_held(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = Path(pytester.path / "s.md")
+    path.write_text("earlier step's text without a final newline")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(path))
+    pytester.makepyfile(
+        """
+        def test_a(graded_session):
+            graded_session.record("session", "list", gateway="cleo_query")
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("earlier step's text without a final newline\n\n### cleo-grade\n")
 
 
 def test_a_passing_run_lists_nothing_below_the_threshold(
