@@ -167,7 +167,8 @@ def test_the_github_step_summary_gets_the_same_table_in_markdown(
     make_suite(pytester, THREE_AGENTS)
     pytester.runpytest("--cleo-grade-gate=B")
     text = summary.read_text()
-    assert text.startswith("earlier step\n### cleo-grade\n")
+    # Appended after a blank line: a block of its own whatever the file ended with.
+    assert text.startswith("earlier step\n\n### cleo-grade\n")
     assert "| Test | Score | Percent | Grade | Flags | Threshold |" in text
     assert "| `test_agent.py::test_sloppy` | 40/100 | 40% | F | 5 | - |" in text
     assert "| `test_agent.py::test_perfect` | 100/100 | 100% | A | 0 | - |" in text
