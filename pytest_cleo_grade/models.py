@@ -183,7 +183,12 @@ class AuditEntry(_Input):
     def _to_utc(cls, value: datetime) -> datetime:
         # One shared tzinfo makes comparisons cheap: datetimes with different tzinfo objects
         # compare through utcoffset() calls, which dominated ordering a large session.
-        return to_utc(value)
+        value = to_utc(value)
+        # Kept to the millisecond, as the store and every file keep it: an order decided by
+        # finer digits would change once the entries were stored (calls within one
+        # millisecond keep the order they were recorded or listed in, wherever they are read).
+        sub = value.microsecond % 1000
+        return value.replace(microsecond=value.microsecond - sub) if sub else value
 
     @field_validator("params", mode="before")
     @classmethod

@@ -222,3 +222,26 @@ def test_list_warns_about_a_corrupt_line_and_shows_the_rest(tmp_path: Path) -> N
 def test_listing_an_absent_history_says_so(tmp_path: Path) -> None:
     done = run("list", "--history", str(tmp_path / "none.jsonl"), cwd=tmp_path)
     assert done.stdout.startswith("No grades in ")
+
+
+def test_a_file_grades_as_its_import_does_when_calls_share_a_millisecond(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Listed find-then-show, timed show-then-find within one millisecond: the store keeps
+    # milliseconds, so both readings order the calls as listed (the show's E_NOT_FOUND then
+    # has no lookup after it), and grade alike.
+    find = entry("tasks", "find")
+    show = entry("tasks", "show", success=False, exit_code=4)
+    find["timestamp"] = "2026-03-01T12:00:00.0009Z"
+    show["timestamp"] = "2026-03-01T12:00:00.0001Z"
+    path = write_jsonl(tmp_path / "t.jsonl", [find, show])
+    monkeypatch.chdir(tmp_path)
+    assert main(["grade", "--entries", str(path), "--json", "--no-save"]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert main(["import", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["grade", "s1", "--json", "--no-save"]) == 0
+    from_store = json.loads(capsys.readouterr().out)
+    assert from_file["dimensions"]["errorProtocol"]["score"] == 15
+    assert from_file["dimensions"] == from_store["dimensions"]
+    assert from_file["points"] == from_store["points"]

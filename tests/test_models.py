@@ -101,6 +101,13 @@ def test_timestamps_are_serialised_as_utc_with_milliseconds() -> None:
     assert AuditEntry.model_validate(raw).to_json_dict()["timestamp"] == "2026-03-01T12:00:00.123Z"
 
 
+def test_timestamps_are_kept_to_the_millisecond_the_store_keeps() -> None:
+    raw = entry("tasks", "find")
+    raw["timestamp"] = "2026-03-01T12:00:00.123999Z"
+    stamp = AuditEntry.model_validate(raw).timestamp
+    assert (stamp.second, stamp.microsecond) == (0, 123000)
+
+
 def test_timestamps_before_year_1000_serialise_with_four_digit_years_and_round_trip() -> None:
     raw = entry("tasks", "find")
     raw["timestamp"] = "0005-03-01T12:00:00.123+01:00"
