@@ -178,6 +178,19 @@ class AuditEntry(_Input):
     )
     error: str | None = Field(None, description="Error message of a failed call.")
 
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: object) -> object:
+        # pydantic reads a number (or a string of one) as Unix time, guessing seconds or
+        # milliseconds from its size: an audit log's time must say what it means. An ISO
+        # time always has a colon; a datetime passes as it is.
+        if isinstance(value, int | float) or (isinstance(value, str) and ":" not in value):
+            raise ValueError(
+                "must be an ISO 8601 date and time with a timezone (2026-03-01T12:00:00Z), "
+                f"not {value!r:.40}"
+            )
+        return value
+
     @field_validator("timestamp")
     @classmethod
     def _to_utc(cls, value: datetime) -> datetime:

@@ -101,6 +101,15 @@ def test_timestamps_are_serialised_as_utc_with_milliseconds() -> None:
     assert AuditEntry.model_validate(raw).to_json_dict()["timestamp"] == "2026-03-01T12:00:00.123Z"
 
 
+@pytest.mark.parametrize("stamp", [1e12, 1700000000, "1700000000", "-1", True])
+def test_a_number_is_not_a_timestamp(stamp: object) -> None:
+    # pydantic would read Unix time, guessing seconds or milliseconds (1e12 -> 2001).
+    raw = entry("tasks", "find")
+    raw["timestamp"] = stamp
+    with pytest.raises(ValidationError, match="must be an ISO 8601 date and time"):
+        AuditEntry.model_validate(raw)
+
+
 def test_timestamps_are_kept_to_the_millisecond_the_store_keeps() -> None:
     raw = entry("tasks", "find")
     raw["timestamp"] = "2026-03-01T12:00:00.123999Z"
