@@ -17,6 +17,7 @@ import math
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "finite_float",
     "iter_line_blocks",
     "iter_lines",
+    "json_error_text",
     "kind_of",
     "nesting_depth",
     "open_append_no_follow",
@@ -227,6 +229,15 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"the number {text[:20]}{'...' if len(text) > 20 else ''} is out of range")
     return value
+
+
+def json_error_text(exc: ValueError) -> str:
+    """What is wrong with a JSON text, said for a reader of the file, not of Python's docs."""
+    text = str(exc)
+    if "integer string conversion" in text:
+        # Python's own words point at sys.set_int_max_str_digits(), of no use to the reader.
+        return f"a number with more than {sys.get_int_max_str_digits()} digits"
+    return text
 
 
 def parse_json_strict(text: str, *, max_nesting: int | None = MAX_NESTING + 2) -> Any:

@@ -251,7 +251,9 @@ def parse_rubric_weights(text: str) -> dict[str, float] | None:
                 f"invalid rubric {text!r}: the weight of {name} is not a number"
             ) from None
         if not 0 < weight < float("inf"):
-            raise ValueError(f"invalid rubric {text!r}: the weight of {name} must be above 0")
+            raise ValueError(
+                f"invalid rubric {text!r}: the weight of {name} must be a finite number above 0"
+            )
         if name in parts:
             raise ValueError(f"invalid rubric {text!r}: {name} is named twice")
         parts[name] = weight

@@ -27,6 +27,7 @@ from pytest_cleo_grade.files import (
     check_nesting,
     finite_float,
     iter_line_blocks,
+    json_error_text,
     kind_of,
     open_regular,
     parse_json_strict,
@@ -265,7 +266,7 @@ def _parse_line(number: int, line: bytes, where: str) -> AuditEntry:
     except json.JSONDecodeError as exc:
         raise EntryError(f"{place}: invalid JSON: {exc.msg}") from None
     except ValueError as exc:
-        raise EntryError(f"{place}: invalid JSON: {exc}") from None
+        raise EntryError(f"{place}: invalid JSON: {json_error_text(exc)}") from None
     return _validate(item, place)
 
 
@@ -353,8 +354,8 @@ def _array_items(
             raise EntryError(f"{where}:{at}: invalid JSON: {exc.msg}") from None
         except RecursionError:
             raise EntryError(f"{where}:{here}: invalid JSON: nested too deeply") from None
-        except ValueError as exc:  # NaN, Infinity
-            raise EntryError(f"{where}:{here}: invalid JSON: {exc}") from None
+        except ValueError as exc:  # NaN, Infinity, a number of thousands of digits
+            raise EntryError(f"{where}:{here}: invalid JSON: {json_error_text(exc)}") from None
         text = buf[pos:end]
         if SURROGATE_ESCAPE.search(text):
             try:

@@ -126,6 +126,17 @@ def test_an_unknown_session_id_grades_as_an_empty_session_with_a_warning(
             ":2: invalid JSON",
             id="torn-second-line",
         ),
+        # Python's own message would tell the reader to call sys.set_int_max_str_digits().
+        pytest.param(
+            '{"n": ' + "9" * 5000 + "}",
+            ":1: invalid JSON: a number with more than 4300 digits",
+            id="huge-number",
+        ),
+        pytest.param(
+            '[{"n": ' + "9" * 5000 + "}]",
+            ":1: invalid JSON: a number with more than 4300 digits",
+            id="huge-number-in-an-array",
+        ),
     ],
 )
 def test_bad_files_exit_two_with_one_line_naming_the_place(
@@ -245,3 +256,14 @@ def test_a_file_grades_as_its_import_does_when_calls_share_a_millisecond(
     assert from_file["dimensions"]["errorProtocol"]["score"] == 15
     assert from_file["dimensions"] == from_store["dimensions"]
     assert from_file["points"] == from_store["points"]
+
+
+def test_a_directory_where_the_store_should_be_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / ".cleo" / "audit.db"
+    store.mkdir(parents=True)
+    assert main(["grade", "s1", "--db", str(store)]) == 2
+    assert capsys.readouterr().err == (
+        f"cleo-grade grade: {store}: not a regular file (a directory), so not an audit store\n"
+    )

@@ -77,7 +77,8 @@ def test_a_combination_that_sums_to_a_clean_percentage_is_exact() -> None:
     ("spec", "message"),
     [
         ("cleo:x", "invalid rubric 'cleo:x': the weight of cleo is not a number"),
-        ("cleo:0,rules:1", "the weight of cleo must be above 0"),
+        ("cleo:0,rules:1", "the weight of cleo must be a finite number above 0"),
+        ("cleo:inf,rules:1", "the weight of cleo must be a finite number above 0"),
         ("cleo:1,cleo:2", "cleo is named twice"),
         ("cleo:1,nope:1", "unknown rubric 'nope'; available rubrics: cleo, comparison, rules"),
         ("cleo:1,comparison:1", "rubric 'comparison' cannot be combined with others"),

@@ -25,6 +25,7 @@ from pytest_cleo_grade.cli.rubrics import (
     rubric_config_from_args,
 )
 from pytest_cleo_grade.display import render_grade, terminal_text
+from pytest_cleo_grade.files import kind_of
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
 from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries, session_order
@@ -207,6 +208,9 @@ def run_grade(args: argparse.Namespace) -> int:
 
 
 def _existing_store(path: Path, where: str = "cleo-grade grade") -> Path:
+    if path.exists() and not path.is_file():
+        kind = kind_of(path.stat().st_mode)
+        raise CommandError(f"{where}: {path}: not a regular file ({kind}), so not an audit store")
     if not path.is_file():
         raise CommandError(
             f"{where}: no audit store at {path} (pass --db PATH or set CLEO_AUDIT_DB)"
