@@ -94,11 +94,12 @@ def make_entry(
     task_id: str | None = None,
     error: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    refused: Callable[[str], None] | None = None,
 ) -> AuditEntry:
     """Build (and validate) the entry of one call made now; EntryError names the bad field.
 
     ``metadata`` adds keys to the entry's metadata (e.g. ``injected``), never replacing the
-    ones above."""
+    ones above. ``refused`` hears the EntryError's text first (see :func:`refuse`)."""
     try:
         return AuditEntry(
             timestamp=datetime.now(UTC),
@@ -120,7 +121,10 @@ def make_entry(
             error=error,
         )
     except ValidationError as exc:
-        raise EntryError(format_validation_error(exc, f"{domain}.{operation}")) from exc
+        message = format_validation_error(exc, f"{domain}.{operation}")
+        if refused is not None:
+            refused(message)
+        raise EntryError(message) from exc
 
 
 def active_session() -> tuple[str, Path, bool] | None:
@@ -275,24 +279,21 @@ def record(
     session_id, path, grade_mode = active
     if not grade_mode and gateway not in MUTATE_GATEWAYS:
         return None
-    try:
-        entry = make_entry(
-            session_id,
-            domain,
-            operation,
-            params,
-            success=success,
-            exit_code=exit_code,
-            duration=duration,
-            gateway=gateway,
-            source=source,
-            task_id=task_id,
-            error=error,
-            metadata=metadata,
-        )
-    except EntryError as exc:
-        refuse(str(exc))
-        raise
+    entry = make_entry(
+        session_id,
+        domain,
+        operation,
+        params,
+        success=success,
+        exit_code=exit_code,
+        duration=duration,
+        gateway=gateway,
+        source=source,
+        task_id=task_id,
+        error=error,
+        metadata=metadata,
+        refused=refuse,
+    )
     return _deliver(entry, session_id, path)
 
 

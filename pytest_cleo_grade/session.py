@@ -29,7 +29,7 @@ from pytest_cleo_grade.audit import (
     hold_in_process,
     make_entry,
 )
-from pytest_cleo_grade.errors import CleoGradeError, EntryError
+from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.faults import Fault
 from pytest_cleo_grade.history import append_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, coerce_entries, order_entries
@@ -356,24 +356,21 @@ class GradeSession:
         :meth:`flush` when the test is graded, so a store in trouble never reaches the code
         under test. Raises EntryError for invalid arguments.
         """
-        try:
-            entry = make_entry(
-                self.id,
-                domain,
-                operation,
-                params,
-                success=success,
-                exit_code=exit_code,
-                duration=duration,
-                gateway=gateway,
-                source=source,
-                task_id=task_id,
-                error=error,
-                metadata=metadata,
-            )
-        except EntryError as exc:
-            self.refuse(str(exc))
-            raise
+        entry = make_entry(
+            self.id,
+            domain,
+            operation,
+            params,
+            success=success,
+            exit_code=exit_code,
+            duration=duration,
+            gateway=gateway,
+            source=source,
+            task_id=task_id,
+            error=error,
+            metadata=metadata,
+            refused=self.refuse,
+        )
         if self._store is None:
             raise CleoGradeError(f"session {self.id} is not started")
         self._held.append(entry)
