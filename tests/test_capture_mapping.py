@@ -25,6 +25,7 @@ from pytest_cleo_grade.capture.mapping import (
     envelope_failure,
     exit_code_for,
     map_tool_call,
+    parse_arguments,
     record_call,
     subprocess_env,
 )
@@ -309,6 +310,33 @@ def test_non_json_argument_values_are_stored_as_text(session: GradeSession) -> N
     assert entry.params == {"when": "{1, 2}", "ratio": "nan"}
     session.flush()
     assert session.store.session_entries(session.id)[0].params == entry.params
+
+
+def test_arguments_that_hold_themselves_are_recorded_with_their_text(
+    session: GradeSession,
+) -> None:
+    looped: list[Any] = []
+    looped.append(looped)
+    own: dict[str, Any] = {}
+    own["self"] = own
+    entry = record_call(Call("tasks_add", {"x": looped, "d": own}))
+    assert entry is not None
+    assert entry.params == {"x": ["[[...]]"], "d": {"self": "{'self': {...}}"}}
+    assert session.refused == []
+
+
+def test_arguments_nested_past_the_limit_are_refused_never_raised_into_the_agent(
+    session: GradeSession,
+) -> None:
+    deep: list[Any] = []
+    for _ in range(2000):  # beyond Python's own recursion limit
+        deep = [deep]
+    with pytest.warns(CleoGradeWarning, match="tool call 'tasks_add': params: .*nested too deeply"):
+        assert record_call(Call("tasks_add", {"x": deep})) is None
+    assert len(session.refused) == 1 and "nested too deeply" in session.refused[0]
+    # JSON text nested beyond the parser is kept as the text it is.
+    text = "[" * 100_000 + "]" * 100_000
+    assert parse_arguments(text) == {"input": text}
 
 
 def test_recorded_calls_grade_like_the_same_calls_recorded_by_hand(

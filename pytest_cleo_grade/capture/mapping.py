@@ -46,6 +46,7 @@ from pytest_cleo_grade.errors import (
     EntryError,
     warnings_shown_not_raised,
 )
+from pytest_cleo_grade.files import MAX_NESTING
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
 
 __all__ = [
@@ -334,7 +335,7 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
         text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
         try:
             value = json.loads(text) if text.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested beyond the parser
             value = text
     if value is None:
         return {}
@@ -345,22 +346,46 @@ def parse_arguments(arguments: Any) -> dict[str, Any]:
 
 def _json_safe(value: Any) -> Any:
     """Plain JSON values as they are; anything else (models, dates, sets) as JSON text would
-    show it. Non-finite floats become text: JSON cannot hold them, the entry would be invalid."""
+    show it. Non-finite floats become text: JSON cannot hold them, the entry would be invalid.
+
+    Arguments come from the agent: a container holding itself becomes its text at the point
+    it comes round again, and one nested deeper than MAX_NESTING is left for the entry's
+    validation to refuse (a warning, and the test fails), never a RecursionError in the agent.
+    """
+    return _safe(value, 0, set())
+
+
+def _safe(value: Any, depth: int, enclosing: set[int]) -> Any:
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
+    if isinstance(value, Mapping | list | tuple):
+        if depth >= MAX_NESTING:
+            return value
+        if id(value) in enclosing:
+            return _text(value)
+        enclosing.add(id(value))
+        try:
+            if isinstance(value, Mapping):
+                return {str(k): _safe(v, depth + 1, enclosing) for k, v in value.items()}
+            return [_safe(v, depth + 1, enclosing) for v in value]
+        finally:
+            enclosing.discard(id(value))
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         try:
-            return _json_safe(dump(mode="json"))
+            return _safe(dump(mode="json"), depth, enclosing)
         except Exception:
-            return str(value)
-    return str(value)
+            return _text(value)
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:  # a broken __str__, or a repr too deep to print
+        return f"<{type(value).__name__}>"
 
 
 def _compact(value: Any) -> str:
