@@ -130,6 +130,21 @@ def test_a_toolnode_error_message_from_a_raised_keyerror_is_a_not_found(
     assert "not found" in (session.entries[3].error or "")
 
 
+def test_a_toolnode_error_from_a_bare_keyerror_is_a_not_found(session: GradeSession) -> None:
+    # A dict lookup's KeyError says nothing but the key; LangGraph's message names the type.
+    @tool
+    def tasks_show(taskId: str) -> Any:
+        """Show a task."""
+        return {"T1": {"id": "T1"}}[taskId]
+
+    node = ToolNode([tasks_show], handle_tool_errors=True, wrap_tool_call=audit_tool_call)
+    calls = [("tasks_show", {"taskId": "T9"})]
+    langgraph_agent(scripted(calls), node).invoke({"messages": [HumanMessage("go")]})
+    (entry,) = session.entries
+    assert (entry.result.success, entry.result.exit_code) == (False, 4)
+    assert "KeyError('T9')" in (entry.error or "")
+
+
 def test_the_async_interceptor_records_the_same_calls(session: GradeSession) -> None:
     node = ToolNode(make_tools("envelope"), awrap_tool_call=AuditMiddleware().awrap_tool_call)
     graph = langgraph_agent(scripted(CALLS), node)

@@ -90,6 +90,18 @@ def tasks_show(taskId: str) -> dict[str, str]:
     return {"id": taskId}
 
 
+def name_the_error(context: Any, error: Exception) -> str:
+    # The text docs/capture.md suggests: the exception's type says what a bare KeyError
+    # ("'T9'") does not.
+    return f"{type(error).__name__}: {error}"
+
+
+@function_tool(failure_error_function=name_the_error)
+def tasks_show_by_key(taskId: str) -> dict[str, str]:
+    """Show a task (a dict lookup)."""
+    return {"T1": {"id": "T1"}}[taskId]
+
+
 @function_tool
 def tasks_show_quietly(taskId: str) -> dict[str, str]:
     """Show a task (the SDK's default error function)."""
@@ -176,3 +188,17 @@ def test_a_cleo_envelope_output_is_a_not_found_and_a_redacted_error_is_exit_one(
     # failure, but nothing says "not found" (docs/capture.md says how to keep the text).
     assert (quiet.result.success, quiet.result.exit_code) == (False, 1)
     assert "redacted" in (quiet.error or "")
+
+
+def test_a_bare_keyerror_named_by_the_failure_function_is_a_not_found(
+    session: GradeSession, processor: AuditTracingProcessor
+) -> None:
+    agent = Agent(
+        name="triage",
+        model=ScriptedModel([("tasks_show_by_key", {"taskId": "T9"})]),
+        tools=[tasks_show_by_key],
+    )
+    asyncio.run(Runner.run(agent, "go"))
+    (entry,) = session.entries
+    assert (entry.result.success, entry.result.exit_code) == (False, 4)
+    assert "KeyError: 'T9'" in (entry.error or "")

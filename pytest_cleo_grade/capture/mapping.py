@@ -105,7 +105,10 @@ NOT_FOUND_TYPES: Final = frozenset({"LookupError", "KeyError", "IndexError", "Fi
 ENV_TOOL_MAP: Final = "CLEO_GRADE_TOOL_MAP"
 
 _NOT_FOUND_TEXT: Final = re.compile(
-    r"not[\s_-]?found|e_not_found|no such|does not exist|doesn't exist|unknown (task|id)",
+    r"not[\s_-]?found|e_not_found|no such|does not exist|doesn't exist|unknown (task|id)"
+    # A not-found exception named in the text, as frameworks that catch one write it:
+    # LangGraph's handle_tool_errors sends "Error: KeyError('T9')" to the model.
+    r"|\b(?:Key|Index|Lookup)Error\b",
     re.IGNORECASE,
 )
 _GATEWAY_OF_HINT: Final = {True: "cleo_query", False: "cleo_mutate"}

@@ -60,6 +60,10 @@ def span_failure(tool: str, error: Mapping[str, Any] | None, output: Any) -> Fai
         detail = data.get("error") if isinstance(data, Mapping) else None
         message = str(error.get("message") or "tool failed")
         text = f"{message}: {detail}" if isinstance(detail, str) and detail else message
+        # What the tool's failure_error_function told the model: the exception's text alone
+        # ("'T9'" for a KeyError) may not say what failed, the reply may ("KeyError: 'T9'").
+        if isinstance(output, str) and output and output not in text:
+            text = f"{text} ({output[:500]})"
         return Failure(tool=tool, payload=dict(error), message=text)
     if isinstance(output, str | Mapping):
         return envelope_failure(tool, output if isinstance(output, str) else dict(output))
