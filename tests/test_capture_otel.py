@@ -146,6 +146,25 @@ def test_a_call_traced_at_three_levels_is_recorded_once(
     ]
 
 
+def test_a_span_that_becomes_a_tool_span_after_it_started_still_counts_its_call_once(
+    session: GradeSession, provider: TracerProvider
+) -> None:
+    # Instrumentation that starts the span bare and sets the tool attributes next.
+    provider.add_span_processor(AuditSpanProcessor())
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("tool") as outer:
+        outer.set_attribute("gen_ai.operation.name", "execute_tool")
+        outer.set_attribute("gen_ai.tool.name", "tasks_add")
+        with tracer.start_as_current_span(
+            "tools/call tasks_add", attributes={"mcp.method.name": "tools/call"}
+        ):
+            pass
+    assert [(e.domain, e.operation) for e in session.entries] == [("tasks", "add")]
+    assert session.entries[0].metadata.model_extra["spanId"] == format(
+        outer.get_span_context().span_id, "016x"
+    )
+
+
 def test_a_cleo_error_envelope_in_the_tool_result_is_a_not_found(
     session: GradeSession, provider: TracerProvider
 ) -> None:

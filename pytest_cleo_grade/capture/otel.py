@@ -79,9 +79,10 @@ class AuditSpanProcessor(SpanProcessor):
         self.enabled = True
         self._recorder = recorder
         self._lock = threading.Lock()
-        #: Open spans that are tool spans or inside one -> (whether inside another tool
-        #: span, the parent's span id).
-        self._open: dict[int, tuple[bool, int | None]] = {}
+        #: Every open span -> (its parent's span id, the span). Whether a span is a tool
+        #: span is asked when a span inside it ends, not when it starts: instrumentation may
+        #: set the tool attributes after starting the span.
+        self._open: dict[int, tuple[int | None, Span]] = {}
         #: Open spans whose call an adapter records directly.
         self._direct: set[int] = set()
         direct.add_listener(self._direct_call_started)
@@ -98,27 +99,31 @@ class AuditSpanProcessor(SpanProcessor):
     def _mark_direct(self, span_id: int | None) -> None:
         while span_id is not None and span_id in self._open and span_id not in self._direct:
             self._direct.add(span_id)
-            span_id = self._open[span_id][1]
+            span_id = self._open[span_id][0]
+
+    def _inside_a_tool_span(self, parent_id: int | None) -> bool:
+        while parent_id is not None and parent_id in self._open:
+            parent_id, parent = self._open[parent_id]
+            if is_tool_span(parent.name, dict(parent.attributes or {})):
+                return True
+        return False
 
     def on_start(self, span: Span, parent_context: context_api.Context | None = None) -> None:
         if not self.enabled:
             return
         parent = span.parent
-        parent_id = parent.span_id if parent is not None else None
-        inside = parent_id is not None and parent_id in self._open
-        if inside or is_tool_span(span.name, dict(span.attributes or {})):
-            span_id = span.context.span_id
-            with self._lock:
-                self._open[span_id] = (inside, parent_id)
-                if direct.in_direct_call():
-                    self._mark_direct(span_id)
+        with self._lock:
+            self._open[span.context.span_id] = (parent.span_id if parent else None, span)
+            if direct.in_direct_call():
+                self._mark_direct(span.context.span_id)
 
     def on_end(self, span: ReadableSpan) -> None:
         context = span.context
         if context is None:
             return
         with self._lock:
-            nested, _ = self._open.pop(context.span_id, (False, None))
+            parent_id, _ = self._open.pop(context.span_id, (None, None))
+            nested = self._inside_a_tool_span(parent_id)
             recorded_directly = context.span_id in self._direct
             self._direct.discard(context.span_id)
         if nested or recorded_directly or not self.enabled:
