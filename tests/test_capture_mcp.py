@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +120,37 @@ def test_the_server_middleware_records_a_crashing_tool_as_not_found(
     anyio.run(main)
     assert_same_grade(session.entries, grade_by_hand(session.id))
     assert session.entries[3].error == "Error executing tool tasks_show"
+
+
+@pytest.mark.parametrize("quieted", ["level", "disable"])
+def test_a_crash_is_a_not_found_even_with_the_sdks_logger_quieted(
+    session: GradeSession, caplog: pytest.LogCaptureFixture, quieted: str
+) -> None:
+    # Users quiet the SDK's "raised an unexpected exception" tracebacks; the middleware must
+    # still hear the crash, and the quieted record must stay quiet.
+    logger = logging.getLogger("mcp.server.mcpserver.server")
+    level = logger.level
+    server = mcp_tasks.build(crash=True)
+    server.middleware.append(audit_middleware)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await agent(client)
+
+    try:
+        # caplog's handler would take every record the logger lets through.
+        with caplog.at_level(logging.DEBUG, logger="mcp.server.mcpserver.server"):
+            if quieted == "level":
+                logger.setLevel(logging.CRITICAL)
+            else:
+                logging.disable(logging.CRITICAL)
+            anyio.run(main)
+    finally:
+        logger.setLevel(level)
+        logging.disable(logging.NOTSET)
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert session.entries[3].result.exit_code == 4
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_a_stdio_server_started_by_the_code_under_test_records_with_subprocess_env(

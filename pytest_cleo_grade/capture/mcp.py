@@ -187,12 +187,19 @@ _crash: contextvars.ContextVar[list[BaseException] | None] = contextvars.Context
 
 
 class _CrashFilter(logging.Filter):
+    """Takes the crash from the SDK's record, which then goes on only where the logger's own
+    settings would have let it (see :func:`_listen_for_crashes`)."""
+
+    def __init__(self, enabled: Callable[[int], bool]) -> None:
+        super().__init__()
+        self._enabled = enabled
+
     def filter(self, record: logging.LogRecord) -> bool:
         slot = _crash.get()
         if slot is not None and record.exc_info and record.exc_info[1] is not None:
             error = record.exc_info[1]
             slot.append(error.__cause__ or error)
-        return True
+        return self._enabled(record.levelno)
 
 
 _SERVER_LOGGER = "mcp.server.mcpserver.server"
@@ -200,10 +207,25 @@ _filter_installed = False
 
 
 def _listen_for_crashes() -> None:
+    """Hear the SDK's crash records during an audited call, whatever the logger's level.
+
+    A user who quiets the SDK's logger (``setLevel(CRITICAL)``, ``logging.disable``) would
+    otherwise stop the record being made at all, and a KeyError would count as exit 1. So
+    during an audited call the logger makes its error records; the filter passes each on
+    only where the logger's own level would have.
+    """
     global _filter_installed
-    if not _filter_installed:
-        logging.getLogger(_SERVER_LOGGER).addFilter(_CrashFilter())
-        _filter_installed = True
+    if _filter_installed:
+        return
+    logger = logging.getLogger(_SERVER_LOGGER)
+    enabled = logger.isEnabledFor
+
+    def enabled_while_audited(level: int) -> bool:
+        return (level >= logging.ERROR and _crash.get() is not None) or enabled(level)
+
+    logger.isEnabledFor = enabled_while_audited  # type: ignore[method-assign]
+    logger.addFilter(_CrashFilter(enabled))
+    _filter_installed = True
 
 
 class AuditMiddleware:
