@@ -190,3 +190,11 @@ def test_a_langfuse_refusing_the_scores_never_fails_the_run(
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*cleo-grade: langfuse export failed: *"])
     assert len(fake.configs) == 7  # the configs were made; the scores' request was refused
+
+
+def test_a_host_written_with_its_credentials_is_shown_without_them() -> None:
+    from pytest_cleo_grade.exports.langfuse import ExportSummary
+
+    line = ExportSummary(scores_sent=7).line(1, "http://user:hunter2@127.0.0.1:18765")
+    assert "hunter2" not in line and "user" not in line
+    assert "sent to http://***@127.0.0.1:18765 " in line

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from pytest_cleo_grade.judges.redact import redact_url
 from pytest_cleo_grade.models import GradeResult, format_timestamp
 from pytest_cleo_grade.rubrics.weighted.spec import DEFAULT_SPEC, CategoricalDimension
 from pytest_cleo_grade.scale import LETTER_CUTOFFS
@@ -66,9 +67,10 @@ class ExportSummary:
 
     def line(self, sessions: int, where: str) -> str:
         rejected = f", {len(self.rejected)} rejected" if self.rejected else ""
+        # A host written with its credentials (https://user:key@host) is shown without them.
         return (
             f"langfuse: {self.scores_sent} scores for {sessions} "
-            f"session{'s' if sessions != 1 else ''} sent to {where}{rejected} "
+            f"session{'s' if sessions != 1 else ''} sent to {redact_url(where)}{rejected} "
             f"({len(self.configs_created)} score configs created, "
             f"{self.configs_existing} existed)"
         )
