@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,23 @@ def test_the_hooks_are_what_claude_agent_options_takes() -> None:
     options = ClaudeAgentOptions(hooks=hooks)
     assert set(options.hooks or {}) == {"PreToolUse", "PostToolUse", "PostToolUseFailure"}
     assert all(isinstance(m, HookMatcher) for matchers in hooks.values() for m in matchers)
+
+
+@pytest.mark.parametrize("reported", [float("inf"), float("nan"), -5, "12", True])
+def test_a_duration_the_sdk_reports_that_is_no_duration_is_measured_instead(
+    session: GradeSession, reported: Any
+) -> None:
+    hooks = audit_hooks()
+    use = {"tool_name": "mcp__tasks__tasks_find", "tool_input": {}, "tool_use_id": "toolu_1"}
+
+    async def run() -> None:
+        for event, extra in (("PreToolUse", {}), ("PostToolUse", {"tool_response": {}})):
+            for matcher in hooks[event]:
+                for callback in matcher.hooks:
+                    data = {**base(event), **use, **extra, "duration_ms": reported}
+                    await callback(data, "toolu_1", {"signal": None})
+
+    asyncio.run(run())
+    (entry,) = session.entries
+    assert math.isfinite(entry.result.duration) and 0 <= entry.result.duration < 1000
+    assert session.refused == []

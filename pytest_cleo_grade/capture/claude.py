@@ -12,6 +12,7 @@ extending the lists.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -72,6 +73,15 @@ def response_failure(tool: str, response: Any) -> Failure | None:
     return None
 
 
+def _sdk_duration(value: Any) -> float | None:
+    """The SDK's ``duration_ms`` when it is a usable one (a finite, non-negative number);
+    otherwise None, and the adapter's own clock is used."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    duration = float(value)
+    return duration if math.isfinite(duration) and duration >= 0 else None
+
+
 def audit_hooks(
     *, mapping: ToolMapping | None = None, source: str = SOURCE
 ) -> dict[Any, list[Any]]:
@@ -84,16 +94,14 @@ def audit_hooks(
         with lock:
             begun = started.pop(key, None)
         when, clock = begun if begun is not None else (datetime.now(UTC), time.perf_counter_ns())
-        duration = data.get("duration_ms")
+        duration = _sdk_duration(data.get("duration_ms"))
         record_call(
             Call(
                 tool=str(data.get("tool_name")),
                 arguments=data.get("tool_input"),
                 failure=failure,
                 started=when,
-                duration_ms=float(duration)
-                if isinstance(duration, int | float) and not isinstance(duration, bool)
-                else elapsed_ms(clock),
+                duration_ms=elapsed_ms(clock) if duration is None else duration,
                 source=source,
                 extra={"toolUseId": key} if key else {},
             ),
