@@ -109,7 +109,9 @@ def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
                     continue
                 where = f"{path}, line {number}"
                 try:
-                    value = parse_json_strict(raw.decode("utf-8"))
+                    # A tool's input is the agent's: a number no float holds is kept as text,
+                    # as the other adapters store what JSON cannot hold.
+                    value = parse_json_strict(raw.decode("utf-8"), huge_numbers_as_text=True)
                 except (UnicodeDecodeError, ValueError) as exc:
                     raise TranscriptError(f"{where}: not valid JSON: {exc}") from None
                 if not isinstance(value, Mapping):
