@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import read_regular_bytes, write_atomically
+from pytest_cleo_grade.runs import latest_series
 from pytest_cleo_grade.stats import bootstrap_mean_interval
 
 __all__ = [
@@ -116,17 +117,9 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
 def latest_from_history(results: Sequence[Any]) -> dict[str, TestGrades]:
     """Each test's most recent grade in a history; a repeated test's most recent series
     (its last ``runs`` lines that carry a run index)."""
-    latest: dict[str, list[Any]] = {}
-    for result in reversed(results):
-        extra = result.model_extra or {}
-        test_id = str(extra.get("testId") or result.session_id)
-        series = latest.get(test_id)
-        if series is None:
-            latest[test_id] = [result]
-            continue
-        wanted = int((series[0].model_extra or {}).get("runs") or 1)
-        if len(series) < wanted and extra.get("run") is not None:
-            series.append(result)
+    latest = latest_series(
+        results, lambda result: str((result.model_extra or {}).get("testId") or result.session_id)
+    )
     ordered = [r for series in latest.values() for r in reversed(series)]
     return grades_from_results(ordered)
 

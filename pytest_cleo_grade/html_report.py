@@ -13,6 +13,7 @@ from pytest_cleo_grade.display_html import build_report, grade_test_id, render_h
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import write_atomically
 from pytest_cleo_grade.models import GradeResult, collector_paused, order_entries
+from pytest_cleo_grade.runs import latest_series
 from pytest_cleo_grade.verdict import GradedTest, RunGrade
 
 __all__ = ["ReportError", "latest_run", "session_calls", "write_html_report", "write_report"]
@@ -27,16 +28,7 @@ def latest_run(
 ) -> RunGrade:
     """The last run a history holds: each test's latest grade (a repeated test's latest
     series of runs), in the order the tests last appear."""
-    latest: dict[str, list[GradeResult]] = {}
-    for result in reversed(history):
-        key = grade_test_id(result)
-        series = latest.get(key)
-        if series is None:
-            latest[key] = [result]
-            continue
-        wanted = int((series[0].model_extra or {}).get("runs") or 1)
-        if len(series) < wanted and (result.model_extra or {}).get("run") is not None:
-            series.append(result)
+    latest = latest_series(history, grade_test_id)
     source = "--fail-under" if threshold is not None else None
     tests = [
         GradedTest(key, result, threshold, source, "fail")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
+from pytest_cleo_grade.runs import SERIES_KEY
 from pytest_cleo_grade.settings import PluginOptions
 
 if TYPE_CHECKING:
@@ -80,6 +81,9 @@ class Reporter:
         #: Graded tests whose last attempt has not finished yet (see pytest_runtest_logfinish).
         self._unsaved: dict[str, GradedTest] = {}
         self._history_written = False
+        #: Tags the runs of repeated tests this pytest run saves (the history's ``series``),
+        #: so a later run of only some of them is never mixed with these (runs.latest_series).
+        self._series = os.urandom(8).hex()
         self._run: RunGrade | None = None
         self._order: dict[str, int] = {}
         # --cleo-grade-compare: decided once, after the last test.
@@ -125,9 +129,12 @@ class Reporter:
         except CleoGradeError as exc:
             store = None
             self.problem(f"cleo-grade: grades table not written: {exc}")
+        result = graded.result
+        if (result.model_extra or {}).get("run") is not None:
+            result = result.model_copy(update={SERIES_KEY: self._series})
         try:
             persist(
-                [graded.result],
+                [result],
                 history=self.options.history_path,
                 store=store,
                 keep_going=True,

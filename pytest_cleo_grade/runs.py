@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_cleo_grade.settings import parse_runs
 
@@ -20,19 +21,53 @@ if TYPE_CHECKING:
 # in every pytest run, most of which repeat nothing.
 
 __all__ = [
+    "SERIES_KEY",
     "RepeatInfo",
     "RunSample",
     "TestRuns",
     "base_test_id",
     "decode_repeat",
     "encode_repeat",
+    "latest_series",
     "run_id",
     "run_of",
     "runs_for",
 ]
 
 
+R = TypeVar("R")
+
 _RUN_IN_ID = re.compile(r"[\[-]run-(\d+)[\]-][^\[]*$")
+
+
+#: The history key that tells one pytest run's runs of a repeated test from another's.
+SERIES_KEY = "series"
+
+
+def latest_series(results: Sequence[R], test_of: Callable[[R], str]) -> dict[str, list[R]]:
+    """Each test's latest grade, or a repeated test's latest series of runs, newest first,
+    keyed by test in the order the tests last appear (latest first).
+
+    A series is the runs of one pytest run (its ``series`` extra): a later run that ran only
+    some of a test's runs (``-k "run-2"``) is not mixed with the runs before it. History
+    written before runs carried a series takes the last ``runs`` lines with a run index.
+    """
+    latest: dict[str, list[R]] = {}
+    for result in reversed(results):
+        extra = getattr(result, "model_extra", None) or {}
+        key = test_of(result)
+        series = latest.get(key)
+        if series is None:
+            latest[key] = [result]
+            continue
+        first = getattr(series[0], "model_extra", None) or {}
+        wanted = int(first.get("runs") or 1)
+        if len(series) >= wanted or extra.get("run") is None:
+            continue
+        if first.get(SERIES_KEY) is not None and extra.get(SERIES_KEY) != first[SERIES_KEY]:
+            continue
+        series.append(result)
+    return latest
 
 
 def run_id(run: int) -> str:

@@ -337,3 +337,34 @@ def test_repeated_comparison_tests_feed_the_comparisons_runs(pytester: pytest.Py
             "Decision: GO *",
         ]
     )
+
+
+def test_a_later_run_of_some_runs_is_never_mixed_with_the_runs_before_it(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_cleo_grade.cli import main
+
+    make_suite(
+        pytester,
+        FLIPPING
+        + """
+@pytest.mark.cleo_grade(runs=4)
+def test_agent(graded_session, cleo_grade_run):
+    agent_for(cleo_grade_run)(graded_session)
+""",
+    )
+    pytester.runpytest().assert_outcomes(passed=4)
+    # Only run 2 (75 %) again: the latest series is that one run, not run 2 with runs 3-4
+    # of the run before.
+    pytester.runpytest("-k", "run-2").assert_outcomes(passed=1)
+    lines = _history(pytester)
+    assert len({line["series"] for line in lines}) == 2
+    assert [line["series"] == lines[-1]["series"] for line in lines] == [False] * 4 + [True]
+    baseline = pytester.path / "b.json"
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    assert main(["baseline", "save", str(baseline), "--history", str(history)]) == 0
+    saved = json.loads(baseline.read_text())["tests"]["test_agent.py::test_agent"]
+    assert saved["percents"] == [75.0]
+    report = pytester.path / "r.html"
+    assert main(["report", "--html", str(report), "--history", str(history)]) == 0
+    assert "(1 grades)" in capsys.readouterr().out
