@@ -123,6 +123,25 @@ def _ordered(tests: Sequence[TestRuns]) -> list[TestRuns]:
     return sorted(tests, key=rank)
 
 
+def _partial(runs: TestRuns) -> list[str]:
+    """What a decision over fewer runs than the test asks for rests on, said plainly."""
+    notes = []
+    ran = len(runs.samples)
+    if ran < runs.info.runs:
+        notes.append(
+            f"decided over {ran} of {runs.info.runs} runs: the others did not run "
+            "(deselected by -k or --lf, or skipped)"
+        )
+    ungraded = sum(1 for sample in runs.samples.values() if sample.percent is None)
+    if ungraded:
+        graded = ran - ungraded
+        notes.append(
+            f"{ungraded} run{'s' if ungraded != 1 else ''} could not be graded (failed): "
+            f"the mean is over the other {graded}"
+        )
+    return notes
+
+
 def repeat_lines(tests: Sequence[TestRuns]) -> list[str]:
     """The terminal summary of the repeated tests."""
     lines = []
@@ -137,6 +156,7 @@ def repeat_lines(tests: Sequence[TestRuns]) -> list[str]:
         outcome = _outcome(stats, runs.info.mode)
         lines.append(f"{runs.info.test_id}: {stats.verdict}, {outcome} ({rule(stats)})")
         lines.append(f"    {repeat_statistics(stats)}")
+        lines.extend(f"    {note}" for note in _partial(runs))
     if lines:
         lines.append(ESTIMATOR_NOTE)
     return lines

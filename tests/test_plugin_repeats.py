@@ -301,7 +301,31 @@ def test_agent(graded_session, cleo_grade_run):
     result = pytester.runpytest("-k", "run-1 or run-3")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(
-        ["test_agent.py::test_agent: stable pass, PASSED (mean 100% reaches 90% (A))"]
+        [
+            "test_agent.py::test_agent: stable pass, PASSED (mean 100% reaches 90% (A))",
+            "    *",
+            # A decision over part of the runs (-k, --lf) says so.
+            "    decided over 2 of 4 runs: the others did not run (deselected by -k or --lf, *",
+        ]
+    )
+
+
+def test_a_run_that_could_not_be_graded_is_named_beside_the_mean(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.mark.cleo_grade(runs=3, fail_under="B")
+def test_agent(graded_session, cleo_grade_run):
+    if cleo_grade_run != 2:
+        perfect(graded_session)
+""",
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["    1 run could not be graded (failed): the mean is over the other 2"]
     )
 
 
