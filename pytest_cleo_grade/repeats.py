@@ -103,7 +103,10 @@ class RepeatAggregator:
 
         self._properties[report.nodeid] = junit_repeat_properties(stats)
         message = repeat_message(info.test_id, stats, info.mode)
-        if stats.decided_pass or report.failed or info.mode == "report":
+        # An xfail-marked test is expected to fail: its decision is shown, never a failure
+        # (as a single xfailed test's grade is left out of the gate).
+        expected_to_fail = getattr(report, "wasxfail", None) is not None
+        if stats.decided_pass or report.failed or info.mode == "report" or expected_to_fail:
             report.sections.append(("CLEO repeats", message))
         else:
             # The test's one failure, carried by the run that completed it.
