@@ -72,7 +72,7 @@ def test_a_hostile_task_id_cannot_add_a_log_line_or_a_second_dimensions_section(
     prompt = judged_prompt(hostile_entries())
     lines = prompt.splitlines()
     log = fenced(lines, LOG_FENCE_OPEN, LOG_FENCE_CLOSE)
-    assert [line.split(" ", 1)[0] for line in log] == ["#1", "#2", "#3", "#4"]
+    assert [line.split(" ", 1)[0] for line in log] == ["#0", "#1", "#2", "#3"]
     assert lines.count("Dimensions:") == 1
     assert not any(line.startswith("#99") for line in lines)
     # The dimensions the rubric defines are the only numbered items after "Dimensions:".

@@ -192,12 +192,12 @@ def test_prompt_carries_task_session_one_line_per_entry_and_every_dimension_scal
     assert "Session: s1 (4 calls in all)" in prompt
     log = [line for line in prompt.splitlines() if line.startswith("#")]
     assert log == [
-        '#1 {"time":"12:00:00.000","call":"session.list","via":"cleo_query","ok":true,"ms":3.0}',
-        '#2 {"time":"12:00:01.000","call":"tasks.find","via":"cleo_query","ok":true,"ms":3.0,'
+        '#0 {"time":"12:00:00.000","call":"session.list","via":"cleo_query","ok":true,"ms":3.0}',
+        '#1 {"time":"12:00:01.000","call":"tasks.find","via":"cleo_query","ok":true,"ms":3.0,'
         '"params":{"query":"login bug"}}',
-        '#3 {"time":"12:00:02.000","call":"tasks.show","via":"cleo_query","ok":false,"exit":4,'
+        '#2 {"time":"12:00:02.000","call":"tasks.show","via":"cleo_query","ok":false,"exit":4,'
         '"ms":3.0,"params":{"taskId":"T1"},"error":"E_NOT_FOUND"}',
-        '#4 {"time":"12:00:03.000","call":"session.end","via":"cleo_query","ok":true,"ms":3.0}',
+        '#3 {"time":"12:00:03.000","call":"session.end","via":"cleo_query","ok":true,"ms":3.0}',
     ]
     for dimension in DEFAULT_SPEC.dimensions:
         assert f"{dimension.name}:" in prompt

@@ -488,7 +488,8 @@ class WeightedJudgeRubric:
         budget = self.spec.budget
         lines = [
             render_entry(entry, position, max_param_chars=budget.max_param_chars)
-            for position, entry in enumerate(mine, start=1)
+            # Numbered from #0, as `cleo-grade show`, the points and the report number them.
+            for position, entry in enumerate(mine)
         ]
         prompts = self._prompts(session_id, context.task, lines)
         keys = self._key_texts(mine, context, prompts)
@@ -569,7 +570,7 @@ class WeightedJudgeRubric:
                 position,
                 max_param_chars=self.spec.budget.max_param_chars,
             )
-            for position, entry in enumerate(entries, start=1)
+            for position, entry in enumerate(entries)
         ]
         texts = self._prompts("-", context.task, normalised)
         if len(texts) != len(prompts):
