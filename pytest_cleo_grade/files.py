@@ -346,7 +346,13 @@ def write_atomically(target: Path, data: bytes) -> None:
     """
     partial: Path | None = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            # mkdir says "File exists" of a file where a directory of the path should be.
+            raise NotADirectoryError(
+                errno.ENOTDIR, "a parent of the path is not a directory", os.fspath(target)
+            ) from None
         fd, partial = exclusive_temp_file(target)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

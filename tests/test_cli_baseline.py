@@ -151,3 +151,8 @@ def test_save_never_writes_through_a_planted_file_and_leaves_nothing_when_it_fai
     assert main(["baseline", "save", str(tmp_path / "isdir"), "--history", str(source)]) == 2
     assert capsys.readouterr().err.endswith("isdir: cannot write: Is a directory\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+    # A path through a file: said as such (mkdir's own words are "File exists").
+    assert main(["baseline", "save", str(victim / "bl.json"), "--history", str(source)]) == 2
+    assert capsys.readouterr().err.endswith(
+        "bl.json: cannot write: a parent of the path is not a directory\n"
+    )
