@@ -249,6 +249,19 @@ def _check_marker(item: pytest.Item, marker: MarkerOptions) -> None:
             raise pytest.UsageError(f"{where}(rubric=...): {problem}")
     if marker.expect_mode is not None and marker.expect is None:
         raise pytest.UsageError(f"{where}: a trajectory mode needs expect=[...] (the calls)")
+    if marker.min_pass_rate is not None and marker.pass_k is not None:
+        raise pytest.UsageError(
+            f"{where}: min_pass_rate= and pass_k= each decide a repeated test; give one"
+        )
+    if marker.pass_k is not None:
+        from pytest_cleo_grade.runs import runs_for
+
+        runs = runs_for(marker.runs, item.config.stash[REPEAT_OPTIONS_KEY].runs)
+        if marker.pass_k[0] > runs:
+            raise pytest.UsageError(
+                f"{where}: pass_k=({marker.pass_k[0]}, {marker.pass_k[1]:g}) needs at least "
+                f"{marker.pass_k[0]} runs; the test runs {runs} (runs=N)"
+            )
     if marker.expect is not None and marker.rubric is not None:
         from pytest_cleo_grade.grading import uses_trajectory
 

@@ -410,3 +410,31 @@ def test_agent(graded_session):
     result = pytester.runpytest()
     result.assert_outcomes(xfailed=3)
     assert result.ret == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ("runs=2, pass_k=(3, 0.5)", "pass_k=(3, 0.5) needs at least 3 runs; the test runs 2"),
+        (
+            "runs=4, min_pass_rate=0.5, pass_k=(2, 0.5)",
+            "min_pass_rate= and pass_k= each decide a repeated test; give one",
+        ),
+    ],
+)
+def test_repeat_arguments_that_cannot_decide_as_written_are_a_usage_error(
+    pytester: pytest.Pytester, arguments: str, message: str
+) -> None:
+    make_suite(
+        pytester,
+        f"""
+@pytest.mark.cleo_grade({arguments})
+def test_agent(graded_session):
+    perfect(graded_session)
+""",
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*test_agent.py::test_agent[[]run-1[]]: @pytest.mark.cleo_grade: {message}*"]
+    )
