@@ -283,8 +283,9 @@ class Reporter:
 
             summary = export_grades(results, public_key=public, secret_key=secret, base_url=base)
         except Exception as exc:  # an export never fails the run
-            text = " ".join(str(exc).split())[:300]
-            self.problem(f"cleo-grade: langfuse export failed: {type(exc).__name__}: {text}")
+            from pytest_cleo_grade.exports.langfuse import failure_line
+
+            self.problem(f"cleo-grade: {failure_line(exc, base, secret)}")
             return
         sessions = len({result.session_id for result in results})
         self.notes.append(f"cleo-grade: {summary.line(sessions, base)}")

@@ -144,7 +144,7 @@ def test_the_cli_reports_a_refusing_server_in_one_line(
         monkeypatch.setenv(key, value)
     assert main(["export", "langfuse", "--history", str(history)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("cleo-grade: cleo-grade export langfuse: ") or "export langfuse:" in err
+    assert f"cleo-grade export langfuse export to {fake.base_url} failed: " in err
     assert err.count("\n") == 1 and "wrong" not in err
 
 
@@ -188,7 +188,7 @@ def test_a_langfuse_refusing_the_scores_never_fails_the_run(
     pytester.makepyfile(SUITE)
     result = pytester.runpytest("--cleo-grade-export=langfuse", "-W", "error")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*cleo-grade: langfuse export failed: *"])
+    result.stdout.fnmatch_lines([f"*cleo-grade: langfuse export to {fake.base_url} failed: *"])
     assert len(fake.configs) == 7  # the configs were made; the scores' request was refused
 
 
@@ -198,3 +198,14 @@ def test_a_host_written_with_its_credentials_is_shown_without_them() -> None:
     line = ExportSummary(scores_sent=7).line(1, "http://user:hunter2@127.0.0.1:18765")
     assert "hunter2" not in line and "user" not in line
     assert "sent to http://***@127.0.0.1:18765 " in line
+
+
+def test_a_failure_names_the_host_without_credentials_and_masks_what_the_sdk_echoes() -> None:
+    from pytest_cleo_grade.exports.langfuse import failure_line
+
+    error = ConnectionError("cannot reach http://user:hunter2@h:1/api with key sk-secret\nretry")
+    line = failure_line(error, "http://user:hunter2@h:1", "sk-secret")
+    assert line == (
+        "langfuse export to http://***@h:1 failed: ConnectionError: "
+        "cannot reach http://***@h:1/api with key *** retry"
+    )

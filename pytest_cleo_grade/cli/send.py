@@ -68,13 +68,11 @@ def run_export(args: argparse.Namespace) -> int:
     try:
         summary = export_grades(grades, public_key=public, secret_key=secret, base_url=base)
     except Exception as exc:  # the SDK's HTTP and API errors: one line, never a traceback
+        from pytest_cleo_grade.exports.langfuse import failure_line
+
         raise CommandError(
-            f"cleo-grade export langfuse: {type(exc).__name__}: {_short(exc)}", status=1
+            f"cleo-grade export {failure_line(exc, base, secret)}", status=1
         ) from None
     sessions = len({grade.session_id for grade in grades})
     print(terminal_text(summary.line(sessions, base)))
     return 1 if summary.rejected else 0
-
-
-def _short(exc: Exception) -> str:
-    return " ".join(str(exc).split())[:300]

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from pytest_cleo_grade.judges.redact import redact_url
+from pytest_cleo_grade.judges.redact import mask, redact_url, url_secrets
 from pytest_cleo_grade.models import GradeResult, format_timestamp
 from pytest_cleo_grade.rubrics.weighted.spec import DEFAULT_SPEC, CategoricalDimension
 from pytest_cleo_grade.scale import LETTER_CUTOFFS
@@ -74,6 +74,13 @@ class ExportSummary:
             f"({len(self.configs_created)} score configs created, "
             f"{self.configs_existing} existed)"
         )
+
+
+def failure_line(exc: BaseException, base_url: str, secret_key: str) -> str:
+    """One line for an export that failed: where it went (without credentials), what failed,
+    and the SDK's text on one line, with any credential it echoes masked."""
+    text = mask(" ".join(str(exc).split()), [*url_secrets(base_url), secret_key])[:300]
+    return f"langfuse export to {redact_url(base_url)} failed: {type(exc).__name__}: {text}"
 
 
 def keys_from(env: Mapping[str, str]) -> tuple[str, str, str] | None:
