@@ -169,9 +169,7 @@ def _noise_note(base: Sequence[float], current: Sequence[float]) -> str | None:
         return None
     base_low, _ = bootstrap_mean_interval(base)
     _, current_high = bootstrap_mean_interval(current)
-    # Intervals that only touch (a baseline that never varied, [85, 85], against a run whose
-    # best resample reaches 85) share one point, not the noise: the drop is real.
-    if current_high <= base_low:
+    if current_high < base_low:
         return None
     return (
         f"within noise: 95% intervals overlap (now up to {current_high:.1f}%, "
