@@ -435,7 +435,13 @@ def _export_otel(item: pytest.Item, graded: GradedTest) -> None:
     try:
         from pytest_cleo_grade.exports.otel import export_grade
 
-        export_grade(graded.result, item.nodeid)
+        if not export_grade(graded.result, item.nodeid):
+            _export_problem(
+                item.config,
+                "cleo-grade: otel export: no OpenTelemetry SDK tracer provider is set up, so "
+                "the grade events go nowhere (set one up with an exporter, or run under "
+                "opentelemetry-instrument)",
+            )
     except Exception as exc:  # an export never fails a run
         _export_problem(item.config, f"cleo-grade: otel export failed: {type(exc).__name__}: {exc}")
 

@@ -107,6 +107,24 @@ def test_the_plugin_exports_each_grade_on_the_tests_span(pytester: pytest.Pytest
     result.assert_outcomes(passed=2)
 
 
+def test_the_plugin_says_when_no_sdk_is_set_up_to_take_the_events(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_export="def test_agent(graded_session):\n"
+        "    graded_session.record('session', 'list', gateway='cleo_query')\n"
+    )
+    result = pytester.runpytest_subprocess("--cleo-grade-export=otel", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*otel export: no OpenTelemetry SDK tracer provider is set up, so the grade events*"]
+    )
+    with_sdk = pytester.makepyfile(test_export=SUITE)
+    assert with_sdk.exists()
+    result = pytester.runpytest_subprocess("--cleo-grade-export=otel", "-p", "no:cacheprovider")
+    result.stdout.no_fnmatch_line("*no OpenTelemetry SDK tracer provider*")
+
+
 def test_without_the_option_nothing_is_exported(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_export=SUITE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")

@@ -47,15 +47,17 @@ def evaluation_attributes(result: GradeResult, test_id: str | None) -> dict[str,
 
 def export_grade(
     result: GradeResult, test_id: str | None, *, tracer_provider: TracerProvider | None = None
-) -> None:
-    """Add the grade's event to the current span, or to a span of its own."""
+) -> bool:
+    """Add the grade's event to the current span, or to a span of its own; False when no
+    span records it (no OpenTelemetry SDK is set up: the event would go nowhere)."""
     from opentelemetry import trace
 
     attributes = evaluation_attributes(result, test_id)
     current = trace.get_current_span()
     if current.is_recording():
         current.add_event(EVENT_NAME, attributes)
-        return
+        return True
     tracer = trace.get_tracer("pytest-cleo-grade", tracer_provider=tracer_provider)
     with tracer.start_as_current_span(f"cleo-grade {test_id or result.session_id}") as span:
         span.add_event(EVENT_NAME, attributes)
+        return span.is_recording()
