@@ -10,6 +10,7 @@ the script only makes the table sortable.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -73,9 +74,15 @@ class HtmlTest:
     calls: Mapping[int, str] | None = None
 
     @property
+    def shown_index(self) -> int:
+        """Which run's grade the radar, flags and points show: a repeated test's lowest (the
+        latest of equals), the one that explains a failing decision; else the one grade."""
+        return min(range(len(self.tests)), key=lambda i: (self.tests[i].result.percent, -i))
+
+    @property
     def shown(self) -> GradeResult:
-        """The grade whose radar, flags and points are shown (the last run's)."""
-        return self.tests[-1].result
+        """The grade whose radar, flags and points are shown (see :attr:`shown_index`)."""
+        return self.tests[self.shown_index].result
 
     @property
     def percent(self) -> float:
@@ -139,17 +146,16 @@ def build_report(
         missing = [t.result for t in graded if _identity(t.result, key) not in seen]
         before = earlier.get(key, [])
         previous, source_name = _previous(key, before, baseline)
-        session = graded[-1].result.session_id
-        tests.append(
-            HtmlTest(
-                test_id=key,
-                tests=tuple(graded),
-                history=(*lines, *missing),
-                previous=previous,
-                previous_source=source_name,
-                calls=None if calls is None else calls.get(session),
-            )
+        entry = HtmlTest(
+            test_id=key,
+            tests=tuple(graded),
+            history=(*lines, *missing),
+            previous=previous,
+            previous_source=source_name,
         )
+        if calls is not None:  # the calls of the session whose points are shown
+            entry = dataclasses.replace(entry, calls=calls.get(entry.shown.session_id))
+        tests.append(entry)
     return HtmlReport(run=run, tests=tuple(tests), title=title, source=source)
 
 
@@ -257,17 +263,37 @@ def _change(test: HtmlTest) -> tuple[str, str]:
     return f"{sign}{_num(delta)} vs {test.previous_source}", repr(delta)
 
 
-def _last_of(test: HtmlTest) -> str:
-    return f"run {len(test.tests)} of {len(test.tests)}: " if len(test.tests) > 1 else ""
+def _run_number(test: HtmlTest, position: int) -> int:
+    run = (test.tests[position].result.model_extra or {}).get("run")
+    return run if isinstance(run, int) else position + 1
+
+
+def _runs_line(test: HtmlTest) -> str:
+    """A repeated test's runs, each with its percentage and letter, and which one is shown."""
+    if len(test.tests) < 2:
+        return ""
+    runs = ", ".join(
+        f"#{_run_number(test, i)} {describe_percent(t.result.percent)} {t.result.letter}"
+        for i, t in enumerate(test.tests)
+    )
+    return f"<p>{len(test.tests)} runs, mean {_e(describe_percent(test.percent))}: {_e(runs)}</p>\n"
+
+
+def _shown_of(test: HtmlTest) -> str:
+    if len(test.tests) < 2:
+        return ""
+    return f"run {_run_number(test, test.shown_index)} of {len(test.tests)} (the lowest): "
 
 
 def _section(index: int, test: HtmlTest) -> str:
     result = test.shown
+    # A repeated test's letter is its runs' mean's, as in the table.
+    letter = result.letter if len(test.tests) == 1 else letter_for(test.percent)
     flags = "".join(f"<li>{_e(flag)}</li>" for flag in result.flags) or "<li>none</li>"
     return (
         f"<section id='t{index}' class='test'>\n<h2>{_e(test.test_id)} "
-        f"<span class='letter {result.letter}'>{result.letter}</span></h2>\n"
-        f"<p>{_last_of(test)}{_e(score_text(result))} ({result.display_percent}%), session "
+        f"<span class='letter {letter}'>{letter}</span></h2>\n{_runs_line(test)}"
+        f"<p>{_shown_of(test)}{_e(score_text(result))} ({result.display_percent}%), session "
         f"<code>{_e(result.session_id)}</code>, {result.entry_count} audit entries, graded "
         f"{_e(format_timestamp(result.timestamp))}</p>\n"
         f"<div class='charts'>{radar_svg(result)}{trend_svg(test.history)}</div>\n"

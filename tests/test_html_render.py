@@ -171,7 +171,11 @@ def test_a_repeated_tests_row_shows_its_flaky_verdict() -> None:
     page = render_html(build_report(run_of(*runs, threshold=75), runs))
     assert "flaky (2/3 passed)" in page
     assert "mean of 3 runs (73.33%)" in page  # the row's percentage is the runs' mean
-    assert "run 3 of 3: 80/100 (80%)" in page  # the radar and points are the last run's
+    # The radar, flags and points are the lowest run's, the one that explains a failure; the
+    # heading's letter is the mean's, as in the row.
+    assert "run 2 of 3 (the lowest): 50/100 (50%)" in page
+    assert "3 runs, mean 73.33%: #1 90% A, #2 50% D, #3 80% B" in page
+    assert "<h2>t::a <span class='letter C'>C</span></h2>" in page
 
 
 def test_an_expected_failure_is_shown_as_not_counted() -> None:
