@@ -333,6 +333,19 @@ def test_a_broken_rule_file_is_one_line_from_the_cli(
     assert f"{bad}: dimensions[0] (d).rules[0] (x).points: Field required (and 1 more" in err
 
 
+def test_rubrics_check_names_what_a_rule_file_without_rules_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It has no rules, so nothing says "rule file" but its shape: still judged as one, not
+    # as a weighted rubric whose dimensions need a type.
+    bad = tmp_path / "norules.toml"
+    bad.write_text("[[dimensions]]\nname = 'a'\nmax = 10\n")
+    assert main(["rubrics", "--check", str(bad)]) == 2
+    assert capsys.readouterr().err == (
+        f"cleo-grade: error: {bad}: dimensions[0] (a).rules: Field required\n"
+    )
+
+
 def test_a_rubric_config_with_a_file_replaces_cleos_rules(support: Path) -> None:
     result = grade_with_rubric(
         "rules",

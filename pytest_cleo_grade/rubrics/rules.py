@@ -63,11 +63,17 @@ _Points = list[dict[str, Any]]
 
 
 def is_rule_document(data: object) -> bool:
-    """Whether a parsed rubric file is a rule file (its dimensions hold ``rules``)."""
+    """Whether a parsed rubric file is a rule file: its dimensions hold ``rules``, or look
+    like a rule file's (a ``max``, and neither a weighted dimension's ``type`` nor
+    ``weight``), so a rule file that forgot its rules is told so in a rule file's words."""
     dimensions = data.get("dimensions") if isinstance(data, dict) else None
-    return isinstance(dimensions, list) and any(
-        isinstance(d, dict) and "rules" in d for d in dimensions
-    )
+    if not isinstance(dimensions, list):
+        return False
+    tables = [d for d in dimensions if isinstance(d, dict)]
+    if any("rules" in d for d in tables):
+        return True
+    weighted = any("type" in d or "weight" in d for d in tables)
+    return not weighted and any("max" in d for d in tables)
 
 
 def check_rubric_file(path: str | Path) -> None:
