@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -51,6 +52,7 @@ OPTIONS_KEY = pytest.StashKey[PluginOptions]()
 REPORTER_KEY = pytest.StashKey[Reporter]()
 MARKER_KEY = pytest.StashKey[MarkerOptions]()
 SESSION_KEY = pytest.StashKey["GradeSession"]()
+ENV_BEFORE_KEY = pytest.StashKey[dict[str, str | None]]()
 GRADED_KEY = pytest.StashKey["GradedTest"]()
 STORE_KEY = pytest.StashKey["SharedStore"]()
 MARKER_ERROR_KEY = pytest.StashKey[str]()
@@ -290,6 +292,20 @@ def _check_marker(item: pytest.Item, marker: MarkerOptions) -> None:
         )
 
 
+def _refresh_marker(item: pytest.Item) -> None:
+    """Read the test's cleo_grade markers again as its body starts: a fixture may have added
+    one (``request.applymarker``), or a later collection hook; the threshold it sets must
+    decide the grade. A bad one fails the test with the same message as at collection."""
+    if item.get_closest_marker("cleo_grade") is None:
+        return
+    try:
+        marker = marker_options(item)
+        _check_marker(item, marker)
+    except pytest.UsageError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    item.stash[MARKER_KEY] = marker
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     message = item.stash.get(MARKER_ERROR_KEY, None)
@@ -385,6 +401,26 @@ def graded_session(
         _flush(session)
         session.close(flush=False)
         del request.node.stash[SESSION_KEY]
+        if session.env_before is not None:
+            request.node.stash[ENV_BEFORE_KEY] = session.env_before
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    finally:
+        # monkeypatch (torn down after graded_session when requested first) puts back the
+        # value a CLEO variable had during the test: the variables are restored once more,
+        # after every fixture, so no later test runs in this one's session.
+        before = item.stash.get(ENV_BEFORE_KEY, None)
+        if before is not None:
+            del item.stash[ENV_BEFORE_KEY]
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _flush(session: GradeSession) -> None:
@@ -477,6 +513,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         del item.stash[GRADED_KEY]
     if GRADE_ERROR_KEY in item.stash:
         del item.stash[GRADE_ERROR_KEY]
+    _refresh_marker(item)
     try:
         outcome = yield
     except (pytest.skip.Exception, pytest.xfail.Exception):

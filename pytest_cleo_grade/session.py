@@ -201,6 +201,9 @@ class GradeSession:
         self._dispatcher: AuditedDispatcher | None = None
         #: Entries recorded in this process and not yet written to the store (see flush()).
         self._held: list[AuditEntry] = []
+        #: The four variables as they were before :meth:`start` (None: not started yet);
+        #: kept after :meth:`close` restored them, for whoever must restore them again.
+        self.env_before: dict[str, str | None] | None = None
         #: Why calls of this session could not be recorded (EntryError texts, in order): a
         #: session missing calls is not graded (see grading.grade_test).
         self.refused: list[str] = []
@@ -228,6 +231,7 @@ class GradeSession:
             self._version = self._store.data_version()
         if self._saved_env is None:
             self._saved_env = {name: os.environ.get(name) for name in _ENV_NAMES}
+            self.env_before = dict(self._saved_env)
             os.environ.update(self.env)
             hold_in_process(self.id, self)
         return self
@@ -421,13 +425,18 @@ class GradeSession:
 
         ``format`` (files): ``auto`` (JSON/JSONL audit entries), ``otlp`` (OTLP JSON traces)
         or ``claude-code`` (a Claude Code session transcript). All or nothing: an invalid
-        entry raises a CleoGradeError and nothing is added. Returns the number of entries
-        added (held like recorded ones until :meth:`flush`).
+        entry raises a CleoGradeError and nothing is added, and the test then cannot be
+        graded (as for a refused :meth:`record`), even if the error was caught. Returns the
+        number of entries added (held like recorded ones until :meth:`flush`).
         """
-        if isinstance(source, str | os.PathLike):
-            entries = _load_file(source, format)
-        else:
-            entries = coerce_entries(source)
+        try:
+            if isinstance(source, str | os.PathLike):
+                entries = _load_file(source, format)
+            else:
+                entries = coerce_entries(source)
+        except CleoGradeError as exc:
+            self.refuse(str(exc))
+            raise
         mine = [e.model_copy(update={"session_id": self.id}) for e in entries]
         self._held.extend(mine)
         return len(mine)

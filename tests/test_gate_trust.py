@@ -483,3 +483,53 @@ def test_pytest_rerunfailures_keeps_one_grade_the_last_attempts(pytester: pytest
     assert result.parseoutcomes() == {"passed": 1, "rerun": 2}
     result.stdout.fnmatch_lines(["test_agent.py::test_flaky  100/100*", "run grade A: *"])
     assert [line["totalScore"] for line in history_lines(pytester.path)] == [100]
+
+
+LATE_MARKERS = """
+import os
+import pytest
+
+@pytest.fixture
+def strict(request):
+    # A fixture that sets the threshold: the marker arrives after collection.
+    request.applymarker(pytest.mark.cleo_grade(fail_under="A"))
+
+def test_applied_by_a_fixture(strict, graded_session):
+    forty(graded_session)
+
+def test_undone_by_monkeypatch(monkeypatch, graded_session):
+    perfect(graded_session)
+    monkeypatch.delenv("CLEO_SESSION_GRADE")
+
+def test_ingest_caught(graded_session, tmp_path):
+    perfect(graded_session)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\\n")
+    try:
+        graded_session.ingest(bad)
+    except Exception:
+        pass
+
+def test_zz_after():
+    assert [n for n in os.environ if n.startswith("CLEO_")] == []
+"""
+
+
+def test_markers_added_late_the_env_and_a_caught_ingest_cannot_make_the_gate_lie(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("CLEO_AUDIT_DB", "CLEO_SESSION_ID", "CLEO_SESSION_GRADE", "CLEO_SESSION_GRADE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    make_suite(pytester, LATE_MARKERS)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, failed=2)
+    calls = [r for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert {r.nodeid.split("::")[-1]: r.outcome for r in calls} == {
+        "test_applied_by_a_fixture": "failed",
+        "test_undone_by_monkeypatch": "passed",
+        "test_ingest_caught": "failed",
+        "test_zz_after": "passed",
+    }
+    text = "\n".join(result.outlines)
+    assert "is below the threshold 90% (A) set by @pytest.mark.cleo_grade" in text
+    assert "1 call of the test could not be recorded" in text and "invalid JSON" in text
