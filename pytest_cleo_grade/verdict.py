@@ -31,6 +31,7 @@ __all__ = [
     "parse_grade_threshold",
     "passes",
     "percent_below",
+    "threshold_text",
 ]
 
 
@@ -45,9 +46,18 @@ def describe_percent(percent: float, *, rounding: str = ROUND_HALF_UP) -> str:
     return text.rstrip("0").rstrip(".") + "%"
 
 
+def threshold_text(threshold: float) -> str:
+    """A threshold as written, exactly: ``75%``, ``74.999%`` (rounding it could show a
+    figure the score then seems to reach, or a letter beside the wrong number)."""
+    exact = Decimal(repr(threshold))
+    if exact == exact.quantize(Decimal("0.01")):
+        return describe_percent(threshold)
+    return f"{exact.normalize():f}%"
+
+
 def describe_threshold(threshold: float) -> str:
-    """A threshold with the letter it corresponds to: ``75% (B)``."""
-    return f"{describe_percent(threshold)} ({letter_for(threshold)})"
+    """A threshold with the letter it corresponds to: ``75% (B)``, ``74.999% (C)``."""
+    return f"{threshold_text(threshold)} ({letter_for(threshold)})"
 
 
 def percent_below(percent: float, threshold: float) -> str:
@@ -57,7 +67,7 @@ def percent_below(percent: float, threshold: float) -> str:
     figure (74.9 % against 75 %): then two decimals, cut rather than rounded (``74.9%``).
     """
     text = f"{round_half_up(percent)}%"
-    if Decimal(text[:-1]) >= Decimal(describe_percent(threshold)[:-1]):
+    if Decimal(text[:-1]) >= Decimal(threshold_text(threshold)[:-1]):
         text = describe_percent(percent, rounding=ROUND_DOWN)
     return text
 

@@ -18,6 +18,7 @@ from pytest_cleo_grade.verdict import (
     RunGrade,
     decode_graded_test,
     describe_percent,
+    describe_threshold,
     encode_graded_test,
     passes,
     percent_below,
@@ -140,6 +141,23 @@ def test_a_percent_below_the_threshold_never_displays_as_reaching_it(
     percent: float, threshold: float, shown: str
 ) -> None:
     assert percent_below(percent, threshold) == shown
+
+
+@pytest.mark.parametrize(
+    ("threshold", "shown"),
+    [
+        pytest.param(75, "75% (B)", id="whole"),
+        pytest.param(74.75, "74.75% (C)", id="two decimals"),
+        # Rounded, these read "75% (C)" (a letter beside the wrong figure) and "60% (C)"
+        # (a threshold a 60/100 score seems to reach).
+        pytest.param(74.999, "74.999% (C)", id="more decimals shown exactly"),
+        pytest.param(60.0001, "60.0001% (C)", id="just above a whole percent"),
+    ],
+)
+def test_a_threshold_is_shown_exactly_beside_its_own_letter(threshold: float, shown: str) -> None:
+    assert describe_threshold(threshold) == shown
+    message = failure_message(graded(60, threshold=threshold)).splitlines()[0]
+    assert f"is below the threshold {shown}" in message
 
 
 def test_the_failure_message_of_a_fractional_grade_does_not_contradict_itself() -> None:
