@@ -232,6 +232,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("cleo_grade") is not None:
                 item.stash[MARKER_KEY] = marker_options(item)
                 _check_marker(item, item.stash[MARKER_KEY])
+                _warn_if_never_graded(item)
             if run_problem is not None and "graded_session" in getattr(item, "fixturenames", ()):
                 raise pytest.UsageError(run_problem)
         except pytest.UsageError as exc:
@@ -240,6 +241,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # A usage error on an xdist worker would crash it (the controller collects
             # nothing); the test errors at setup with the same message instead.
             item.stash[MARKER_ERROR_KEY] = str(exc)
+
+
+def _warn_if_never_graded(item: pytest.Item) -> None:
+    """A cleo_grade marker on the test itself that no graded_session will ever apply: the
+    author believes the test is gated, and it is not. (A module's or class's marker covers
+    tests that do not grade too: only the test's own marker is a mistake.)"""
+    own = any(mark.name == "cleo_grade" for mark in getattr(item, "own_markers", ()))
+    if own and "graded_session" not in getattr(item, "fixturenames", ("graded_session",)):
+        with warnings_shown_not_raised():
+            item.warn(
+                CleoGradeWarning(
+                    f"cleo-grade: {item.nodeid}: @pytest.mark.cleo_grade on a test that does "
+                    "not use the graded_session fixture: nothing is graded, the marker has "
+                    "no effect"
+                )
+            )
 
 
 def _check_marker(item: pytest.Item, marker: MarkerOptions) -> None:

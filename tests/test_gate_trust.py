@@ -533,3 +533,29 @@ def test_markers_added_late_the_env_and_a_caught_ingest_cannot_make_the_gate_lie
     text = "\n".join(result.outlines)
     assert "is below the threshold 90% (A) set by @pytest.mark.cleo_grade" in text
     assert "1 call of the test could not be recorded" in text and "invalid JSON" in text
+
+
+def test_a_threshold_marker_on_a_test_that_never_grades_is_a_warning(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+pytestmark = pytest.mark.cleo_grade(fail_under="B")  # covers every test: no warning
+
+@pytest.mark.cleo_grade(fail_under="A")
+def test_plain():
+    pass
+
+def test_also_plain():
+    pass
+""",
+    )
+    result = pytester.runpytest("-W", "error")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_agent.py::test_plain: @pytest.mark.cleo_grade on a test that does not use "
+            "the graded_session fixture: nothing is graded, the marker has no effect"
+        ]
+    )
