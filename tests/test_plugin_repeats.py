@@ -20,6 +20,16 @@ def agent_for(run):
 """
 
 
+def flipping_suite(pytester: pytest.Pytester, name: str, marker: str, more: str = "") -> None:
+    """A suite of one repeated test ``name`` running the flipping agent, and ``more``."""
+    test = f"""
+@pytest.mark.cleo_grade({marker})
+def {name}(graded_session, cleo_grade_run):
+    agent_for(cleo_grade_run)(graded_session)
+"""
+    make_suite(pytester, FLIPPING + test + more)
+
+
 def _history(pytester: pytest.Pytester) -> list[dict[str, object]]:
     path = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -225,6 +235,12 @@ def test_agent(graded_session, cleo_grade_run):
         ("runs=2, min_pass_rate=1.5", "invalid min_pass_rate 1.5: expected a fraction from 0 to 1"),
         ("runs=2, pass_k=3", "invalid pass_k 3: expected (k, minimum)"),
         ("runs=2, pass_k=(0, 0.5)", "invalid pass_k (0, 0.5)"),
+        # Arguments that cannot decide as written: k beyond the runs, two rules at once.
+        ("runs=2, pass_k=(3, 0.5)", "pass_k=(3, 0.5) needs at least 3 runs; the test runs 2"),
+        (
+            "runs=4, min_pass_rate=0.5, pass_k=(2, 0.5)",
+            "min_pass_rate= and pass_k= each decide a repeated test; give one",
+        ),
     ],
 )
 def test_bad_repeat_arguments_are_usage_errors_naming_the_test(
@@ -263,14 +279,11 @@ def test_bad_run_counts_from_the_command_line_and_the_ini_file_are_usage_errors(
 def test_the_run_gate_counts_a_repeated_test_once_by_the_mean_of_its_runs(
     pytester: pytest.Pytester,
 ) -> None:
-    make_suite(
+    flipping_suite(
         pytester,
-        FLIPPING
-        + """
-@pytest.mark.cleo_grade(runs=2)
-def test_repeated(graded_session, cleo_grade_run):
-    agent_for(cleo_grade_run)(graded_session)
-
+        "test_repeated",
+        "runs=2",
+        """
 def test_single(graded_session):
     forty(graded_session)
 """,
@@ -368,15 +381,7 @@ def test_a_later_run_of_some_runs_is_never_mixed_with_the_runs_before_it(
 ) -> None:
     from pytest_cleo_grade.cli import main
 
-    make_suite(
-        pytester,
-        FLIPPING
-        + """
-@pytest.mark.cleo_grade(runs=4)
-def test_agent(graded_session, cleo_grade_run):
-    agent_for(cleo_grade_run)(graded_session)
-""",
-    )
+    flipping_suite(pytester, "test_agent", "runs=4")
     pytester.runpytest().assert_outcomes(passed=4)
     # Only run 2 (75 %) again: the latest series is that one run, not run 2 with runs 3-4
     # of the run before.
@@ -410,31 +415,3 @@ def test_agent(graded_session):
     result = pytester.runpytest()
     result.assert_outcomes(xfailed=3)
     assert result.ret == 0
-
-
-@pytest.mark.parametrize(
-    ("arguments", "message"),
-    [
-        ("runs=2, pass_k=(3, 0.5)", "pass_k=(3, 0.5) needs at least 3 runs; the test runs 2"),
-        (
-            "runs=4, min_pass_rate=0.5, pass_k=(2, 0.5)",
-            "min_pass_rate= and pass_k= each decide a repeated test; give one",
-        ),
-    ],
-)
-def test_repeat_arguments_that_cannot_decide_as_written_are_a_usage_error(
-    pytester: pytest.Pytester, arguments: str, message: str
-) -> None:
-    make_suite(
-        pytester,
-        f"""
-@pytest.mark.cleo_grade({arguments})
-def test_agent(graded_session):
-    perfect(graded_session)
-""",
-    )
-    result = pytester.runpytest()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        [f"*test_agent.py::test_agent[[]run-1[]]: @pytest.mark.cleo_grade: {message}*"]
-    )
