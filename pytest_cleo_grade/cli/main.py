@@ -108,6 +108,12 @@ def _terminate_as_interrupt() -> Iterator[None]:
     signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
+    except _Terminated:
+        # Said while further SIGTERMs are still ignored: once the default action is back,
+        # one arriving between the line's text and its newline would cut it.
+        sys.stderr.write("cleo-grade: terminated\n")
+        sys.stderr.flush()
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -128,8 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CleoGradeError as exc:
         print(terminal_text(f"cleo-grade: error: {exc}"), file=sys.stderr)
         return 2
-    except _Terminated:
-        print("cleo-grade: terminated", file=sys.stderr)
+    except _Terminated:  # said by _terminate_as_interrupt, while SIGTERM was still ignored
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("cleo-grade: interrupted", file=sys.stderr)
