@@ -60,4 +60,4 @@ def export_grade(
     tracer = trace.get_tracer("pytest-cleo-grade", tracer_provider=tracer_provider)
     with tracer.start_as_current_span(f"cleo-grade {test_id or result.session_id}") as span:
         span.add_event(EVENT_NAME, attributes)
-        return span.is_recording()
+        return bool(span.is_recording())
