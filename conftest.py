@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -20,3 +21,18 @@ def _fresh_judge_breakers(monkeypatch: pytest.MonkeyPatch) -> None:
     breaker = sys.modules.get("pytest_cleo_grade.judges.breaker")
     if breaker is not None:
         monkeypatch.setattr(breaker.RUN_BREAKERS, "_streaks", {})
+
+
+# What the machine running the suite may set and the product, its SDKs or pytest's own output
+# read: a test sets what it needs itself. On CI (CI or BUILD_NUMBER set) pytest prints the short
+# summary's messages in full where a terminal cuts them to its width (the README shows the
+# latter); a runner's GITHUB_STEP_SUMMARY, COLUMNS or CLEO_* would reach every pytester run.
+_OUTSIDE_NAMES = ("CI", "BUILD_NUMBER", "GITHUB_STEP_SUMMARY", "COLUMNS", "LINES", "NO_COLOR")
+_OUTSIDE_PREFIXES = ("CLEO_", "LANGFUSE_", "OTEL_")
+
+
+@pytest.fixture(autouse=True)
+def _no_outside_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name in _OUTSIDE_NAMES or name.startswith(_OUTSIDE_PREFIXES):
+            monkeypatch.delenv(name)
