@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pytest_cleo_grade.errors import CleoGradeError
-from pytest_cleo_grade.files import read_regular_bytes, write_atomically
+from pytest_cleo_grade.files import json_error_text, read_regular_bytes, write_atomically
 from pytest_cleo_grade.runs import latest_series
 from pytest_cleo_grade.stats import bootstrap_mean_interval
 
@@ -292,6 +292,8 @@ def read_baseline(path: Path) -> dict[str, TestGrades]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BaselineError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    except ValueError as exc:  # a number of more digits than Python converts
+        raise BaselineError(f"{path}: invalid JSON: {json_error_text(exc)}") from None
     return parse_baseline(data, str(path))
 
 

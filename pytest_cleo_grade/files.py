@@ -245,24 +245,38 @@ def _float_or_text(text: str) -> float | str:
     return value if math.isfinite(value) else text
 
 
+def _int_or_text(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts
+        return text
+
+
 def parse_json_strict(
     text: str, *, max_nesting: int | None = MAX_NESTING + 2, huge_numbers_as_text: bool = False
 ) -> Any:
     """json.loads that rejects NaN, Infinity, lone surrogates and absurd nesting (ValueError).
 
     ``max_nesting`` counts the document's own levels (an entry object holding params is 2).
-    ``huge_numbers_as_text`` keeps a number no float holds (``1e400``) as its text, for a
+    ``huge_numbers_as_text`` keeps a number no float holds (``1e400``) and a whole number of
+    more digits than Python converts as its text, for a
     document written by someone else whose values are stored as text when JSON cannot hold
     them (a tool's input in a transcript); otherwise it is an error.
     """
     if max_nesting is not None:
         check_nesting(text, max_nesting)
-    parse_float = _float_or_text if huge_numbers_as_text else finite_float
+    numbers: dict[str, Any] = {"parse_float": finite_float}
+    if huge_numbers_as_text:
+        numbers = {"parse_float": _float_or_text, "parse_int": _int_or_text}
     try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=parse_float)
+        value = json.loads(text, parse_constant=_reject_constant, **numbers)
     except RecursionError:
         # Pathologically nested input must be an input error, not a traceback.
         raise ValueError("nested too deeply") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        raise ValueError(json_error_text(exc)) from None
     try:
         # Text from argv may carry undecodable bytes as surrogates (isascii() is O(1)).
         if not text.isascii():

@@ -266,7 +266,7 @@ def _parse_line(number: int, line: bytes, where: str) -> AuditEntry:
     except json.JSONDecodeError as exc:
         raise EntryError(f"{place}: invalid JSON: {exc.msg}") from None
     except ValueError as exc:
-        raise EntryError(f"{place}: invalid JSON: {json_error_text(exc)}") from None
+        raise EntryError(f"{place}: invalid JSON: {exc}") from None
     return _validate(item, place)
 
 

@@ -123,10 +123,10 @@ def use(key: str, name: str, at: str = "2026-03-01T12:00:00Z") -> dict[str, Any]
 def test_a_number_no_float_holds_in_a_tools_input_is_kept_as_text(tmp_path: Path) -> None:
     # Valid JSON the agent wrote; the other adapters store what JSON cannot hold as text.
     line = json.dumps(use("t1", "mcp__tasks__tasks_add")).replace(
-        '"input": {}', '"input": {"priority": 1e400, "weight": 2.5}'
+        '"input": {}', '"input": {"priority": 1e400, "weight": 2.5, "id": ' + "9" * 5000 + "}"
     )
     [entry] = load_transcript(write(tmp_path, line))
-    assert entry.params == {"priority": "1e400", "weight": 2.5}
+    assert entry.params == {"priority": "1e400", "weight": 2.5, "id": "9" * 5000}
 
 
 def test_an_unanswered_call_is_a_failure_saying_so(tmp_path: Path) -> None:

@@ -163,6 +163,12 @@ def test_score_sheet_errors_name_the_file_row_and_field(
         pytest.param("s.toml", "[[scores]\n", "invalid TOML", id="bad-toml"),
         pytest.param("s.json", '[\n{"variant": }\n]', "s.json:2: invalid JSON", id="bad-json"),
         pytest.param("s.json", "[NaN]", "NaN is not a valid score", id="nan"),
+        pytest.param(
+            "s.json", "[" + "9" * 5000 + "]", "JSON: a number with more than 4300", id="huge-json"
+        ),
+        pytest.param(
+            "s.toml", "n = " + "9" * 5000, "TOML: a number with more than 4300", id="huge-toml"
+        ),
     ],
 )
 def test_unparsable_score_sheets_are_errors_naming_the_file(

@@ -127,6 +127,29 @@ def test_rubrics_check_of_a_deeply_nested_file_exits_2_with_one_line(
     assert f"{name}: arrays or tables nested more than {MAX_NESTING} levels deep" in line
 
 
+# Both parsers refuse a whole number of more digits than Python converts with a ValueError whose
+# text points at sys.set_int_max_str_digits(); the reader of the file needs its own words.
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "kind"),
+    [
+        ("rubric.json", '{"dimensions": [], "n": ' + HUGE + "}", "JSON"),
+        ("rubric.toml", f"n = {HUGE}\n", "TOML"),
+        ("rules.toml", f"[[rules]]\nid = 'r'\npoints = {HUGE}\n", "TOML"),
+    ],
+)
+def test_rubrics_check_of_a_file_with_a_huge_number_exits_2_with_one_line(
+    tmp_path: Path, name: str, content: str, kind: str
+) -> None:
+    (tmp_path / name).write_text(content)
+    done = cleo_grade("rubrics", "--check", name, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.endswith(f"{name}: invalid {kind}: a number with more than 4300 digits"), line
+
+
 @pytest.mark.parametrize(
     ("name", "content", "problem"),
     [

@@ -83,7 +83,7 @@ def load_grades(path: Path) -> dict[str, TestGrades]:
         raise CommandError(f"cleo-grade baseline: {path}: cannot read: {why}") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except ValueError:  # not one JSON document (a history, or no JSON): read as a history
         data = None
     if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
         return _checked(lambda: parse_baseline(data, str(path)))

@@ -13,7 +13,7 @@ from pytest_cleo_grade.comparison.scores import (
     ComparisonRecord,
     validate_records,
 )
-from pytest_cleo_grade.files import read_regular_bytes
+from pytest_cleo_grade.files import json_error_text, read_regular_bytes
 
 __all__ = ["load_score_sheet", "parse_score_sheet"]
 
@@ -56,13 +56,15 @@ def _parse_score_sheet(text: str, where: str, *, toml: bool) -> list[ComparisonR
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ComparisonError(f"{where}: invalid TOML: {exc}") from exc
+        except ValueError as exc:  # a number of more digits than Python converts
+            raise ComparisonError(f"{where}: invalid TOML: {json_error_text(exc)}") from None
     else:
         try:
             data = json.loads(text, parse_constant=_reject_constant)
         except json.JSONDecodeError as exc:
             raise ComparisonError(f"{where}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
         except ValueError as exc:
-            raise ComparisonError(f"{where}: invalid JSON: {exc}") from exc
+            raise ComparisonError(f"{where}: invalid JSON: {json_error_text(exc)}") from None
     if isinstance(data, dict):
         unknown = sorted(set(data) - {"scores"})
         if unknown:

@@ -16,7 +16,7 @@ from typing import Final, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from pytest_cleo_grade.errors import RubricError
-from pytest_cleo_grade.files import read_regular_bytes
+from pytest_cleo_grade.files import json_error_text, read_regular_bytes
 
 #: Deepest nesting of arrays and tables a rubric file may use. Real rubric files nest 4-5
 #: levels; the bound keeps hostile files far from the interpreter's recursion limit.
@@ -110,6 +110,9 @@ def parse_document(text: str, *, suffix: str, where: str) -> object:
     except RecursionError as exc:
         # Both parsers recurse once per level of nesting: a hostile file must not crash them.
         raise too_deep(where) from exc
+    except ValueError as exc:  # both parsers: a number of more digits than Python converts
+        kind = "TOML" if suffix == ".toml" else "JSON"
+        raise RubricError(f"{where}: invalid {kind}: {json_error_text(exc)}") from None
     raise RubricError(f"{where}: rubric files must end in .toml or .json")
 
 
