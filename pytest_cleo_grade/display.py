@@ -150,8 +150,18 @@ def item_line(item: Point, *, dimension: bool = True) -> str:
 
 
 def lost_point_lines(result: GradeResult, *, limit: int = LOST_LINES) -> list[str]:
-    """``where points were lost:`` and one line per deduction or missed award (0 points)."""
-    lost = [item for item in points_of(result) if item.points <= 0]
+    """``where points were lost:`` and one line per deduction or missed award (0 points), and
+    per partial award: the award of a dimension below its maximum that lists neither (a
+    judge's 6.5 of 10)."""
+    items = points_of(result)
+    dimensions = result.dimensions
+    explained = {item.dimension for item in items if item.points <= 0}
+    partial = {
+        name
+        for name, dimension in dimensions.items()
+        if dimension.score < dimension.max and name not in explained
+    }
+    lost = [item for item in items if item.points <= 0 or item.dimension in partial]
     if not lost:
         return []
     lines = ["where points were lost (entry #: position in the session):"]

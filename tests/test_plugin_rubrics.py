@@ -126,8 +126,15 @@ def test_a_weighted_grade_below_the_threshold_fails_the_test_like_a_cleo_grade(
             "cleo-grade: 67.17/100 (67%, grade C) is below the threshold 75% (B) "
             "set by --cleo-grade-fail-under",
             "  goal_achievement     20/30",
+            # A judge's partial scores are where its points were lost; a full one is not.
+            "where points were lost (entry #: position in the session):",
+            "   +20 goal_achievement goal_achievement.judge: The judge scored goal_achievement "
+            "20 of 30: goal_achievement observed",
+            "  +6.67 error_handling error_handling.judge: *6.67 of 10*",
+            "----* cleo-grade *----",
         ]
     )
+    assert "output_quality.judge" not in result.stdout.str()
 
 
 def test_the_run_gate_averages_weighted_grades_and_sets_exit_status_one(
