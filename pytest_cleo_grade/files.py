@@ -355,8 +355,10 @@ def write_atomically(target: Path, data: bytes) -> None:
 
     A reader never sees half a file; the temporary file is created exclusively under a random
     name (a file or link planted beside the target is never opened), and a link at ``target``
-    itself is replaced, never written through. Missing parent directories are created. On
-    OSError no temporary file is left behind, and the error is raised.
+    itself is replaced, never written through. A device, FIFO, socket or directory at
+    ``target`` is NotRegularFileError: renaming over it would replace ``/dev/null`` for the
+    whole machine. Missing parent directories are created. On OSError no temporary file is
+    left behind, and the error is raised.
     """
     partial: Path | None = None
     try:
@@ -367,6 +369,10 @@ def write_atomically(target: Path, data: bytes) -> None:
             raise NotADirectoryError(
                 errno.ENOTDIR, "a parent of the path is not a directory", os.fspath(target)
             ) from None
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(target).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                raise NotRegularFileError(target, kind_of(mode))
         fd, partial = exclusive_temp_file(target)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

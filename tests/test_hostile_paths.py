@@ -203,6 +203,8 @@ CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
 
 FIFO_CASES = {
     "import": ["import", "{path}"],
+    "import-otlp": ["import", "--format", "otlp", "{path}"],
+    "import-claude-code": ["import", "--format", "claude-code", "{path}"],
     "grade-entries": ["grade", "--entries", "{path}", "--no-save"],
     "grade-cleo-db": ["grade", "s1", "--cleo-db", "{path}", "--no-save"],
     "list-db": ["list", "--db", "{path}"],
@@ -240,3 +242,44 @@ def test_a_fifo_or_device_as_input_is_refused_in_one_line_without_blocking(
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert "not a regular file" in done.stderr
     assert str(path) in done.stderr
+
+
+OUTPUT_CASES = {
+    "junit": ["junit", "{path}", "--history", "GRADES.jsonl"],
+    "baseline-save": ["baseline", "save", "{path}", "--history", "GRADES.jsonl"],
+    "report-html": ["report", "--html", "{path}", "--db", "a.db", "--history", "GRADES.jsonl"],
+}
+
+
+@pytest.mark.parametrize("argv", list(OUTPUT_CASES.values()), ids=list(OUTPUT_CASES))
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_an_output_that_is_a_fifo_or_a_directory_is_refused_and_left_as_it_was(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, argv: list[str], kind: str
+) -> None:
+    # Renaming a new file over the output replaced a FIFO or a device (as root, /dev/null for
+    # the whole machine) with a regular file.
+    path = _fifo(in_tmp) if kind == "fifo" else in_tmp / "out"
+    if kind == "directory":
+        path.mkdir()
+    append_grade(a_grade(), in_tmp / "GRADES.jsonl")  # type: ignore[arg-type]
+    status, _, err = run(capsys, *(p.replace("{path}", path.name) for p in argv))
+    assert status == 2, err
+    [line] = err.splitlines()
+    assert f"{path.name}: " in line
+    assert ("not a regular file" if kind == "fifo" else "directory") in line
+    assert path.is_fifo() if kind == "fifo" else path.is_dir()
+
+
+def test_the_plugins_html_report_over_a_fifo_is_a_warning_and_the_fifo_stays(
+    pytester: pytest.Pytester,
+) -> None:
+    fifo = _fifo(pytester.path)
+    pytester.makepyfile(
+        "def test_a(graded_session):\n    graded_session.record('tasks', 'find', {'q': 'x'})\n"
+    )
+    result = pytester.runpytest(f"--cleo-grade-html={fifo.name}", "-W", "default")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        ["*CleoGradeWarning: cleo-grade: HTML report *pipe: not a regular file (a FIFO)"]
+    )
+    assert fifo.is_fifo()
