@@ -95,6 +95,10 @@ def json_span(
     return span
 
 
+def kv_raw(key: str, value: Any) -> dict[str, Any]:
+    return {"key": key, "value": value}
+
+
 def request(spans: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "resourceSpans": [
@@ -144,6 +148,24 @@ def test_an_agent_in_another_process_is_graded_through_the_receiver(
     assert {e.session_id for e in session.entries} == {session.id}
 
 
+def test_an_agent_behind_a_proxy_still_reaches_the_loopback_receiver(
+    session: GradeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the otel extra")
+    # A proxy that refuses every connection: the exporter must not go through it.
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    with OtlpReceiver(session.id, session.ingest) as receiver:
+        assert receiver.env()["NO_PROXY"] == "internal.example,127.0.0.1"
+        env = {**os.environ, **receiver.env()}
+        subprocess.run(
+            [sys.executable, "-c", AGENT, json.dumps(CALLS)], env=env, check=True, timeout=60
+        )
+    assert receiver.problems == []
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+
+
 def test_the_receiver_takes_otlp_json_gzip_encoded_too(session: GradeSession) -> None:
     body = gzip.compress(json.dumps(request(scenario_spans())).encode())
     with OtlpReceiver(session.id, session.ingest) as receiver:
@@ -162,7 +184,7 @@ def test_a_malformed_payload_gets_400_with_the_reason(session: GradeSession) -> 
         status_other, _ = post(receiver.endpoint + "/other", b"{}", "application/json")
         status_logs, _ = post(receiver.endpoint + "/v1/logs", b"", "application/x-protobuf")
     assert status == 400
-    assert b"spans[0].startTimeUnixNano: expected an integer, got 'soon'" in reply
+    assert b"spans[0].startTimeUnixNano: expected a 64-bit integer, got 'soon'" in reply
     assert status_pb == 400
     assert (status_other, status_logs) == (404, 200)
     assert len(receiver.problems) == 2
@@ -209,6 +231,17 @@ def test_an_otlp_file_becomes_one_session_per_conversation_or_trace(tmp_path: Pa
     assert {e.session_id for e in load_otlp_file(path, session_id="mine")} == {"mine"}
 
 
+def test_an_otlp_file_that_is_not_utf8_or_not_a_file_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"resourceSpans": []}\n\xff\n')
+    with pytest.raises(OtlpError, match=r"bad\.json, line 2: not UTF-8 text \(invalid start"):
+        load_otlp_file(bad)
+    pipe = tmp_path / "pipe.json"
+    os.mkfifo(pipe)  # read_text() blocked on it for ever
+    with pytest.raises(OtlpError, match=r"pipe\.json: cannot read: not a regular file \(a FIFO\)"):
+        load_otlp_file(pipe)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -223,6 +256,30 @@ def test_an_otlp_file_becomes_one_session_per_conversation_or_trace(tmp_path: Pa
             json.dumps(request([{"name": "x", "attributes": [{"value": {}}]}])),
             "spans[0].attributes[0]: expected {'key'",
         ),
+        # Shapes and numbers that raised Python errors (OverflowError, AttributeError, ...).
+        (
+            json.dumps(request([{"name": "x", "startTimeUnixNano": "9" * 30}])),
+            "spans[0].startTimeUnixNano: expected a 64-bit integer, got '999",
+        ),
+        (
+            json.dumps(request([{"name": "x", "startTimeUnixNano": 2**64}])),
+            "spans[0].startTimeUnixNano: expected a 64-bit integer",
+        ),
+        (
+            json.dumps(request([{"attributes": [kv_raw("n", {"intValue": "9" * 5000})]}])),
+            "spans[0].attributes[0].value: expected a 64-bit integer, got '999",
+        ),
+        (
+            json.dumps(request([{"attributes": [kv_raw("n", {"arrayValue": 7})]}])),
+            "attributes[0].value.arrayValue: expected an object",
+        ),
+        ('{"resourceSpans": [{"resource": 5}]}', "resourceSpans[0].resource: expected an object"),
+        ('{"resourceSpans": [{"scopeSpans": 5}]}', "resourceSpans[0].scopeSpans: expected a list"),
+        (
+            '{"resourceSpans": [{"scopeSpans": [{"spans": 5}]}]}',
+            "scopeSpans[0].spans: expected a list",
+        ),
+        (json.dumps(request([{"name": "x", "events": 5}])), "spans[0].events: expected a list"),
     ],
 )
 def test_a_bad_otlp_file_is_one_clear_error_naming_the_place(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import gzip
 import os
+import re
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +29,7 @@ from pytest_cleo_grade.capture.spans import (
     tool_call_of,
 )
 from pytest_cleo_grade.errors import CleoGradeError, EntryError
+from pytest_cleo_grade.files import open_regular
 from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.sources import parse_json_strict
 
@@ -51,6 +53,29 @@ class OtlpError(CleoGradeError):
 
 # -- decoding -------------------------------------------------------------------------------
 
+#: OTLP's integers are 64-bit (fixed64 times, int64 values); JSON spells them as text.
+_INTEGER_TEXT: Final = re.compile(r"-?[0-9]{1,20}")
+_INT_BOUND: Final = 2**64
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    """An optional JSON object of the payload: absent or null reads as empty."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise OtlpError(f"{where}: expected an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    """An optional JSON array of the payload: absent or null reads as empty."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise OtlpError(f"{where}: expected a list")
+    return value
+
+
 
 def _any_value(value: Any, where: str) -> Any:
     """An OTLP JSON AnyValue as a Python value."""
@@ -65,10 +90,12 @@ def _any_value(value: Any, where: str) -> Any:
     if "doubleValue" in value:
         return value["doubleValue"]
     if "arrayValue" in value:
-        items = (value["arrayValue"] or {}).get("values") or []
+        array = _object(value["arrayValue"], f"{where}.arrayValue")
+        items = _list(array.get("values"), f"{where}.arrayValue.values")
         return [_any_value(item, f"{where}[{i}]") for i, item in enumerate(items)]
     if "kvlistValue" in value:
-        return _attributes((value["kvlistValue"] or {}).get("values"), where)
+        kvlist = _object(value["kvlistValue"], f"{where}.kvlistValue")
+        return _attributes(kvlist.get("values"), where)
     if "bytesValue" in value:
         return value["bytesValue"]
     return None
@@ -76,13 +103,12 @@ def _any_value(value: Any, where: str) -> Any:
 
 def _int(value: Any, where: str) -> int:
     # OTLP JSON writes 64-bit integers as strings; numbers are accepted too.
-    if isinstance(value, bool):
-        raise OtlpError(f"{where}: expected an integer, got {value!r}")
-    if isinstance(value, int):
+    if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value.strip()):
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < _INT_BOUND:
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    raise OtlpError(f"{where}: expected an integer, got {value!r}")
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
+    raise OtlpError(f"{where}: expected a 64-bit integer, got {shown}")
 
 
 def _attributes(items: Any, where: str) -> dict[str, Any]:
@@ -123,12 +149,14 @@ def spans_from_json(document: Any, where: str = "OTLP JSON") -> list[SpanData]:
         rwhere = f"{where}: resourceSpans[{r}]"
         if not isinstance(resource_spans, Mapping):
             raise OtlpError(f"{rwhere}: expected an object")
-        resource = _attributes((resource_spans.get("resource") or {}).get("attributes"), rwhere)
-        for s, scope_spans in enumerate(resource_spans.get("scopeSpans") or []):
+        held = _object(resource_spans.get("resource"), f"{rwhere}.resource")
+        resource = _attributes(held.get("attributes"), f"{rwhere}.resource")
+        scopes = _list(resource_spans.get("scopeSpans"), f"{rwhere}.scopeSpans")
+        for s, scope_spans in enumerate(scopes):
             swhere = f"{rwhere}.scopeSpans[{s}]"
             if not isinstance(scope_spans, Mapping):
                 raise OtlpError(f"{swhere}: expected an object")
-            for n, span in enumerate(scope_spans.get("spans") or []):
+            for n, span in enumerate(_list(scope_spans.get("spans"), f"{swhere}.spans")):
                 spans.append(_json_span(span, f"{swhere}.spans[{n}]", resource))
     return spans
 
@@ -136,11 +164,9 @@ def spans_from_json(document: Any, where: str = "OTLP JSON") -> list[SpanData]:
 def _json_span(span: Any, where: str, resource: Mapping[str, Any]) -> SpanData:
     if not isinstance(span, Mapping):
         raise OtlpError(f"{where}: expected a span object")
-    status = span.get("status") or {}
-    if not isinstance(status, Mapping):
-        raise OtlpError(f"{where}.status: expected an object")
+    status = _object(span.get("status"), f"{where}.status")
     events = []
-    for e, event in enumerate(span.get("events") or []):
+    for e, event in enumerate(_list(span.get("events"), f"{where}.events")):
         if not isinstance(event, Mapping):
             raise OtlpError(f"{where}.events[{e}]: expected an object")
         attrs = _attributes(event.get("attributes"), f"{where}.events[{e}]")
@@ -271,9 +297,15 @@ def load_otlp_file(
     no tool span is an error (an empty session would grade as an agent that did nothing)."""
     target = Path(path)
     try:
-        text = target.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise OtlpError(f"{target}: cannot read: {exc}") from exc
+        with open_regular(target) as handle:  # a FIFO or a device is refused, never read
+            raw = handle.read()
+    except OSError as exc:
+        raise OtlpError(f"{target}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        at = raw.count(b"\n", 0, exc.start) + 1
+        raise OtlpError(f"{target}, line {at}: not UTF-8 text ({exc.reason})") from None
     spans: list[SpanData] = []
     lines = text.splitlines()
     stripped = text.strip()
@@ -306,6 +338,15 @@ def load_otlp_file(
 
 
 # -- the receiver ---------------------------------------------------------------------------
+
+
+#: Both spellings: requests and httpx read either, the upper case first.
+_NO_PROXY: Final = ("NO_PROXY", "no_proxy")
+
+
+def _with_host(no_proxy: str, host: str) -> str:
+    hosts = [item.strip() for item in no_proxy.split(",") if item.strip()]
+    return ",".join(hosts if host in hosts else [*hosts, host])
 
 
 class OtlpReceiver:
@@ -354,12 +395,17 @@ class OtlpReceiver:
         return f"{self.endpoint}/v1/traces"
 
     def env(self) -> dict[str, str]:
-        """The variables that point an OpenTelemetry SDK's OTLP/HTTP exporter here."""
+        """The variables that point an OpenTelemetry SDK's OTLP/HTTP exporter here.
+
+        ``NO_PROXY`` gains the receiver's host: an exporter honours the environment's
+        ``HTTP_PROXY``, and no proxy can reach this loopback port.
+        """
         return {
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.traces_endpoint,
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_TRACES_EXPORTER": "otlp",
+            **{name: _with_host(os.environ.get(name, ""), self._host) for name in _NO_PROXY},
         }
 
     def start(self) -> OtlpReceiver:
