@@ -26,8 +26,12 @@ def _fresh_judge_breakers(monkeypatch: pytest.MonkeyPatch) -> None:
 # What the machine running the suite may set and the product, its SDKs or pytest's own output
 # read: a test sets what it needs itself. On CI (CI or BUILD_NUMBER set) pytest prints the short
 # summary's messages in full where a terminal cuts them to its width (the README shows the
-# latter); a runner's GITHUB_STEP_SUMMARY, COLUMNS or CLEO_* would reach every pytester run.
-_OUTSIDE_NAMES = ("CI", "BUILD_NUMBER", "GITHUB_STEP_SUMMARY", "COLUMNS", "LINES", "NO_COLOR")
+# latter); a runner's GITHUB_STEP_SUMMARY, COLUMNS, proxy or CLEO_* would reach every run.
+_OUTSIDE_NAMES = (
+    *("CI", "BUILD_NUMBER", "GITHUB_STEP_SUMMARY", "COLUMNS", "LINES", "NO_COLOR"),
+    # A proxy no test's loopback server is behind (a test that means one sets it).
+    *("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"),
+)
 _OUTSIDE_PREFIXES = ("CLEO_", "LANGFUSE_", "OTEL_")
 
 

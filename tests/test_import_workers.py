@@ -179,6 +179,19 @@ def no_import_left() -> Iterator[None]:
         child.communicate()
 
 
+def _signals_as_a_terminal_gives_them(ignoring: signal.Signals | None) -> None:
+    """In the child: SIGINT and SIGTERM at their defaults, then ``ignoring`` ignored.
+
+    A child inherits ignored signals: run from a background job of a non-interactive shell
+    (as a CI harness may run the suite), pytest and so the CLI start with SIGINT ignored,
+    and a Ctrl-C would never reach the import these tests interrupt.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if ignoring is not None:
+        signal.signal(ignoring, signal.SIG_IGN)
+
+
 def started_import(
     tmp_path: Path,
     count: int,
@@ -201,7 +214,7 @@ def started_import(
         text=True,
         env=env,
         start_new_session=True,  # a terminal's Ctrl-C reaches the whole group
-        preexec_fn=None if ignoring is None else lambda: signal.signal(ignoring, signal.SIG_IGN),
+        preexec_fn=lambda: _signals_as_a_terminal_gives_them(ignoring),
     )
     _STARTED.append(child)
     store = tmp_path / ".cleo" / "audit.db"
