@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pytest_cleo_grade.errors import CleoGradeError
-from pytest_cleo_grade.files import json_error_text, read_regular_bytes, write_atomically
+from pytest_cleo_grade.files import parse_json_strict, read_regular_bytes, write_atomically
 from pytest_cleo_grade.runs import latest_series
 from pytest_cleo_grade.stats import bootstrap_mean_interval
 
@@ -289,11 +289,11 @@ def read_baseline(path: Path) -> dict[str, TestGrades]:
     """Read a baseline file; FileNotFoundError passes through (the caller decides)."""
     text = read_text(path)
     try:
-        data = json.loads(text)
+        data = parse_json_strict(text)
     except json.JSONDecodeError as exc:
         raise BaselineError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-    except ValueError as exc:  # a number of more digits than Python converts
-        raise BaselineError(f"{path}: invalid JSON: {json_error_text(exc)}") from None
+    except ValueError as exc:  # nested too deeply, NaN, a number of thousands of digits
+        raise BaselineError(f"{path}: invalid JSON: {exc}") from None
     return parse_baseline(data, str(path))
 
 

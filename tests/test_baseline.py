@@ -111,6 +111,7 @@ def test_a_baseline_file_round_trips(tmp_path: Path) -> None:
         ("{", r"baseline.json:1: invalid JSON"),
         # Python's own text points at sys.set_int_max_str_digits(), of no use here.
         ('{"format": ' + "9" * 5000 + "}", r"invalid JSON: a number with more than 4300 digits$"),
+        ("[" * 100_000 + "]" * 100_000, r"baseline.json: invalid JSON: nested too deeply"),
         ('{"format": "other"}', "not a cleo-grade baseline"),
         ('{"format": "cleo-grade-baseline", "version": 9, "tests": {}}', "unsupported"),
         (

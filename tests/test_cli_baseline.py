@@ -125,6 +125,26 @@ def test_bad_input_is_one_line_and_exit_status_2(
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("opening", ["[", '{"a":'], ids=["arrays", "objects"])
+def test_json_nested_past_the_parser_is_a_corrupt_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], opening: str
+) -> None:
+    # json.loads raised RecursionError out of `baseline show` and `baseline diff`.
+    deep = (
+        opening * 100_000
+        + ("1" if opening != "[" else "")
+        + opening[0].translate(str.maketrans("[{", "]}")) * 100_000
+    )
+    path = tmp_path / "deep.json"
+    path.write_text(deep)
+    assert main(["baseline", "diff", str(path), str(path)]) == 2
+    warning, error = capsys.readouterr().err.splitlines()
+    assert warning.endswith(
+        "skipped corrupt grade line: invalid JSON (nested too deeply (more than 100 levels))"
+    )
+    assert error == f"cleo-grade baseline: {path}: neither a baseline nor a grade history"
+
+
 def test_a_bad_expression_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,7 +169,7 @@ def test_save_never_writes_through_a_planted_file_and_leaves_nothing_when_it_fai
     (tmp_path / "isdir").mkdir()
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["baseline", "save", str(tmp_path / "isdir"), "--history", str(source)]) == 2
-    assert capsys.readouterr().err.endswith("isdir: cannot write: Is a directory\n")
+    assert capsys.readouterr().err.endswith("isdir: cannot write: not a regular file (a directory)\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     # A path through a file: said as such (mkdir's own words are "File exists").
     assert main(["baseline", "save", str(victim / "bl.json"), "--history", str(source)]) == 2

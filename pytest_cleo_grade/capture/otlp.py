@@ -76,7 +76,6 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
-
 def _any_value(value: Any, where: str) -> Any:
     """An OTLP JSON AnyValue as a Python value."""
     if not isinstance(value, Mapping):

@@ -26,6 +26,7 @@ from pytest_cleo_grade.cli.common import (
     warnings_to_stderr,
 )
 from pytest_cleo_grade.display import terminal_text
+from pytest_cleo_grade.files import parse_json_strict
 
 __all__ = ["load_grades", "register"]
 
@@ -82,7 +83,7 @@ def load_grades(path: Path) -> dict[str, TestGrades]:
         why = exc.strerror or exc
         raise CommandError(f"cleo-grade baseline: {path}: cannot read: {why}") from None
     try:
-        data = json.loads(text)
+        data = parse_json_strict(text)
     except ValueError:  # not one JSON document (a history, or no JSON): read as a history
         data = None
     if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
