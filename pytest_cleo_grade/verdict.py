@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 from pytest_cleo_grade.models import GradeResult
@@ -42,7 +42,11 @@ def passes(percent: float, threshold: float | None) -> bool:
 
 def describe_percent(percent: float, *, rounding: str = ROUND_HALF_UP) -> str:
     """A percentage for display with at most two decimals: ``67.5%``, ``85%``."""
-    text = str(Decimal(repr(percent)).quantize(Decimal("0.01"), rounding=rounding))
+    exact = Decimal(repr(percent))
+    # Enough digits for any float's two decimals (a history may hold 1e30 out of 100; the
+    # default 28 would make quantize() raise).
+    with localcontext(prec=max(28, exact.adjusted() + 4)):
+        text = str(exact.quantize(Decimal("0.01"), rounding=rounding))
     return text.rstrip("0").rstrip(".") + "%"
 
 

@@ -169,7 +169,8 @@ def test_save_never_writes_through_a_planted_file_and_leaves_nothing_when_it_fai
     (tmp_path / "isdir").mkdir()
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["baseline", "save", str(tmp_path / "isdir"), "--history", str(source)]) == 2
-    assert capsys.readouterr().err.endswith("isdir: cannot write: not a regular file (a directory)\n")
+    err = capsys.readouterr().err
+    assert err.endswith("isdir: cannot write: not a regular file (a directory)\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     # A path through a file: said as such (mkdir's own words are "File exists").
     assert main(["baseline", "save", str(victim / "bl.json"), "--history", str(source)]) == 2

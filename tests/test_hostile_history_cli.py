@@ -116,3 +116,34 @@ def test_appending_still_works_after_a_torn_hostile_tail(history: Path) -> None:
     append_grade(grade("after"), history)
     with pytest.warns(CleoGradeWarning):
         assert [r.session_id for r in read_grades(history)] == ["first", "last", "after"]
+
+
+def test_a_report_of_a_history_with_a_huge_finite_score_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its mean went through Decimal.quantize(), whose default 28 digits raised
+    # decimal.InvalidOperation out of `cleo-grade report`.
+    history = tmp_path / "GRADES.jsonl"
+    line = {
+        "sessionId": "s",
+        "testId": "t::a",
+        "totalScore": 1e30,
+        "maxScore": 100,
+        "dimensions": {},
+        "flags": [],
+        "timestamp": "2026-01-01T00:00:00Z",
+        "entryCount": 1,
+    }
+    history.write_text(json.dumps(line) + "\n")
+    page = tmp_path / "r.html"
+    args = [
+        "report",
+        "--html",
+        str(page),
+        "--history",
+        str(history),
+        "--db",
+        str(tmp_path / "a.db"),
+    ]
+    assert main(args) == 0, capsys.readouterr().err
+    assert "1" + "0" * 30 + "%" in page.read_text()

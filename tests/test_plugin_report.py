@@ -57,7 +57,12 @@ def test_a_percentage_passes_when_it_reaches_the_threshold(
 
 @pytest.mark.parametrize(
     ("percent", "text"),
-    [(85.0, "85%"), (67.5, "67.5%"), (71.665, "71.67%"), (71.66666, "71.67%"), (0.0, "0%")],
+    [
+        *[(85.0, "85%"), (67.5, "67.5%"), (71.665, "71.67%"), (71.66666, "71.67%"), (0.0, "0%")],
+        # A history may hold any finite percentage: more digits than Decimal's default 28.
+        (1e30, "1" + "0" * 30 + "%"),
+        (1.5e300, "15" + "0" * 299 + "%"),
+    ],
 )
 def test_percentages_show_at_most_two_decimals_rounded_half_up(percent: float, text: str) -> None:
     assert describe_percent(percent) == text
