@@ -7,6 +7,7 @@ without loading pydantic.
 from __future__ import annotations
 
 import math
+import re
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Final, Literal
 
@@ -66,6 +67,9 @@ THRESHOLD_FORMS: Final = (
 _LETTERS: Final[dict[str, float]] = dict(LETTER_CUTOFFS)
 
 
+_DECIMAL: Final = re.compile(r"\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
 def parse_grade_threshold(value: str | float) -> float:
     """Return the minimum percentage a grade must reach; ValueError names the accepted forms."""
     if isinstance(value, bool):
@@ -78,10 +82,10 @@ def parse_grade_threshold(value: str | float) -> float:
             return _LETTERS[text.upper()]
         if text.endswith("%"):
             text = text[:-1].strip()
-        try:
-            number = float(text)
-        except ValueError:
-            raise ValueError(f"invalid grade {value!r}: expected {THRESHOLD_FORMS}") from None
+        # float() would also take other scripts' digits ("٣" is 3), "1_0" and "1e1".
+        if not _DECIMAL.fullmatch(text):
+            raise ValueError(f"invalid grade {value!r}: expected {THRESHOLD_FORMS}")
+        number = float(text)
     if not math.isfinite(number) or not 0 <= number <= 100:
         raise ValueError(f"invalid grade {value!r}: expected {THRESHOLD_FORMS}")
     return number

@@ -403,6 +403,19 @@ def test_session_ids_are_unique_per_test_and_history_gets_one_line_per_test(
             "argument --cleo-grade-gate: invalid grade '101': expected a letter A-F*",
             id="cli-gate",
         ),
+        # float() reads other scripts' digits: an Arabic-Indic three was a 3% threshold.
+        pytest.param(
+            ["--cleo-grade-fail-under=\u0663"],
+            "",
+            "argument --cleo-grade-fail-under: invalid grade '\u0663': expected a letter A-F*",
+            id="cli-non-ascii-digit",
+        ),
+        pytest.param(
+            [],
+            "cleo_grade_gate = 7_5",
+            "*cleo-grade: ini option cleo_grade_gate: invalid grade '7_5'*A-F*",
+            id="ini-underscore",
+        ),
         pytest.param(
             ["--cleo-grade-mode=loud"],
             "",
