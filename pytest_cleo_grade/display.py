@@ -4,6 +4,7 @@ and the CLI's report of one grade. Shared by the plugin, the CLI and the reports
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
@@ -24,6 +25,7 @@ __all__ = [
     "failure_message",
     "grade_headline",
     "grade_section",
+    "html_text",
     "item_line",
     "judge_line",
     "judge_usage_totals",
@@ -70,6 +72,13 @@ def terminal_text(text: object) -> str:
     this one function.
     """
     return str(text).translate(_TERMINAL_ESCAPES)
+
+
+def html_text(text: object) -> str:
+    """``text`` safe in an HTML page: escaped, and its control characters shown as escapes
+    (as :func:`terminal_text` shows them; HTML has no meaning for them, and a \\r read as a
+    line break)."""
+    return html.escape(terminal_text(text), quote=True)
 
 
 def terminal_lines(text: str) -> str:

@@ -11,13 +11,18 @@ the script only makes the table sortable.
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from pytest_cleo_grade.display import number_text, points_of, score_text, signed_text
+from pytest_cleo_grade.display import (
+    html_text,
+    number_text,
+    points_of,
+    score_text,
+    signed_text,
+)
 from pytest_cleo_grade.models import GradeResult, Point, format_timestamp
 from pytest_cleo_grade.scale import letter_for
 from pytest_cleo_grade.stats import verdict_for
@@ -177,7 +182,7 @@ def _previous(
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return html_text(text)
 
 
 def _num(value: float) -> str:

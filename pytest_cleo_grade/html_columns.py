@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
+from pytest_cleo_grade.display import html_text
+
 if TYPE_CHECKING:
     from pytest_cleo_grade.reporter import Reporter
     from pytest_cleo_grade.verdict import GradedTest
@@ -25,7 +27,7 @@ _FLAGS = 5
 
 def _flags_cell(graded: GradedTest) -> str:
     flags = graded.result.flags
-    items = "".join(f"<li>{html.escape(flag)}</li>" for flag in flags[:_FLAGS])
+    items = "".join(f"<li>{html_text(flag)}</li>" for flag in flags[:_FLAGS])
     more = f"<li>... and {len(flags) - _FLAGS} more</li>" if len(flags) > _FLAGS else ""
     listed = f'<ul class="cleo-flags">{items}{more}</ul>' if flags else ""
     return f'<td class="col-cleoFlags">{len(flags)}{listed}</td>'
@@ -71,7 +73,7 @@ class HtmlReportColumns:
             return
         failed = self._failed()
         style = "color:#b00020;font-weight:bold" if failed else "font-weight:bold"
-        body = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+        body = "".join(f"<p>{html_text(line)}</p>" for line in lines)
         state = "failed" if failed else "passed"
         prefix.insert(0, f'<div class="cleo-grade {state}" style="{style}">{body}</div>')
 

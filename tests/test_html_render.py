@@ -105,6 +105,22 @@ def test_hostile_test_ids_flags_and_points_are_text_never_markup() -> None:
     assert "".join(tags.text).count(HOSTILE) >= 8
 
 
+def test_control_characters_from_the_agent_are_shown_as_escapes_not_written_raw() -> None:
+    # ESC and BEL mean nothing in a page (and are invalid in HTML); a CR read as a line break.
+    odd = "id\x1b[31m\x07\r\u202e"
+    hostile = grade(
+        odd,
+        40,
+        flags=(odd,),
+        points=[{"dimension": odd, "points": -5, "rule": odd, "text": odd, "entries": [0]}],
+        dims={odd: (8, 20)},
+        sessionId=odd,
+    )
+    page = render_html(build_report(run_of(hostile), [hostile], calls={odd: {0: odd}}))
+    assert not set("\x1b\x07\r\u202e") & set(page)
+    assert page.count("id\\x1b[31m\\x07\\r\\u202e") >= 6
+
+
 def test_the_verdict_comes_first_and_says_what_the_gate_decided() -> None:
     failing = run_of(grade("t::a", 40), grade("t::b", 60), gate=75)
     page = render_html(build_report(failing, []))

@@ -24,7 +24,8 @@ def test_careful_agent(graded_session):
 @pytest.mark.cleo_grade(fail_under="C", mode="report")
 def test_hasty_agent(graded_session):
     graded_session.record("tasks", "list", gateway="cleo_query")
-    graded_session.record("tasks", "add", {"title": "x"}, task_id="<script>alert(1)</script>")
+    task = "<script>alert(1)</script>\x1b[2J"
+    graded_session.record("tasks", "add", {"title": "x"}, task_id=task)
 
 def test_plain():
     pass
@@ -60,6 +61,8 @@ def test_each_graded_test_gets_grade_score_and_flag_columns(pytester: pytest.Pyt
     # Agent text is escaped: the report cannot be scripted by the agent.
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in hasty[4]
     assert "<script>alert(1)" not in json.dumps(data)
+    # A control character is shown as its escape, never written into the page.
+    assert "&lt;/script&gt;\\x1b[2J" in hasty[4] and "\x1b" not in page
     # An ungraded test keeps the table's shape, with empty cells.
     assert row(data, "test_plain")[2:5] == [
         '<td class="col-cleoGrade"></td>',
