@@ -129,6 +129,13 @@ def test_a_number_no_float_holds_in_a_tools_input_is_kept_as_text(tmp_path: Path
     assert entry.params == {"priority": "1e400", "weight": 2.5, "id": "9" * 5000}
 
 
+def test_a_transcript_starting_with_a_bom_reads_as_without_it(tmp_path: Path) -> None:
+    plain = load_transcript(write(tmp_path, use("t1", "mcp__tasks__tasks_find")))
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert load_transcript(path) == plain
+
+
 def test_an_unanswered_call_is_a_failure_saying_so(tmp_path: Path) -> None:
     [entry] = load_transcript(write(tmp_path, use("t1", "mcp__tasks__tasks_find")))
     assert (entry.domain, entry.operation, entry.result.exit_code) == ("tasks", "find", 1)

@@ -104,7 +104,9 @@ def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
         raise TranscriptError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     with handle:
         try:
-            for number, raw in iter_lines(handle, str(path)):
+            for number, line in iter_lines(handle, str(path)):
+                # A BOM starts the first line of some editors' files; the other readers allow it.
+                raw = line.removeprefix(b"\xef\xbb\xbf") if number == 1 else line
                 if not raw.strip():
                     continue
                 where = f"{path}, line {number}"
