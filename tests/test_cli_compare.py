@@ -235,6 +235,27 @@ def test_input_errors_exit_2_with_one_line_naming_the_problem(
     )
 
 
+def test_a_comparison_grade_missing_its_fields_is_an_error_naming_the_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    line = {
+        "sessionId": "s7",
+        "totalScore": 50,
+        "maxScore": 100,
+        "dimensions": {},
+        "timestamp": "2026-01-01T00:00:00Z",
+        "entryCount": 1,
+        "variant": "haiku",
+    }
+    history.write_text(json.dumps(line) + "\n")
+    assert main(compare(history)) == 2
+    assert capsys.readouterr().err == (
+        f"cleo-grade: error: {history}: grade of session s7: query: Field required "
+        "(and 2 more errors)\n"
+    )
+
+
 def test_a_corrupt_history_line_is_a_warning_not_a_failure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

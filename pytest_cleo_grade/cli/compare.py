@@ -13,6 +13,7 @@ from pytest_cleo_grade.cli.common import (
     warnings_to_stderr,
 )
 from pytest_cleo_grade.comparison import (
+    ComparisonError,
     ComparisonRecord,
     compare_records,
     decision_exit_status,
@@ -107,7 +108,10 @@ def _records(args: argparse.Namespace) -> list[ComparisonRecord]:
         path = history_path(args)
         with warnings_to_stderr():
             grades = read_grades(path)
-        records.extend(records_from_grades(grades))
+        try:
+            records.extend(records_from_grades(grades))
+        except ComparisonError as exc:
+            raise ComparisonError(f"{path}: {exc}") from None
     for sheet in args.sheet:
         records.extend(load_score_sheet(sheet))
     return records
