@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from pytest_cleo_grade.display import terminal_text
+from pytest_cleo_grade.display import terminal_lines, terminal_text
 from pytest_cleo_grade.errors import CleoGradeError, RubricError
 from pytest_cleo_grade.expectations import Call, TrajectoryMode
 from pytest_cleo_grade.models import GradeResult
@@ -253,10 +253,12 @@ def grade_test(
     try:
         result = grader(session)
     except CleoGradeError as exc:
-        message = f"cleo-grade: {nodeid}: cannot grade with rubric {label}: {exc}"
+        # The reason may quote a judge's reply or an endpoint's error body: shown, not obeyed.
+        reason = terminal_text(exc)
+        message = f"cleo-grade: {nodeid}: cannot grade with rubric {label}: {reason}"
         raw = getattr(exc, "raw", None)
         if isinstance(raw, str):
-            message += f"\njudge's last reply (first 500 characters):\n{raw[:500]}"
+            message += f"\njudge's last reply (first 500 characters):\n{terminal_lines(raw[:500])}"
         raise GradingFailed(message) from exc
     comparison = isinstance(grader, TestGrader) and grader.plan.variant is not None
     # A comparison grades the agent's output (set_output), which an empty log does not void.

@@ -102,6 +102,27 @@ def test_usage_is_taken_from_the_response_usage_field(server: FakeJudgeServer) -
     assert judge("p").usage == TokenUsage(1234, 56, 1290)
 
 
+@pytest.mark.parametrize(
+    "count", [10**12 + 1, -500, int("9" * 4300)], ids=["absurd", "negative", "4300-digits"]
+)
+def test_a_token_count_out_of_bounds_is_not_counted(server: FakeJudgeServer, count: int) -> None:
+    # A 4300-digit count made the run's sum unwritable (an INTERNALERROR of the pytest run).
+    usage = f'{{"prompt_tokens": 7, "completion_tokens": {count}}}'
+    body = '{"choices": [{"message": {"content": "{}"}}], "usage": ' + usage + "}"
+    server.push(Raw(body.encode()))
+    judge, _ = make_judge(server)
+    assert judge("p").usage == TokenUsage(7, 0, 7)
+
+
+def test_a_reply_echoing_the_api_key_reaches_no_one_with_it(
+    server: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUDGE_KEY", "sk-TOPSECRET-123")
+    server.push(Reply('{"rationale": "your key was sk-TOPSECRET-123"}'))
+    judge, _ = make_judge(server, api_key_env="JUDGE_KEY")
+    assert judge("p").text == '{"rationale": "your key was ***"}'
+
+
 @pytest.mark.parametrize("status", [500, 502, 503, 429], ids=str)
 def test_server_errors_and_rate_limits_are_retried_with_exponential_backoff(
     server: FakeJudgeServer, status: int

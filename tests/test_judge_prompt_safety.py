@@ -171,6 +171,15 @@ def test_a_hostile_judge_reply_is_a_judge_error_after_the_re_ask(reply: str) -> 
     assert len(asked) == 2
 
 
+def test_a_score_of_hundreds_of_digits_is_out_of_range_not_an_overflow() -> None:
+    # A number JSON reads but no float holds: formatting it with :g raised OverflowError.
+    reply = verdict_json(tool_efficiency=int("9" * 401))
+    with pytest.raises(JudgeReplyError, match=r"tool_efficiency.score: 9{24}\.\.\. is outside"):
+        WeightedJudgeRubric(judge=lambda prompt: reply).grade(
+            [entry("tasks", "add")], session_id="s1", now=NOW
+        )
+
+
 @pytest.mark.parametrize("reply", [DEEP_REPLY, HUGE_NUMBER_REPLY], ids=["deep", "huge-number"])
 def test_a_hostile_comparison_judge_answer_is_a_judge_error(reply: str) -> None:
     with pytest.raises(JudgeReplyError, match="invalid after one re-ask"):

@@ -413,7 +413,8 @@ class OpenAICompatibleJudge:
                 f"judge POST {self.display_url}: choices[0].message.content is not text"
             )
         usage = data.get("usage") if isinstance(data, dict) else None
-        return JudgeReply(content, _usage_from(usage))
+        # A reply that echoes the key would carry it into the history and the failure text.
+        return JudgeReply(mask(content, secrets), _usage_from(usage))
 
 
 def _basic_credentials(url: str) -> str | None:
@@ -452,7 +453,7 @@ def _retry_after(headers: http.client.HTTPMessage) -> float | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # isdigit() alone takes "²", which float() refuses
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -463,13 +464,21 @@ def _retry_after(headers: http.client.HTTPMessage) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
+#: More tokens than any request spends: a count above it is the endpoint's error, not counted.
+_MAX_TOKENS: Final = 10**12
+
+
 def _usage_from(usage: object) -> TokenUsage | None:
     if not isinstance(usage, dict):
         return None
 
     def count(key: str) -> int:
+        # The endpoint's word, so bounded: a count of thousands of digits could not even be
+        # written to the history (its sum exceeds Python's int-to-text limit).
         value = usage.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_TOKENS:
+            return value
+        return 0
 
     prompt, completion = count("prompt_tokens"), count("completion_tokens")
     return TokenUsage(prompt, completion, count("total_tokens") or prompt + completion)

@@ -8,11 +8,12 @@ Pure string work (no urllib): the rubric layer prints URLs too.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["MASK", "mask", "redact_url", "url_secrets"]
+__all__ = ["MASK", "basic_token", "mask", "redact_url", "url_secrets"]
 
 MASK: Final = "***"
 
@@ -74,13 +75,21 @@ def url_secrets(url: str) -> list[str]:
     if match is None:
         return []
     found: list[str] = []
+    basic: list[str] = []
     if match["userinfo"]:
         user, _, password = match["userinfo"].partition(":")
         found += [match["userinfo"], user, password]
+        # As an HTTP client sends them (Authorization: Basic ...), which a server may echo.
+        basic.append(basic_token(_unquote(user), _unquote(password)))
     if match["query"]:
         found += [value for _, value in _secret_params(match["query"])]
     decoded = [_unquote(secret) for secret in found]
-    return [secret for secret in found + decoded if secret]
+    return [secret for secret in found + decoded + basic if secret]
+
+
+def basic_token(user: str, password: str) -> str:
+    """The base64 ``user:password`` of an ``Authorization: Basic`` header."""
+    return base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def mask(text: str, secrets: Iterable[str]) -> str:

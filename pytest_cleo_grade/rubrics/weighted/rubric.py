@@ -274,6 +274,13 @@ class _DimensionReply(BaseModel):
         return [value] if isinstance(value, str) else value
 
 
+def _shown(score: float | str) -> str:
+    """A judge's score in a message: an int of hundreds of digits has no float to format
+    with :g (OverflowError), and is cut like a long string."""
+    text = f"{score:g}" if isinstance(score, float) else repr(score)
+    return text if len(text) <= 24 else f"{text[:24]}..."
+
+
 def _categorical_value(dimension: CategoricalDimension, score: int | float | str) -> Category:
     by_label = {c.label.casefold(): c for c in dimension.categories}
     key: int | None = None
@@ -281,14 +288,15 @@ def _categorical_value(dimension: CategoricalDimension, score: int | float | str
         found = by_label.get(score.strip().casefold())
         if found is not None:
             return found
-        if score.strip().isdigit():
-            key = int(score.strip())
+        text = score.strip()
+        if text.isascii() and text.isdigit() and len(text) <= 6:  # "²" and "9" * 5000 too
+            key = int(text)
     elif isinstance(score, int) or score.is_integer():
         key = int(score)
     if key is not None and 0 <= key < len(dimension.categories):
         return dimension.categories[key]
     choices = ", ".join(f"{c.label} ({c.value})" for c in dimension.categories)
-    raise ValueError(f"{score!r} is not one of {choices}")
+    raise ValueError(f"{_shown(score)} is not one of {choices}")
 
 
 def _verdict(dimension: Dimension, reply: _DimensionReply) -> Verdict:
@@ -300,7 +308,7 @@ def _verdict(dimension: Dimension, reply: _DimensionReply) -> Verdict:
     if isinstance(score, str):
         raise ValueError(f"expected a number from {dimension.min:g} to {dimension.max:g}")
     if not dimension.min <= score <= dimension.max:
-        raise ValueError(f"{score:g} is outside {dimension.min:g}..{dimension.max:g}")
+        raise ValueError(f"{_shown(score)} is outside {dimension.min:g}..{dimension.max:g}")
     return Verdict(float(score), None, evidence, reply.rationale)
 
 
