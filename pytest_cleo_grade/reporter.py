@@ -285,7 +285,7 @@ class Reporter:
         except Exception as exc:  # an export never fails the run
             from pytest_cleo_grade.exports.langfuse import failure_line
 
-            self.problem(f"cleo-grade: {failure_line(exc, base, secret)}")
+            self.problem(f"cleo-grade: {failure_line(exc, base, secret, public)}")
             return
         sessions = len({result.session_id for result in results})
         self.notes.append(f"cleo-grade: {summary.line(sessions, base)}")

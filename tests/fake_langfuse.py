@@ -29,6 +29,11 @@ class FakeLangfuse:
     configs: list[dict[str, Any]] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     refuse_scores: bool = False
+    #: Say "Unauthorized" with the Authorization header the client sent, as some servers do.
+    echo_auth: bool = False
+    #: Answer every page of score configs with a new config and a count of pages it never
+    #: reaches.
+    endless_pages: bool = False
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -65,7 +70,17 @@ class FakeLangfuse:
             self.requests.append(Request(method, path, auth, body))
             expected = "Basic " + base64.b64encode(":".join(self.keys).encode()).decode()
             if auth != expected:
-                return 401, {"message": "Unauthorized"}
+                return 401, {
+                    "message": f"Unauthorized: {auth}" if self.echo_auth else "Unauthorized"
+                }
+            if path == "/api/public/score-configs" and method == "GET" and self.endless_pages:
+                page = int(parse_qs(urlsplit(url).query).get("page", ["1"])[0])
+                config = {"id": f"cfg-{page}", "name": f"c{page}", "dataType": "NUMERIC",
+                          "createdAt": "2026-11-24T00:00:00.000Z",
+                          "updatedAt": "2026-11-24T00:00:00.000Z",
+                          "projectId": "project-1", "isArchived": False}  # fmt: skip
+                meta = {"page": page, "limit": 1, "totalItems": 10**12, "totalPages": 10**12}
+                return 200, {"data": [config], "meta": meta}
             if path == "/api/public/score-configs" and method == "GET":
                 query = parse_qs(urlsplit(url).query)
                 page = int(query.get("page", ["1"])[0])

@@ -71,7 +71,7 @@ def run_export(args: argparse.Namespace) -> int:
         from pytest_cleo_grade.exports.langfuse import failure_line
 
         raise CommandError(
-            f"cleo-grade export {failure_line(exc, base, secret)}", status=1
+            f"cleo-grade export {failure_line(exc, base, secret, public)}", status=1
         ) from None
     sessions = len({grade.session_id for grade in grades})
     print(terminal_text(summary.line(sessions, base)))

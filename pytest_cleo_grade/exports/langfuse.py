@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from pytest_cleo_grade.judges.redact import mask, redact_url, url_secrets
+from pytest_cleo_grade.judges.redact import basic_token, mask, redact_url, url_secrets
 from pytest_cleo_grade.models import GradeResult, format_timestamp
 from pytest_cleo_grade.rubrics.weighted.spec import DEFAULT_SPEC, CategoricalDimension
 from pytest_cleo_grade.scale import LETTER_CUTOFFS
@@ -76,10 +76,12 @@ class ExportSummary:
         )
 
 
-def failure_line(exc: BaseException, base_url: str, secret_key: str) -> str:
+def failure_line(exc: BaseException, base_url: str, secret_key: str, public_key: str = "") -> str:
     """One line for an export that failed: where it went (without credentials), what failed,
-    and the SDK's text on one line, with any credential it echoes masked."""
-    text = mask(" ".join(str(exc).split()), [*url_secrets(base_url), secret_key])[:300]
+    and the SDK's text on one line, with any credential it echoes masked (the keys also as
+    the Basic authorization the SDK sends)."""
+    secrets = [*url_secrets(base_url), secret_key, basic_token(public_key, secret_key)]
+    text = mask(" ".join(str(exc).split()), secrets)[:300]
     return f"langfuse export to {redact_url(base_url)} failed: {type(exc).__name__}: {text}"
 
 
@@ -168,11 +170,22 @@ def plan(result: GradeResult) -> list[ScoreSpec]:
     ]
 
 
+#: Pages of score configs read at most (100 each): a server that says it has more, or never
+#: runs out, would otherwise keep the export (and the pytest run) waiting for ever.
+_MAX_CONFIG_PAGES: Final = 100
+
+
 def _existing(api: Any) -> dict[str, str]:
     names: dict[str, str] = {}
     page, pages = 1, 1
     while page <= pages:
+        if page > _MAX_CONFIG_PAGES:
+            raise RuntimeError(
+                f"the server lists more than {_MAX_CONFIG_PAGES} pages of score configs"
+            )
         listing = api.score_configs.get(page=page, limit=100)
+        if not listing.data:
+            break
         names.update({config.name: config.id for config in listing.data})
         pages = listing.meta.total_pages
         page += 1
