@@ -252,6 +252,11 @@ def _int_or_text(text: str) -> int | str:
         return text
 
 
+# json.loads' number hooks, built once: the history and entries readers parse every line here.
+_STRICT_NUMBERS: Final[dict[str, Any]] = {"parse_float": finite_float}
+_TEXT_NUMBERS: Final[dict[str, Any]] = {"parse_float": _float_or_text, "parse_int": _int_or_text}
+
+
 def parse_json_strict(
     text: str, *, max_nesting: int | None = MAX_NESTING + 2, huge_numbers_as_text: bool = False
 ) -> Any:
@@ -265,9 +270,7 @@ def parse_json_strict(
     """
     if max_nesting is not None:
         check_nesting(text, max_nesting)
-    numbers: dict[str, Any] = {"parse_float": finite_float}
-    if huge_numbers_as_text:
-        numbers = {"parse_float": _float_or_text, "parse_int": _int_or_text}
+    numbers = _TEXT_NUMBERS if huge_numbers_as_text else _STRICT_NUMBERS
     try:
         value = json.loads(text, parse_constant=_reject_constant, **numbers)
     except RecursionError:

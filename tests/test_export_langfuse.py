@@ -139,26 +139,30 @@ def test_the_cli_reports_a_refusing_server_in_one_line(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    history = tmp_path / "GRADES.jsonl"
-    append_grade(GRADE, history)
-    for key, value in {**fake.env(), "LANGFUSE_SECRET_KEY": "wrong"}.items():
-        monkeypatch.setenv(key, value)
-    assert main(["export", "langfuse", "--history", str(history)]) == 1
+    assert cli_export(fake, tmp_path, monkeypatch, LANGFUSE_SECRET_KEY="wrong") == 1
     err = capsys.readouterr().err
     assert f"cleo-grade export langfuse export to {fake.base_url} failed: " in err
     assert err.count("\n") == 1 and "wrong" not in err
+
+
+def cli_export(
+    fake: FakeLangfuse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str
+) -> int:
+    """`cleo-grade export langfuse` of one grade to ``fake``, with ``env`` over its keys."""
+    history = tmp_path / "GRADES.jsonl"
+    append_grade(GRADE, history)
+    for key, value in {**fake.env(), **env}.items():
+        monkeypatch.setenv(key, value)
+    return main(["export", "langfuse", "--history", str(history)])
 
 
 def test_a_server_echoing_the_keys_as_sent_never_shows_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The SDK sends the keys as a Basic authorization (base64 of public:secret).
-    history = tmp_path / "GRADES.jsonl"
-    append_grade(GRADE, history)
     with FakeLangfuse(echo_auth=True) as fake:
-        for key, value in {**fake.env(), "LANGFUSE_SECRET_KEY": "sk-wrong-secret"}.items():
-            monkeypatch.setenv(key, value)
-        assert main(["export", "langfuse", "--history", str(history)]) == 1
+        wrong = {"LANGFUSE_SECRET_KEY": "sk-wrong-secret"}
+        assert cli_export(fake, tmp_path, monkeypatch, **wrong) == 1
     err = capsys.readouterr().err
     sent = base64.b64encode(b"pk-test:sk-wrong-secret").decode()
     assert "Unauthorized: Basic ***" in err and sent not in err and "wrong" not in err
@@ -167,12 +171,8 @@ def test_a_server_echoing_the_keys_as_sent_never_shows_them(
 def test_a_server_that_never_runs_out_of_pages_ends_the_export_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    history = tmp_path / "GRADES.jsonl"
-    append_grade(GRADE, history)
     with FakeLangfuse(endless_pages=True) as fake:
-        for key, value in fake.env().items():
-            monkeypatch.setenv(key, value)
-        assert main(["export", "langfuse", "--history", str(history)]) == 1
+        assert cli_export(fake, tmp_path, monkeypatch) == 1
         listed = [r for r in fake.requests if r.path == "/api/public/score-configs"]
     [line] = capsys.readouterr().err.splitlines()
     assert line.endswith("the server lists more than 100 pages of score configs")

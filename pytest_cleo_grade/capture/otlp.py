@@ -106,7 +106,8 @@ def _int(value: Any, where: str) -> int:
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) < _INT_BOUND:
         return value
-    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else f"{shown[:40]}..."
     raise OtlpError(f"{where}: expected a 64-bit integer, got {shown}")
 
 
