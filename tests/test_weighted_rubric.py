@@ -276,7 +276,7 @@ def test_two_invalid_replies_raise_a_judge_error_carrying_the_raw_reply() -> Non
             json.dumps({**json.loads(verdict_json()), "context_efficiency": 0.5}),
             "context_efficiency",
         ),
-        ('{"tool_efficiency": {"score": NaN}}', "tool_efficiency"),
+        ('{"tool_efficiency": {"score": NaN}}', "tool_efficiency.score: Input should be a finite"),
     ],
     ids=[
         "array",

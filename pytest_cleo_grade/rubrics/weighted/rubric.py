@@ -334,7 +334,9 @@ def parse_reply(spec: RubricSpec, text: str) -> dict[str, Verdict]:
             reply = _DimensionReply.model_validate(data[dimension.name])
             verdicts[dimension.name] = _verdict(dimension, reply)
         except ValidationError as exc:
-            first = exc.errors()[0]
+            errors = exc.errors()
+            # A NaN fails every member of the score's union: "a valid integer" would mislead.
+            first = next((e for e in errors if e["type"] == "finite_number"), errors[0])
             loc = ".".join(str(part) for part in first["loc"][:1])
             problems.append(f"{dimension.name}{'.' + loc if loc else ''}: {first['msg']}")
         except ValueError as exc:
