@@ -160,6 +160,7 @@ ODD_ROWS = [
     ("timestamp", "0000-03-01T12:00:00.000Z"),
     ("timestamp", "2026-03-01T12:00:00.000"),
     ("timestamp", "yesterday"),
+    ("timestamp", 1772366400000),  # Unix milliseconds: TEXT affinity stores the digits
     ("details_json", "{not json"),
     ("details_json", "[1, 2]"),
     ("details_json", b"{}"),
@@ -226,6 +227,13 @@ def test_a_row_the_columns_cannot_vouch_for_takes_the_entry_path(
     else:
         got = grade_from_store(path, "s1").model_dump(mode="json")
         assert {**got, "timestamp": None} == {**expected, "timestamp": None}  # type: ignore[dict-item]
+
+
+def test_a_timestamp_that_is_not_a_date_is_quoted_as_the_row_holds_it(tmp_path: Path) -> None:
+    path = store_with(tmp_path, "timestamp", 1772366400.5)
+    with pytest.raises(StoreError) as raised:
+        grade_from_store(path, "s1")
+    assert str(raised.value).endswith("not '1772366400.5'")
 
 
 def write_entries(path: Path, entries: list[AuditEntry], *, array: bool) -> Path:

@@ -407,7 +407,8 @@ class AuditStore:
         domain → ``unknown``, ``success`` 1/0 (null on legacy rows: true), ``exit_code`` when
         the row has one, else 0 on success and 1 on failure (CLEO stores no exit codes), null
         source → ``cli``, task_id ``system``/``unknown`` → no taskId, ``metadata_json`` merged
-        into metadata, and SQLite's naive ``YYYY-MM-DD HH:MM:SS`` default read as UTC.
+        into metadata, and SQLite's naive ``YYYY-MM-DD HH:MM:SS`` default read as UTC (any
+        other text is left as stored, so that an error quotes what the row holds).
         """
         exit_code = "CASE WHEN success = 0 THEN 1 ELSE 0 END"
         metadata = "'{}'"
@@ -417,7 +418,8 @@ class AuditStore:
             metadata = "coalesce(metadata_json, '{}')"
         return f"""json_object(
             'timestamp', CASE WHEN instr(timestamp, 'T') OR instr(timestamp, 'Z')
-                THEN timestamp ELSE replace(timestamp, ' ', 'T') || 'Z' END,
+                OR NOT instr(timestamp, ' ') THEN timestamp
+                ELSE replace(timestamp, ' ', 'T') || 'Z' END,
             'sessionId', session_id,
             'domain', coalesce(domain, 'unknown'),
             'operation', coalesce(operation, action),
