@@ -204,11 +204,18 @@ def compare_baseline(
             changes.append(
                 Change(test_id, metric, base_mean, now_mean, tolerance, beyond and not note, note)
             )
+    compared = bool(baseline.keys() & current.keys())
     problems = tuple(
         f"tolerance for {metric!r}: no test compared has this dimension"
         for metric in tolerances
-        if metric not in seen_metrics and any(baseline.keys() & current.keys())
+        if metric not in seen_metrics and compared
     )
+    if tolerances and current and not compared:
+        # Renamed or moved tests must not disarm the gate: it would pass having checked nothing.
+        problems += (
+            "no test graded in this run is in the baseline, so nothing was compared "
+            "(renamed or moved tests? save a new baseline)",
+        )
     return BaselineComparison(
         changes=tuple(changes),
         new_tests=tuple(t for t in current if t not in baseline),

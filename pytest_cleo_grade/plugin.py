@@ -564,7 +564,8 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if call.when == "call" and (repeat := _repeat_info(item)) is not None:
+    ends_run = call.when == "call" or (call.when == "setup" and not report.passed)
+    if ends_run and (repeat := _repeat_info(item)) is not None:
         setattr(report, REPEAT_ATTRIBUTE, encode_repeat(repeat))
     graded = item.stash.get(GRADED_KEY, None)
     problem = item.stash.get(GRADE_ERROR_KEY, None)

@@ -83,14 +83,19 @@ class RepeatAggregator:
             report.user_properties.extend(self._properties.pop(report.nodeid, []))
             return
         encoded = getattr(report, REPEAT_ATTRIBUTE, None)
-        if report.when != "call" or not isinstance(encoded, str):
+        if str(report.outcome) == "rerun" or not isinstance(encoded, str):
+            # A rerun plugin's superseded attempt: the run is the attempt that follows.
+            return
+        # A run ends with its call, or in its setup when that skipped or failed (no call).
+        if report.when != "call" and (report.when != "setup" or report.passed):
             return
         info = decode_repeat(encoded)
         runs = self.tests.setdefault(
             info.test_id, TestRuns(info, expected=self.expected.get(info.test_id))
         )
         runs.nodeids.append(report.nodeid)
-        if report.skipped and getattr(report, "wasxfail", None) is None:
+        if report.skipped and not _graded(report):
+            # Skipped, or an imperative pytest.xfail(): never graded, left out as a skip is.
             runs.skipped.add(info.run)
         else:
             runs.samples[info.run] = _sample(report, info)
@@ -112,6 +117,12 @@ class RepeatAggregator:
             # The test's one failure, carried by the run that completed it.
             report.outcome = "failed"
             report.longrepr = message
+
+
+def _graded(report: pytest.TestReport) -> bool:
+    from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE
+
+    return isinstance(getattr(report, GRADE_ATTRIBUTE, None), str)
 
 
 def _sample(report: pytest.TestReport, info: RepeatInfo) -> RunSample:

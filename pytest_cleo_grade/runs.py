@@ -37,6 +37,8 @@ __all__ = [
 
 R = TypeVar("R")
 
+# The run id comes last (parametrize ids first): a parameter id holding "run-1" is not it.
+_RUN_LAST_IN_ID = re.compile(r"[\[-]run-(\d+)\]$")
 _RUN_IN_ID = re.compile(r"[\[-]run-(\d+)[\]-][^\[]*$")
 
 
@@ -91,7 +93,7 @@ def base_test_id(nodeid: str, run: int) -> str:
 
 def run_of(nodeid: str) -> int | None:
     """The run index in an item id (``...[a-run-3]``), or None."""
-    match = _RUN_IN_ID.search(nodeid)
+    match = _RUN_LAST_IN_ID.search(nodeid) or _RUN_IN_ID.search(nodeid)
     return int(match.group(1)) if match else None
 
 

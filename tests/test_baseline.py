@@ -95,6 +95,20 @@ def test_a_tolerance_for_a_dimension_no_test_has_cannot_pass() -> None:
     )
 
 
+@pytest.mark.parametrize("baseline", [{"old": grades("old", [95.0])}, {}], ids=["renamed", "empty"])
+def test_a_gate_that_compared_no_test_cannot_pass(baseline: dict[str, TestGrades]) -> None:
+    now = {"new": grades("new", [10.0])}
+    result = compare_baseline(baseline, now, parse_tolerances("total:5"))
+    assert result.failed
+    assert result.problems == (
+        "no test graded in this run is in the baseline, so nothing was compared "
+        "(renamed or moved tests? save a new baseline)",
+    )
+    # Without a tolerance nothing is gated; with no graded test there is nothing to gate.
+    assert not compare_baseline(baseline, now, {}).failed
+    assert not compare_baseline(baseline, {}, parse_tolerances("total:5")).failed
+
+
 def test_a_baseline_file_round_trips(tmp_path: Path) -> None:
     original = {"t::a": grades("t::a", [87.5, 75.0], sessionDiscipline=[100.0, 50.0])}
     path = tmp_path / "baseline.json"

@@ -349,6 +349,9 @@ def test_agent(graded_session, cleo_grade_run):
         ("t.py::test_x[a-run-12]", 12, "t.py::test_x[a]"),
         ("t.py::test_x[run-2-b]", 2, "t.py::test_x[b]"),
         ("t.py::C::test[x-y-run-1]", 1, "t.py::C::test[x-y]"),
+        # A parameter's own id may hold "run-N": the run is the last one.
+        ("t.py::test_x[dry-run-1-run-2]", 2, "t.py::test_x[dry-run-1]"),
+        ("t.py::test_x[run-1-run-1]", 1, "t.py::test_x[run-1]"),
     ],
 )
 def test_the_run_and_the_test_id_are_read_back_from_an_item_id(
@@ -415,3 +418,106 @@ def test_agent(graded_session):
     result = pytester.runpytest()
     result.assert_outcomes(xfailed=3)
     assert result.ret == 0
+
+
+def test_a_parameter_id_holding_run_n_is_not_taken_for_the_run(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        FLIPPING
+        + """
+@pytest.mark.cleo_grade(runs=2, fail_under="A")
+@pytest.mark.parametrize("mode", ["dry-run-1"])
+def test_p(graded_session, cleo_grade_run, mode):
+    agent_for(cleo_grade_run)(graded_session)
+""",
+    )
+    result = pytester.runpytest("-v")
+    # Runs 1 and 2 of test_p[dry-run-1]: 100 % and 75 %, mean 87.5 % below A.
+    result.stdout.fnmatch_lines(
+        ["test_agent.py::test_p[[]dry-run-1[]]: flaky, FAILED (mean 87.5% is below 90% (A))"]
+    )
+    result.assert_outcomes(passed=1, failed=1)
+
+
+def test_a_run_skipped_in_setup_is_left_out_and_one_erroring_in_setup_is_a_failed_run(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.fixture
+def sandbox(cleo_grade_run, request):
+    if cleo_grade_run == 3:
+        if "skip" in request.node.name:
+            pytest.skip("sandbox unavailable")
+        raise RuntimeError("sandbox broke")
+
+@pytest.mark.cleo_grade(runs=3, fail_under="B")
+def test_skip(sandbox, graded_session):
+    forty(graded_session)
+
+@pytest.mark.cleo_grade(runs=3, fail_under="B", min_pass_rate=1.0)
+def test_error(sandbox, graded_session):
+    perfect(graded_session)
+""",
+    )
+    result = pytester.runpytest("-v")
+    result.stdout.fnmatch_lines(
+        [
+            "test_agent.py::test_skip: stable fail, FAILED (mean 40% is below 75% (B))",
+            "test_agent.py::test_error: flaky, FAILED (pass rate 2/3 < 1)",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*not decided*")
+    assert result.ret == 1
+
+
+def test_an_imperative_xfail_in_a_run_is_left_out_like_a_skip(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.mark.cleo_grade(runs=3, fail_under="B", min_pass_rate=1.0)
+def test_agent(graded_session, cleo_grade_run):
+    perfect(graded_session)
+    if cleo_grade_run == 1:
+        pytest.xfail("known infrastructure issue")
+""",
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, xfailed=1)
+    result.stdout.fnmatch_lines(["test_agent.py::test_agent: stable pass, PASSED *"])
+
+
+@pytest.mark.parametrize("last_attempt", ["forty", "perfect"])
+def test_a_rerun_run_is_decided_on_its_last_attempt(
+    pytester: pytest.Pytester, last_attempt: str
+) -> None:
+    make_suite(
+        pytester,
+        f"""
+attempts = []
+
+@pytest.mark.cleo_grade(runs=3, fail_under="A")
+def test_agent(graded_session, cleo_grade_run):
+    if cleo_grade_run == 3:
+        attempts.append(1)
+        if len(attempts) == 1:
+            {"perfect" if last_attempt == "forty" else "forty"}(graded_session)
+            raise ConnectionError("timeout")
+        {last_attempt}(graded_session)
+        return
+    perfect(graded_session)
+""",
+    )
+    result = pytester.runpytest("-p", "rerunfailures", "--reruns", "1")
+    if last_attempt == "forty":
+        # Mean of 100, 100, 40 = 80 %: below A, whatever the superseded attempt graded.
+        result.assert_outcomes(passed=2, failed=1)
+        assert "1 rerun" in result.stdout.lines[-1]
+        result.stdout.fnmatch_lines(
+            ["test_agent.py::test_agent: flaky, FAILED (mean 80% is below 90% (A))"]
+        )
+    else:
+        result.assert_outcomes(passed=3)
+        assert "1 rerun" in result.stdout.lines[-1]
+        result.stdout.fnmatch_lines(["test_agent.py::test_agent: stable pass, PASSED *"])
