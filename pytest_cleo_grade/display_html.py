@@ -77,6 +77,9 @@ class HtmlTest:
     previous_source: str = "previous run"
     #: Entry index -> ``domain.operation`` of the shown grade's session, when the store had it.
     calls: Mapping[int, str] | None = None
+    #: A repeated test's decision as the terminal says it (the pytest run knows it; a
+    #: history does not: then :attr:`repeat_verdict` counts the runs that reached the bar).
+    decision: str | None = None
 
     @property
     def shown_index(self) -> int:
@@ -111,6 +114,8 @@ class HtmlReport:
     title: str = "cleo-grade report"
     #: Where the grades came from (a path, "this pytest run"), shown under the title.
     source: str = ""
+    #: Other gates of the run, each (failed, its verdict line): the baseline gate's.
+    gates: tuple[tuple[bool, str], ...] = ()
 
 
 def build_report(
@@ -121,12 +126,15 @@ def build_report(
     calls: Mapping[str, Mapping[int, str]] | None = None,
     title: str = "cleo-grade report",
     source: str = "",
+    decisions: Mapping[str, str] | None = None,
+    gates: Sequence[tuple[bool, str]] = (),
 ) -> HtmlReport:
     """Group the run's tests with their history (one pass over it).
 
     ``baseline`` maps a test id to its baseline percentages (their mean is compared with);
     without one, a test is compared with its latest grades before this run. ``calls`` maps
-    a session id to its entries' call names.
+    a session id to its entries' call names; ``decisions`` a repeated test's id to its
+    decision line; ``gates`` the run's other gates (failed, verdict line).
     """
     current: dict[str, list[GradedTest]] = {}
     for test in run.tests:
@@ -157,11 +165,12 @@ def build_report(
             history=(*lines, *missing),
             previous=previous,
             previous_source=source_name,
+            decision=None if decisions is None else decisions.get(key),
         )
         if calls is not None:  # the calls of the session whose points are shown
             entry = dataclasses.replace(entry, calls=calls.get(entry.shown.session_id))
         tests.append(entry)
-    return HtmlReport(run=run, tests=tuple(tests), title=title, source=source)
+    return HtmlReport(run=run, tests=tuple(tests), title=title, source=source, gates=tuple(gates))
 
 
 def _previous(
@@ -200,6 +209,7 @@ def render_html(report: HtmlReport) -> str:
     if report.source:
         parts.append(f"<p class='source'>{_e(report.source)}</p>\n")
     parts.append(_verdict(report.run))
+    parts.extend(_gate(failed, line) for failed, line in report.gates)
     parts.append(_table(report.tests))
     parts.extend(_section(index, test) for index, test in enumerate(report.tests))
     parts.append(f"<script>{_SCRIPT}</script>\n</body>\n</html>\n")
@@ -213,6 +223,14 @@ def _verdict(run: RunGrade) -> str:
     return (
         f"<div id='verdict' class='verdict {state}' data-state='{state}'>"
         f"<strong>{_e(text)}</strong><br>{_e(run.run_line())}</div>\n"
+    )
+
+
+def _gate(failed: bool, line: str) -> str:
+    state = "fail" if failed else "pass"
+    return (
+        f"<div class='verdict gate {state}' data-state='{state}'><strong>{_e(line)}</strong>"
+        "</div>\n"
     )
 
 
@@ -242,7 +260,11 @@ def _row(index: int, test: HtmlTest) -> str:
     percent = test.percent
     letter = result.letter if len(test.tests) == 1 else letter_for(percent)
     change, change_value = _change(test)
-    runs = test.repeat_verdict or (f"{len(test.tests)} runs" if len(test.tests) > 1 else "")
+    runs = (
+        test.decision
+        or test.repeat_verdict
+        or (f"{len(test.tests)} runs" if len(test.tests) > 1 else "")
+    )
     excluded = test.tests[-1].excluded
     if excluded is not None:
         runs = f"{runs}; {excluded}, not counted" if runs else f"{excluded}, not counted"

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ESTIMATOR_NOTE",
+    "decision_line",
     "junit_repeat_properties",
     "repeat_lines",
     "repeat_markdown",
@@ -142,19 +143,24 @@ def _partial(runs: TestRuns) -> list[str]:
     return notes
 
 
+def decision_line(runs: TestRuns) -> str:
+    """A repeated test's decision as the terminal says it: ``flaky, FAILED (pass rate 2/3 <
+    1)``, or ``not decided, 2 of 3 runs reported``."""
+    stats = runs.stats
+    if stats is None:
+        seen = len(runs.samples) + len(runs.skipped)
+        return f"not decided, {seen} of {runs.info.runs} runs reported"
+    return f"{stats.verdict}, {_outcome(stats, runs.info.mode)} ({rule(stats)})"
+
+
 def repeat_lines(tests: Sequence[TestRuns]) -> list[str]:
     """The terminal summary of the repeated tests."""
     lines = []
     for runs in _ordered(tests):
+        lines.append(f"{runs.info.test_id}: {decision_line(runs)}")
         stats = runs.stats
         if stats is None:
-            seen = len(runs.samples) + len(runs.skipped)
-            lines.append(
-                f"{runs.info.test_id}: not decided, {seen} of {runs.info.runs} runs reported"
-            )
             continue
-        outcome = _outcome(stats, runs.info.mode)
-        lines.append(f"{runs.info.test_id}: {stats.verdict}, {outcome} ({rule(stats)})")
         lines.append(f"    {repeat_statistics(stats)}")
         lines.extend(f"    {note}" for note in _partial(runs))
     if lines:

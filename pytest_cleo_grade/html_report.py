@@ -87,8 +87,11 @@ def write_html_report(
     db: Path | None = None,
     baseline: Mapping[str, Sequence[float]] | None = None,
     source: str = "",
+    decisions: Mapping[str, str] | None = None,
+    gates: Sequence[tuple[bool, str]] = (),
 ) -> None:
-    """Render the run with its history (entries named from the store at ``db``) to ``path``."""
+    """Render the run with its history (entries named from the store at ``db``) to ``path``;
+    ``decisions`` and ``gates`` as :func:`build_report` takes them."""
     calls = None
     if db is not None:
         calls = session_calls(db, [test.result.session_id for test in run.tests])
@@ -96,6 +99,14 @@ def write_html_report(
     # only traverse the history again (the larger the process, the more they cost).
     with collector_paused():
         page = render_html(
-            build_report(run, history, baseline=baseline, calls=calls, source=source)
+            build_report(
+                run,
+                history,
+                baseline=baseline,
+                calls=calls,
+                source=source,
+                decisions=decisions,
+                gates=gates,
+            )
         )
     write_report(path, page)

@@ -307,6 +307,12 @@ class Reporter:
         gate = self.config.pluginmanager.get_plugin("cleo_grade_baseline")
         grades = getattr(gate, "baseline", None)
         baseline = None if grades is None else {key: grades[key].totals for key in grades}
+        # The page says what the terminal says: the baseline gate's verdict, and each
+        # repeated test's decision (runs that failed on their own or were not graded count).
+        gates: list[tuple[bool, str]] = []
+        if gate is not None and (line := gate.verdict_text()):
+            gates.append((bool(gate.failed), line))
+        decisions = self._decisions()
         try:
             with warnings_shown_not_raised():  # a corrupt history line is skipped, said once
                 history = read_grades(self.options.history_path)
@@ -317,11 +323,22 @@ class Reporter:
                 db=self.options.db_path,
                 baseline=baseline,
                 source="this pytest run",
+                decisions=decisions,
+                gates=gates,
             )
         except CleoGradeError as exc:
             self.problem(f"cleo-grade: {exc}")
             return
         self.html_written = path
+
+    def _decisions(self) -> dict[str, str]:
+        repeats = self.config.pluginmanager.get_plugin("cleo_grade_repeats")
+        tests = getattr(repeats, "tests", None)
+        if not tests:
+            return {}
+        from pytest_cleo_grade.display_repeats import decision_line
+
+        return {test_id: decision_line(runs) for test_id, runs in tests.items()}
 
     def _comparison_markdown(self) -> str:
         if self.comparison is not None:

@@ -61,6 +61,26 @@ def test_a_saved_baseline_gates_the_next_run_on_regressions(pytester: pytest.Pyt
     loose.stdout.fnmatch_lines(["baseline gate passed: no drop beyond the tolerances"])
 
 
+def test_the_html_report_shows_the_baseline_gate_the_terminal_shows(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "seventy_five")
+    pytester.runpytest("--cleo-grade-save-baseline=baseline.json").assert_outcomes(passed=2)
+    _agents(pytester, "perfect", "forty")
+    run = pytester.runpytest(
+        "--cleo-grade-baseline=baseline.json",
+        "--cleo-grade-fail-on-regression=total:5",
+        "--cleo-grade-html=report.html",
+    )
+    assert run.ret == 1
+    page = (pytester.path / "report.html").read_text()
+    assert (
+        "<div class='verdict gate fail' data-state='fail'>"
+        "<strong>baseline gate FAILED: 1 regression</strong></div>"
+    ) in page
+
+
 def test_a_missing_baseline_is_a_note_unless_required(pytester: pytest.Pytester) -> None:
     make_suite(pytester, SUITE)
     _agents(pytester, "perfect", "perfect")

@@ -521,3 +521,22 @@ def test_agent(graded_session, cleo_grade_run):
         result.assert_outcomes(passed=3)
         assert "1 rerun" in result.stdout.lines[-1]
         result.stdout.fnmatch_lines(["test_agent.py::test_agent: stable pass, PASSED *"])
+
+
+def test_the_html_report_shows_each_repeated_tests_decision_as_the_terminal_does(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.mark.cleo_grade(runs=3, fail_under="B", min_pass_rate=0.9)
+def test_agent(graded_session, cleo_grade_run):
+    perfect(graded_session)
+    assert cleo_grade_run != 2, "the agent broke on run 2"
+""",
+    )
+    result = pytester.runpytest("--cleo-grade-html=report.html")
+    line = "flaky, FAILED (pass rate 2/3 &lt; 0.9)"
+    result.stdout.fnmatch_lines([f"test_agent.py::test_agent: {line.replace('&lt;', '<')}"])
+    # Every run reached the bar by its grade; the decision counts the run that broke.
+    assert f"<td data-sort='{line}'>{line}</td>" in (pytester.path / "report.html").read_text()
