@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
         "rubrics",
         help="list the available rubrics, or check a rubric file",
         description="List the registered rubrics (built in, entry points), or validate a "
-        "rubric file (weighted or rules).",
+        "rubric file (weighted, rules or trajectory).",
     )
     rubrics.add_argument(
         "--check", metavar="FILE", help="validate a TOML or JSON rubric file and show it"
