@@ -309,18 +309,21 @@ def _check_marker(item: pytest.Item, marker: MarkerOptions) -> None:
         )
 
 
-def _refresh_marker(item: pytest.Item) -> None:
+def _refresh_marker(item: pytest.Item) -> bool:
     """Read the test's cleo_grade markers again as its body starts: a fixture may have added
-    one (``request.applymarker``), or a later collection hook; the threshold it sets must
-    decide the grade. A bad one fails the test with the same message as at collection."""
+    one (``request.applymarker``), or a later collection hook; the threshold and the rubric
+    it sets must decide the grade. A bad one fails the test with the same message as at
+    collection. True when the marker changed since the test's session was set up."""
     if item.get_closest_marker("cleo_grade") is None:
-        return
+        return False
     try:
         marker = marker_options(item)
         _check_marker(item, marker)
     except pytest.UsageError as exc:
         pytest.fail(str(exc), pytrace=False)
+    changed = item.stash.get(MARKER_KEY, None) != marker
     item.stash[MARKER_KEY] = marker
+    return changed
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -530,7 +533,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         del item.stash[GRADED_KEY]
     if GRADE_ERROR_KEY in item.stash:
         del item.stash[GRADE_ERROR_KEY]
-    _refresh_marker(item)
+    if _refresh_marker(item):
+        # The session's grader was planned from the marker its setup saw (rubric=, expect=).
+        session.grader = _grader(item)
     try:
         outcome = yield
     except (pytest.skip.Exception, pytest.xfail.Exception):

@@ -207,6 +207,31 @@ def test_hostile_call_names_stay_on_their_line_in_the_failure_message(
     )
 
 
+def test_expectations_a_fixture_applies_grade_with_the_trajectory_rubric(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.fixture
+        def expecting(request):
+            request.applymarker(pytest.mark.cleo_grade(expect=["tasks.find"], fail_under=100))
+
+        def test_before(expecting, graded_session):
+            graded_session.record("tasks", "find", {"query": "login"})
+
+        def test_after(graded_session, expecting):
+            graded_session.record("tasks", "list")
+        """
+    )
+    result = pytester.runpytest("--junitxml=out.xml")
+    # Graded by the trajectory rubric whichever fixture came first (CLEO's would give 55/100).
+    result.stdout.fnmatch_lines(["*test_before *100/100*", "*test_after *0/100*"])
+    result.assert_outcomes(passed=1, failed=1)
+    assert (pytester.path / "out.xml").read_text().count('value="trajectory"') == 2
+
+
 def test_the_marker_expect_grades_with_the_trajectory_rubric(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
