@@ -29,6 +29,10 @@ ESTIMATOR_NOTE = (
 )
 
 
+def _runs(count: int) -> str:
+    return "1 run" if count == 1 else f"{count} runs"
+
+
 def _fraction(value: float) -> str:
     return f"{value:.2f}"
 
@@ -58,7 +62,7 @@ def rule(stats: RepeatStats) -> str:
 
 def repeat_statistics(stats: RepeatStats) -> str:
     """The figures on one line."""
-    parts = [f"{stats.runs} runs"]
+    parts = [_runs(stats.runs)]
     if stats.mean is not None:
         mean = f"mean {describe_percent(stats.mean)}"
         if stats.stdev is not None:
@@ -78,7 +82,10 @@ def repeat_statistics(stats: RepeatStats) -> str:
 def _outcome(stats: RepeatStats, mode: str) -> str:
     if stats.decided_pass:
         return "PASSED"
-    # Report mode annotates only: the test does not fail, and the text must not say it did.
+    # Report mode annotates only, and an xfail-marked test is expected to fail: neither
+    # fails, and the text must not say it did.
+    if mode == "xfail":
+        return "below (expected to fail)"
     return "FAILED" if mode == "fail" else "below (report mode)"
 
 
@@ -86,7 +93,7 @@ def repeat_message(test_id: str, stats: RepeatStats, mode: str = "fail") -> str:
     """The decision over all runs, as a failure message or a report section."""
     outcome = _outcome(stats, mode).lower().replace("failed", "FAILED")
     return (
-        f"cleo-grade: {test_id}: {stats.verdict}, {outcome} over {stats.runs} runs: "
+        f"cleo-grade: {test_id}: {stats.verdict}, {outcome} over {_runs(stats.runs)}: "
         f"{rule(stats)}\n{repeat_statistics(stats)}"
     )
 
@@ -150,7 +157,7 @@ def decision_line(runs: TestRuns) -> str:
     if stats is None:
         seen = len(runs.samples) + len(runs.skipped)
         return f"not decided, {seen} of {runs.info.runs} runs reported"
-    return f"{stats.verdict}, {_outcome(stats, runs.info.mode)} ({rule(stats)})"
+    return f"{stats.verdict}, {_outcome(stats, runs.mode)} ({rule(stats)})"
 
 
 def repeat_lines(tests: Sequence[TestRuns]) -> list[str]:
@@ -186,7 +193,7 @@ def repeat_markdown(tests: Sequence[TestRuns]) -> str:
             mean = describe_percent(stats.mean)
             if stats.mean_interval is not None:
                 mean += f" ({_interval(*stats.mean_interval, percent=True)})"
-        failed = "**FAIL**" if runs.info.mode == "fail" else "below (report mode)"
+        failed = "**FAIL**" if runs.mode == "fail" else _outcome(stats, runs.mode)
         decision = ("pass" if stats.decided_pass else failed) + f": {markdown_cell(rule(stats))}"
         rows.append(
             f"| {name} | {stats.verdict} | {decision} | {stats.passed}/{stats.runs} | {mean} | "

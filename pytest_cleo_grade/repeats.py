@@ -107,11 +107,11 @@ class RepeatAggregator:
         from pytest_cleo_grade.display_repeats import junit_repeat_properties, repeat_message
 
         self._properties[report.nodeid] = junit_repeat_properties(stats)
-        message = repeat_message(info.test_id, stats, info.mode)
         # An xfail-marked test is expected to fail: its decision is shown, never a failure
         # (as a single xfailed test's grade is left out of the gate).
-        expected_to_fail = getattr(report, "wasxfail", None) is not None
-        if stats.decided_pass or report.failed or info.mode == "report" or expected_to_fail:
+        runs.xfail = getattr(report, "wasxfail", None) is not None
+        message = repeat_message(info.test_id, stats, runs.mode)
+        if stats.decided_pass or report.failed or runs.mode != "fail":
             report.sections.append(("CLEO repeats", message))
         else:
             # The test's one failure, carried by the run that completed it.

@@ -176,8 +176,15 @@ class TestRuns:
     #: How many runs this session runs (fewer than ``runs`` when -k deselected some).
     expected: int | None = None
     stats: RepeatStats | None = None
+    #: An xfail-marked test: its decision is shown, never a failure.
+    xfail: bool = False
 
     __test__ = False  # not a pytest test class, whatever its name
+
+    @property
+    def mode(self) -> str:
+        """How the decision reads: ``fail``, ``report``, or ``xfail`` (expected to fail)."""
+        return "xfail" if self.xfail else self.info.mode
 
     @property
     def complete(self) -> bool:

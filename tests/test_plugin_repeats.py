@@ -418,6 +418,10 @@ def test_agent(graded_session):
     result = pytester.runpytest()
     result.assert_outcomes(xfailed=3)
     assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["test_agent.py::test_agent: stable fail, below (expected to fail) (mean 40% *"]
+    )
+    result.stdout.no_fnmatch_line("*FAILED*")
 
 
 def test_a_parameter_id_holding_run_n_is_not_taken_for_the_run(pytester: pytest.Pytester) -> None:
