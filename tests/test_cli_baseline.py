@@ -106,6 +106,11 @@ def test_diff_reads_a_baseline_file_against_a_history(tmp_path: Path) -> None:
             "'tests' must be an object",
         ),
         (b"\xff{}", "input.json: not UTF-8 text (byte 0)"),
+        # Cut short: the baseline's own error, not a warning about a history line.
+        (
+            '{"format": "cleo-grade-baseline", "version": 1,\n "tests": {',
+            "input.json:2: invalid JSON",
+        ),
         ("<directory>", "input.json: cannot read: not a regular file (a directory)"),
     ],
 )
