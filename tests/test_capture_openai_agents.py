@@ -13,9 +13,10 @@ import pytest
 
 pytest.importorskip("agents", reason="needs the openai-agents extra (OpenAI Agents SDK)")
 
-from agents import Agent, Runner, function_tool, set_trace_processors
+from agents import Agent, Runner, add_trace_processor, function_tool, set_trace_processors
 from agents.items import ModelResponse
 from agents.models.interface import Model
+from agents.tracing import function_span, trace
 from agents.usage import Usage
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -23,6 +24,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
+from pytest_cleo_grade.capture import openai_agents
 from pytest_cleo_grade.capture.openai_agents import AuditTracingProcessor
 from pytest_cleo_grade.session import GradeSession, SessionSettings
 from tests.capture_scenario import CALLS, MISSING_TASK, assert_same_grade, grade_by_hand
@@ -202,3 +204,37 @@ def test_a_bare_keyerror_named_by_the_failure_function_is_a_not_found(
     (entry,) = session.entries
     assert (entry.result.success, entry.result.exit_code) == (False, 4)
     assert "KeyError: 'T9'" in (entry.error or "")
+
+
+@pytest.fixture
+def no_processors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_AGENTS_DISABLE_TRACING", raising=False)
+    set_trace_processors([])
+    yield
+    set_trace_processors([])
+
+
+def test_processors_left_registered_by_earlier_tests_record_each_call_once(
+    session: GradeSession, no_processors: None
+) -> None:
+    # What three tests that each add_trace_processor() leave registered: the SDK's processors
+    # are process-wide, and every one of them is handed every span.
+    for _ in range(3):
+        add_trace_processor(AuditTracingProcessor())
+    agent = Agent(name="triage", model=ScriptedModel(CALLS), tools=TOOLS)
+    asyncio.run(Runner.run(agent, "triage the login bug"))
+    assert len(session.entries) == len(CALLS)
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+
+
+def test_the_record_of_recorded_spans_keeps_only_the_newest(no_processors: None) -> None:
+    kept = openai_agents.RECORDED_SPANS_KEPT
+    add_trace_processor(AuditTracingProcessor())
+    with trace("many tool calls"):
+        for number in range(kept + 10):
+            with function_span(f"tool_{number}"):
+                pass
+    # Outside a graded session nothing is recorded, but each span is still claimed once; the
+    # claims stop growing at the bound (a long-lived process traces without end).
+    assert len(openai_agents._recorded_spans) == kept

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,13 +14,33 @@ import pytest
 pytest.importorskip("pydantic_ai", reason="needs the pydantic-ai extra (pydantic-ai-slim 2.x)")
 
 from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
+from pytest_cleo_grade.capture.mapping import ToolMapping
 from pytest_cleo_grade.capture.pydantic_ai import AuditHooks, audit_agent
+from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.session import GradeSession, SessionSettings
 from tests.capture_scenario import CALLS, MISSING_TASK, assert_same_grade, grade_by_hand
+
+
+@pytest.fixture(autouse=True)
+def close_the_loop_run_sync_leaves() -> Iterator[None]:
+    # run_sync leaves its event loop as the thread's current loop, to reuse it; a later
+    # asyncio.run() (the OpenAI Agents tests) replaces it, and the loop is collected unclosed:
+    # a ResourceWarning at exit, an error under filterwarnings = error.
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # no current loop: made, then closed
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:  # none, and none may be made (set to None before)
+            return
+    if not loop.is_running():
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
 @pytest.fixture
@@ -94,6 +116,51 @@ def test_audit_agent_records_an_unchanged_agent_under_override(session: GradeSes
     assert len(session.entries) == len(CALLS)
 
 
+def test_audit_agent_on_an_agent_with_its_own_hooks_records_each_call_once(
+    session: GradeSession,
+) -> None:
+    own = AuditHooks()
+    agent = build_agent(model=scripted(CALLS), capabilities=[own])
+    with audit_agent(agent) as hooks:
+        agent.run_sync("triage the login bug")
+    assert hooks is own
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert len(session.entries) == len(CALLS)
+
+
+def test_nested_audit_agent_records_once_and_the_outer_block_audits_until_it_ends(
+    session: GradeSession,
+) -> None:
+    agent = build_agent()
+    # As a fixture's audit_agent and the test's own would nest.
+    with audit_agent(agent) as outer:
+        with audit_agent(agent) as inner, agent.override(model=scripted(CALLS[:2])):
+            agent.run_sync("first")
+        assert inner is outer
+        with agent.override(model=scripted(CALLS[:1])):
+            agent.run_sync("still audited by the outer block")
+    with agent.override(model=scripted(CALLS[:1])):
+        agent.run_sync("no longer audited")
+    assert [(e.domain, e.operation) for e in session.entries] == [
+        ("session", "list"),
+        ("admin", "help"),
+        ("session", "list"),
+    ]
+
+
+def test_audit_agent_refuses_a_mapping_the_hooks_already_there_do_not_use(
+    session: GradeSession,
+) -> None:
+    agent = build_agent(model=scripted(CALLS[:1]), capabilities=[AuditHooks()])
+    mapping = ToolMapping.parse(["session_list = session.find"])
+    refused = pytest.raises(
+        CleoGradeError, match="already has AuditHooks with another tool mapping"
+    )
+    with refused, audit_agent(agent, mapping=mapping):
+        agent.run_sync("list")
+    assert session.entries == []
+
+
 def test_a_per_run_capability_records_too(session: GradeSession) -> None:
     agent = build_agent(model=scripted(CALLS[:2]))
     agent.run_sync("help", capabilities=[AuditHooks()])
@@ -119,6 +186,38 @@ def test_an_argument_validation_failure_is_recorded_as_a_failed_call(
     assert first.params == {"query": 42, "unexpected": True}
     assert "validation error" in (first.error or "")
     assert second.result.success
+
+
+def test_the_attempt_that_uses_up_the_retries_keeps_the_tools_own_not_found(
+    session: GradeSession,
+) -> None:
+    # retries=3: the fourth miss makes pydantic-ai give up ("exceeded max retries count of 3",
+    # raised from the tool's ModelRetry); that attempt failed the way the three before it did.
+    agent = build_agent(model=scripted([("tasks_show", {"taskId": MISSING_TASK})] * 4))
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+        agent.run_sync("show", capabilities=[AuditHooks()])
+    assert [(e.result.exit_code, e.error) for e in session.entries] == [
+        (4, f"Task {MISSING_TASK} not found")
+    ] * 4
+
+
+def test_an_agent_giving_up_inside_a_tool_is_that_tools_own_failure(
+    session: GradeSession,
+) -> None:
+    inner = build_agent(model=scripted([("tasks_show", {"taskId": MISSING_TASK})] * 4))
+    outer: Agent[None, str] = Agent(scripted([("ask_inner", {})]), retries=3)
+
+    @outer.tool_plain
+    async def ask_inner() -> str:
+        return (await inner.run("show")).output
+
+    # The outer call is on its first attempt: the inner agent's "exceeded max retries" (from
+    # its tool's ModelRetry) is what this tool raised, not a retry of its own used up.
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+        outer.run_sync("delegate", capabilities=[AuditHooks()])
+    (entry,) = session.entries
+    assert (entry.operation, entry.result.exit_code) == ("ask_inner", 1)
+    assert "exceeded max retries" in (entry.error or "")
 
 
 def test_a_crashing_tool_is_recorded_before_the_run_fails(session: GradeSession) -> None:

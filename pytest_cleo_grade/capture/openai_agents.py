@@ -13,13 +13,19 @@ default error function the text is redacted, and the call records exit code 1); 
 a ``KeyError`` or a "not found" message is CLEO's E_NOT_FOUND (4) by the shared exit-code
 rules. A trace only tells what happened: this adapter cannot fail a call (use fault injection
 through the dispatcher or an MCP adapter for that).
+
+The SDK's processors are process-wide, so one added per test stays for the next: every span
+is recorded once however many AuditTracingProcessors are registered (by the first one the SDK
+hands it to, with that processor's mapping and source).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 try:
     from agents.tracing import FunctionSpanData, TracingProcessor
@@ -40,6 +46,31 @@ from pytest_cleo_grade.capture.mapping import (
 __all__ = ["AuditTracingProcessor", "span_failure"]
 
 SOURCE = "openai-agents"
+
+#: How many recorded spans are remembered. The SDK hands an ended span to every processor, one
+#: after the other, at once (``SynchronousMultiTracingProcessor``): a span's repeats come before
+#: thousands of other spans can end, so forgetting the oldest loses nothing.
+RECORDED_SPANS_KEPT: Final = 4096
+
+# The spans recorded by any AuditTracingProcessor in this process, oldest first, by (trace id,
+# span id). A record shared by all instances rather than "only the first registered instance
+# records": it needs nothing from the SDK's private processor list, and it still holds when
+# that list is replaced (``set_trace_processors``), an instance is registered twice, or the
+# instance that would have been first is gone.
+_recorded_spans: OrderedDict[tuple[str, str], None] = OrderedDict()
+_recorded_lock = threading.Lock()
+
+
+def _first_to_record(span: Any) -> bool:
+    """Claim ``span`` for recording: True for the first processor to ask, False after."""
+    key = (str(span.trace_id), str(span.span_id))
+    with _recorded_lock:
+        if key in _recorded_spans:
+            return False
+        _recorded_spans[key] = None
+        if len(_recorded_spans) > RECORDED_SPANS_KEPT:
+            _recorded_spans.popitem(last=False)
+    return True
 
 
 def _time(value: Any) -> datetime | None:
@@ -71,7 +102,10 @@ def span_failure(tool: str, error: Mapping[str, Any] | None, output: Any) -> Fai
 
 
 class AuditTracingProcessor(TracingProcessor):
-    """Records every ended function span into the graded session active in this process."""
+    """Records every ended function span into the graded session active in this process.
+
+    Each span once, however many instances are registered (see the module's docstring).
+    """
 
     def __init__(self, *, mapping: ToolMapping | None = None, source: str = SOURCE) -> None:
         self.mapping = mapping
@@ -88,7 +122,7 @@ class AuditTracingProcessor(TracingProcessor):
 
     def on_span_end(self, span: Any) -> None:
         data = span.span_data
-        if not isinstance(data, FunctionSpanData):
+        if not isinstance(data, FunctionSpanData) or not _first_to_record(span):
             return
         started, ended = _time(span.started_at), _time(span.ended_at)
         duration = (ended - started).total_seconds() * 1000 if started and ended else None

@@ -16,9 +16,11 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 try:
     from pydantic_ai import _utils as _pai_utils
-    from pydantic_ai.capabilities import AbstractCapability, CombinedCapability
+    from pydantic_ai.capabilities import AbstractCapability, CombinedCapability, WrapperCapability
     from pydantic_ai.capabilities.abstract import WrapToolExecuteHandler, WrapToolValidateHandler
     from pydantic_ai.exceptions import (
         ApprovalRequired,
@@ -26,6 +28,8 @@ try:
         ModelRetry,
         SkipToolExecution,
         SkipToolValidation,
+        ToolRetryError,
+        UnexpectedModelBehavior,
     )
     from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.tools import RunContext, ToolDefinition
@@ -52,6 +56,30 @@ __all__ = ["AuditHooks", "audit_agent"]
 
 #: Control flow, not failures: the call was deferred or replaced, not run and failed.
 _NOT_FAILURES = (CallDeferred, ApprovalRequired, SkipToolExecution, SkipToolValidation)
+#: What a tool's failure is when it asks the model to try again: once the tool has used up its
+#: retries, pydantic-ai raises UnexpectedModelBehavior ``from`` one of these.
+_RETRY_REQUESTS = (ModelRetry, ToolRetryError, ValidationError)
+
+
+def _failure(ctx: RunContext[Any], call: ToolCallPart, exc: Exception) -> Failure:
+    """How the call failed: what the tool (or its validation) said, not pydantic-ai's verdict
+    that it said so once too often.
+
+    On the last allowed attempt pydantic-ai replaces the tool's ``ModelRetry`` with "Tool 'x'
+    exceeded max retries count of N", raised ``from`` it. That is the same failure as every
+    earlier attempt's, so the entry takes the cause's class and text (a "not found" stays
+    E_NOT_FOUND, 4). Only on the last attempt (``ctx.retry`` has reached ``ctx.max_retries``,
+    the test pydantic-ai's ``_check_max_retries`` makes): before it, such an error came from
+    the tool itself (e.g. an agent it runs that gave up), and is the tool's failure as it is.
+    """
+    cause = exc.__cause__
+    if (
+        isinstance(exc, UnexpectedModelBehavior)
+        and isinstance(cause, _RETRY_REQUESTS)
+        and ctx.retry >= ctx.max_retries
+    ):
+        return Failure(tool=call.tool_name, exception=cause)
+    return Failure(tool=call.tool_name, exception=exc)
 
 
 class AuditHooks(AbstractCapability[Any]):
@@ -104,7 +132,7 @@ class AuditHooks(AbstractCapability[Any]):
         except _NOT_FAILURES:
             raise
         except Exception as exc:
-            self._record(call, args, Failure(tool=call.tool_name, exception=exc), started, clock)
+            self._record(call, args, _failure(ctx, call, exc), started, clock)
             raise
 
     async def wrap_tool_execute(
@@ -128,10 +156,23 @@ class AuditHooks(AbstractCapability[Any]):
         except _NOT_FAILURES:
             raise
         except Exception as exc:
-            self._record(call, args, Failure(tool=call.tool_name, exception=exc), started, clock)
+            self._record(call, args, _failure(ctx, call, exc), started, clock)
             raise
         self._record(call, args, envelope_failure(call.tool_name, result), started, clock)
         return result
+
+
+def _hooks_in(capability: AbstractCapability[Any]) -> AuditHooks | None:
+    """The first AuditHooks in a capability tree (behind wrappers such as ``prefix_tools()``
+    too, which ``apply`` visits but does not open), else None."""
+    leaves: list[AbstractCapability[Any]] = []
+    capability.apply(leaves.append)
+    for leaf in leaves:
+        while isinstance(leaf, WrapperCapability):
+            leaf = leaf.wrapped
+        if isinstance(leaf, AuditHooks):
+            return leaf
+    return None
 
 
 @contextmanager
@@ -139,8 +180,11 @@ def audit_agent(agent: Any, *, mapping: ToolMapping | None = None) -> Iterator[A
     """Within the block, every run of ``agent`` (in this context) also has :class:`AuditHooks`,
     so the agent's own code need not change; like ``Agent.override``, whose mechanism it uses.
 
-    Raises CleoGradeError when this pydantic-ai has no such mechanism (then pass
-    ``capabilities=[AuditHooks()]`` to the agent or its runs).
+    An agent that already has AuditHooks (its own ``capabilities=[AuditHooks()]``, or an
+    enclosing ``audit_agent``) is left as it is and those hooks are yielded: each call is
+    recorded once. Raises CleoGradeError when this pydantic-ai has no such mechanism (then pass
+    ``capabilities=[AuditHooks()]`` to the agent or its runs), or when ``mapping`` differs from
+    the mapping of the hooks already there.
     """
     override = getattr(agent, "_override_root_capability", None)
     effective = getattr(agent, "_effective_root_capability", None)
@@ -149,8 +193,23 @@ def audit_agent(agent: Any, *, mapping: ToolMapping | None = None) -> Iterator[A
             f"cleo-grade: cannot add AuditHooks to {type(agent).__name__} from outside; pass "
             "capabilities=[AuditHooks()] to the agent or to its run"
         )
+    current = effective()
+    present = _hooks_in(current)
+    if present is not None:
+        # A second AuditHooks would record every call again (each hook records what it wraps).
+        # Setting no override also makes the nested case restore itself: the enclosing block's
+        # override stays until that block resets it.
+        if mapping is not None and mapping != present.mapping:
+            # Its hooks would map the calls, not this mapping: refuse rather than grade the
+            # calls under a mapping the caller did not ask for.
+            raise CleoGradeError(
+                f"cleo-grade: {type(agent).__name__} already has AuditHooks with another tool "
+                "mapping; pass the mapping to those hooks, or audit the agent once"
+            )
+        yield present
+        return
     hooks = AuditHooks(mapping=mapping)
-    combined = CombinedCapability([effective(), hooks]).for_agent(agent)
+    combined = CombinedCapability([current, hooks]).for_agent(agent)
     token = override.set(_pai_utils.Some(combined))
     try:
         yield hooks
