@@ -16,8 +16,10 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
+from langgraph.types import Command, interrupt
 
 from pytest_cleo_grade.capture.langchain import (
     AuditCallbackHandler,
@@ -198,3 +200,55 @@ def test_an_injected_not_found_fails_the_call_before_the_tool_runs(session: Grad
     show = session.entries[0]
     assert (show.result.success, show.result.exit_code) == (False, 4)
     assert show.metadata.model_extra == {**(show.metadata.model_extra or {}), "injected": True}
+
+
+def test_a_sub_agents_calls_inside_a_recorded_tool_are_recorded_too(
+    session: GradeSession,
+) -> None:
+    # The middleware records the outer call, which the callbacks see too; the calls its
+    # tool's sub-agent (no middleware) makes are other calls, seen by the callbacks the tool
+    # passes on to it.
+    inner = create_agent(scripted([("tasks_show", {"taskId": MISSING_TASK})]), make_tools())
+
+    @tool
+    def research(question: str) -> str:
+        """Ask the research sub-agent."""
+        try:
+            return str(inner.invoke({"messages": [HumanMessage(question)]})["messages"][-1].content)
+        except KeyError:
+            return "not found"
+
+    outer = create_agent(
+        scripted([("research", {"question": "login bug"})]),
+        [research],
+        middleware=[AuditMiddleware()],
+    )
+    outer.invoke({"messages": [HumanMessage("go")]}, config={"callbacks": [AuditCallbackHandler()]})
+    assert [(e.operation, e.result.exit_code, e.metadata.source) for e in session.entries] == [
+        ("research", 0, "langchain"),
+        ("show", 4, "langchain"),
+    ]
+
+
+@pytest.mark.parametrize("audit", ["middleware", "callbacks"])
+def test_a_tool_paused_by_interrupt_is_recorded_once_when_resumed(
+    session: GradeSession, audit: str
+) -> None:
+    # interrupt() (a human approval) pauses the graph with LangGraph's GraphInterrupt raised
+    # through the tool; the tool runs again from the start on Command(resume=...).
+    @tool
+    def tasks_delete(taskId: str) -> str:
+        """Delete a task once a human approves."""
+        return "deleted" if interrupt({"approve": taskId}) else "kept"
+
+    model = scripted([("tasks_delete", {"taskId": "T1"})])
+    middleware = [AuditMiddleware()] if audit == "middleware" else []
+    callbacks = [AuditCallbackHandler()] if audit == "callbacks" else []
+    agent = create_agent(model, [tasks_delete], middleware=middleware, checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "1"}, "callbacks": callbacks}
+    paused = agent.invoke({"messages": [HumanMessage("delete T1")]}, config)
+    assert "__interrupt__" in paused and session.entries == []
+    agent.invoke(Command(resume=True), config)
+    assert [(e.domain, e.operation, e.result.exit_code) for e in session.entries] == [
+        ("tasks", "delete", 0)
+    ]

@@ -231,3 +231,48 @@ def test_install_records_until_uninstalled_and_keeps_other_processors(
 def test_install_refuses_a_provider_that_is_not_the_sdks() -> None:
     with pytest.raises(CaptureError, match="object: it is not the OpenTelemetry SDK"):
         install_otel_capture(object())
+
+
+def test_a_sub_agents_tool_spans_inside_a_tool_span_are_calls_of_their_own(
+    session: GradeSession, provider: TracerProvider
+) -> None:
+    # A tool that runs a sub-agent: the sub-agent's turn stands between the outer tool span
+    # and its own (whose MCP span inside is still that same call, counted once).
+    provider.add_span_processor(AuditSpanProcessor())
+    tracer = provider.get_tracer("agent")
+    delegate = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "delegate"}
+    agent = {"gen_ai.operation.name": "invoke_agent"}
+    find = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "tasks_find",
+        "gen_ai.tool.call.arguments": '{"query": "login"}',
+    }
+    mcp = {"mcp.method.name": "tools/call", "gen_ai.tool.call.arguments": '{"query": "login"}'}
+    with (
+        tracer.start_as_current_span("execute_tool delegate", attributes=delegate),
+        tracer.start_as_current_span("invoke_agent", attributes=agent),
+        tracer.start_as_current_span("execute_tool tasks_find", attributes=find),
+        tracer.start_as_current_span("tools/call tasks_find", attributes=mcp),
+    ):
+        pass
+    # (Recorded as each ends, the inner first; the order is the session's, by start time.)
+    assert sorted(e.operation for e in session.entries) == ["delegate", "find"]
+
+
+def test_a_tool_calling_another_tool_in_its_code_makes_two_calls(
+    session: GradeSession, provider: TracerProvider
+) -> None:
+    # No turn between them, but another tool: a call the outer tool's code made itself.
+    provider.add_span_processor(AuditSpanProcessor())
+    tracer = provider.get_tracer("agent")
+    research = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "research"}
+    show = {"mcp.method.name": "tools/call", "gen_ai.tool.call.arguments": '{"taskId": "T1"}'}
+    with (
+        tracer.start_as_current_span("execute_tool research", attributes=research),
+        tracer.start_as_current_span("tools/call tasks_show", attributes=show),
+    ):
+        pass
+    assert sorted((e.domain, e.operation) for e in session.entries) == [
+        ("tasks", "show"),
+        ("tool", "research"),
+    ]

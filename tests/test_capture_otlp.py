@@ -207,6 +207,41 @@ def test_a_call_exported_by_two_processes_is_recorded_once(session: GradeSession
     assert [(e.domain, e.operation) for e in session.entries] == [("tasks", "find")]
 
 
+def sub_agent_spans() -> list[dict[str, Any]]:
+    """A tool ``delegate`` running a sub-agent (its invoke_agent span) that calls tasks_find."""
+    delegate = json_span("delegate", 0)
+    agent = {
+        **json_span("inner", 1, parent=delegate["spanId"]),
+        "name": "invoke_agent inner",
+        "attributes": [kv("gen_ai.operation.name", "invoke_agent")],
+    }
+    find = json_span(
+        "tasks_find",
+        2,
+        parent=agent["spanId"],
+        extra={"gen_ai.tool.call.arguments": json.dumps({"query": "login"})},
+    )
+    return [delegate, agent, find]
+
+
+def test_a_sub_agents_call_in_an_otlp_file_is_a_call_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(request(sub_agent_spans())))
+    assert [e.operation for e in load_otlp_file(path)] == ["delegate", "find"]
+
+
+def test_the_receiver_records_a_sub_agents_call_exported_before_or_with_its_tool(
+    session: GradeSession,
+) -> None:
+    delegate, agent, find = sub_agent_spans()
+    with OtlpReceiver(session.id, session.ingest) as receiver:
+        # The sub-agent's spans end first and may leave in an earlier export.
+        post(receiver.traces_endpoint, json.dumps(request([find])).encode(), "application/json")
+        post(receiver.traces_endpoint, json.dumps(request([agent])).encode(), "application/json")
+        post(receiver.traces_endpoint, json.dumps(request([delegate])).encode(), "application/json")
+    assert sorted(e.operation for e in session.entries) == ["delegate", "find"]
+
+
 def test_an_otlp_file_becomes_one_session_per_conversation_or_trace(tmp_path: Path) -> None:
     root = {
         "traceId": "5b8efff798038103d269b633813fc60c",

@@ -1,50 +1,155 @@
-"""Which tool calls an adapter records directly, so a span processor does not record them again.
+"""Which tool calls an adapter records directly, so another layer does not record them again.
 
-An MCP client call is traced by the MCP SDK (a ``tools/call`` span) and recorded by
-``audited_client``; a pydantic-ai tool call is traced (``execute_tool``) and recorded by
-``AuditHooks``. With ``--cleo-grade-capture=otel`` on as well, each call would count twice.
-An adapter runs the call inside :func:`direct_call`; the span processor leaves out the tool
-spans started inside it and the tool spans around it. Standard library only: the processor
+One tool call is often seen at several layers: an MCP client call is traced by the MCP SDK
+(a ``tools/call`` span) and recorded by ``audited_client``; a pydantic-ai tool call is traced
+(``execute_tool``) and recorded by ``AuditHooks``; a LangChain tool call passes the agent
+middleware and then the callbacks. An adapter runs the call inside :func:`direct_call`; the
+other layers leave out what is the same call, and only that: a tool can run a sub-agent whose
+own tool calls are separate calls, to be recorded. Standard library only: the span processor
 registers a listener here, so this module never imports OpenTelemetry.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Any, Final
 
-__all__ = ["add_listener", "direct_call", "in_direct_call", "remove_listener"]
+__all__ = [
+    "CallIdentity",
+    "DirectCall",
+    "add_listener",
+    "current_direct_call",
+    "direct_call",
+    "is_own_tool_run",
+    "remove_listener",
+    "same_call",
+]
 
-_DIRECT: Final[ContextVar[bool]] = ContextVar("cleo_grade_direct_call", default=False)
+#: What separates a toolset's prefix from the tool's own name (pydantic-ai's ``PrefixedToolset``
+#: and langchain-mcp-adapters write ``prefix_name``): the agent's span names the prefixed tool,
+#: the MCP span inside it the server's.
+_PREFIX_SEPARATORS: Final = "_.:/-"
+
+
+@dataclass(frozen=True)
+class CallIdentity:
+    """What a layer knows of a tool call: each part None when that layer does not know it."""
+
+    tool: str | None = None
+    call_id: str | None = None
+    #: Parsed arguments (a JSON text is parsed); None when absent or unreadable.
+    arguments: Any = None
+
+    @classmethod
+    def of(cls, tool: str | None, call_id: Any = None, arguments: Any = None) -> CallIdentity:
+        return cls(
+            tool=tool or None,
+            call_id=call_id if isinstance(call_id, str) and call_id else None,
+            arguments=_parsed(arguments),
+        )
+
+
+def _parsed(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return None  # a repr, not JSON: says nothing comparable
+    return arguments if isinstance(arguments, dict | list) else None
+
+
+def _same_tool(one: str, other: str) -> bool:
+    if one == other:
+        return True
+    shorter, longer = sorted((one, other), key=len)
+    return longer.endswith(shorter) and longer[-len(shorter) - 1] in _PREFIX_SEPARATORS
+
+
+def same_call(one: CallIdentity, other: CallIdentity) -> bool:
+    """Whether two layers directly nested (no model or agent turn between them) show the same
+    call: the same tool-call id, else the same tool (a toolset prefix aside) with the same
+    arguments where both layers know them. A layer that names no tool is any call."""
+    if one.call_id is not None and other.call_id is not None:
+        return one.call_id == other.call_id
+    if one.tool is None or other.tool is None:
+        return True
+    if not _same_tool(one.tool, other.tool):
+        return False
+    if isinstance(one.arguments, dict) and isinstance(other.arguments, dict):
+        return bool(one.arguments == other.arguments)
+    return True
+
+
+@dataclass(eq=False)
+class DirectCall:
+    """One call an adapter records itself; ``identity`` is what the adapter said of it."""
+
+    identity: CallIdentity
+    #: Whether a tool run inside the call was already taken as its own (see is_own_tool_run).
+    _run_seen: bool = field(default=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+_CURRENT: Final[ContextVar[DirectCall | None]] = ContextVar("cleo_grade_direct_call", default=None)
 #: Called when a direct call starts, in its context (the OTel processor notes the span that
 #: is current then: the span around the call).
-_listeners: list[Callable[[], None]] = []
+_listeners: list[Callable[[DirectCall], None]] = []
 
 
 @contextmanager
-def direct_call() -> Iterator[None]:
-    """Run a tool call that the calling adapter records itself."""
+def direct_call(
+    tool: str | None = None, *, call_id: str | None = None, arguments: Any = None
+) -> Iterator[DirectCall]:
+    """Run a tool call that the calling adapter records itself.
+
+    Name the tool (and its call id and arguments) when known: a layer inside the call that
+    names another tool is then known to be another call, not this one.
+    """
+    call = DirectCall(CallIdentity.of(tool, call_id, arguments))
     for listener in tuple(_listeners):
-        listener()
-    token = _DIRECT.set(True)
+        listener(call)
+    token = _CURRENT.set(call)
     try:
-        yield
+        yield call
     finally:
-        _DIRECT.reset(token)
+        _CURRENT.reset(token)
 
 
-def in_direct_call() -> bool:
-    """Whether the current context is inside a :func:`direct_call`."""
-    return _DIRECT.get()
+def current_direct_call() -> DirectCall | None:
+    """The innermost :func:`direct_call` the current context runs in, if any.
+
+    Everything the call's code runs inherits it, a sub-agent's tool calls included: whether
+    something inside it is the call itself is for the caller to decide.
+    """
+    return _CURRENT.get()
 
 
-def add_listener(listener: Callable[[], None]) -> None:
+def is_own_tool_run(identity: CallIdentity) -> bool:
+    """Whether a tool run starting now is the current direct call's own run (a callback seeing
+    the call the middleware records), not a separate call made inside it.
+
+    The call's own run starts before its tool's code does, so only the first tool run inside a
+    direct call can be it; any later one is a call the tool makes (a sub-agent's).
+    """
+    call = _CURRENT.get()
+    if call is None:
+        return False
+    with call._lock:
+        first = not call._run_seen
+        call._run_seen = True
+    return first and same_call(identity, call.identity)
+
+
+def add_listener(listener: Callable[[DirectCall], None]) -> None:
     if listener not in _listeners:
         _listeners.append(listener)
 
 
-def remove_listener(listener: Callable[[], None]) -> None:
+def remove_listener(listener: Callable[[DirectCall], None]) -> None:
     if listener in _listeners:
         _listeners.remove(listener)

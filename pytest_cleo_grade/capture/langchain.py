@@ -9,7 +9,11 @@ Two ways in, use either:
   queued before the tool runs, and reads a ``ToolMessage(status="error")`` as a failure.
 - :class:`AuditCallbackHandler`, a callback handler (``config={"callbacks": [handler]}``) for
   any runnable: ``on_tool_start`` / ``on_tool_end`` / ``on_tool_error``, paired by ``run_id``
-  for the duration. A call the middleware records is not recorded again by the handler.
+  for the duration. A call the middleware records is not recorded again by the handler; the
+  calls a tool makes (a sub-agent's) are recorded, by either.
+
+A LangGraph ``interrupt()`` in a tool (a human approval) pauses the graph: that is no call yet,
+and nothing is recorded; the call resumed with ``Command(resume=...)`` is.
 
 Names and exit codes go through the shared mapping (docs/capture.md): a ``KeyError`` or a
 "not found" error message is CLEO's E_NOT_FOUND (exit code 4).
@@ -35,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[langchain]'"
     ) from exc
 
-from pytest_cleo_grade.capture.direct import direct_call, in_direct_call
+from pytest_cleo_grade.capture.direct import CallIdentity, direct_call, is_own_tool_run
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -58,6 +62,15 @@ __all__ = [
 ]
 
 SOURCE = "langchain"
+
+try:
+    # LangGraph's control flow (interrupt(), a Command to the parent graph) travels as this
+    # exception through the tool: the call paused or handed over, it did not fail.
+    from langgraph.errors import GraphBubbleUp as _GraphBubbleUp
+
+    _CONTROL_FLOW: tuple[type[BaseException], ...] = (_GraphBubbleUp,)
+except ImportError:  # pragma: no cover - langchain without langgraph
+    _CONTROL_FLOW = ()
 
 
 def message_failure(tool: str, result: Any) -> Failure | None:
@@ -88,6 +101,7 @@ class _Started:
     arguments: Any
     started: datetime
     clock: int
+    call_id: str | None = None
 
 
 class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
@@ -118,7 +132,10 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         fault = injected_fault(name, arguments, mapping=self.mapping)
         if fault is not None:
             record_injected(fault, name, arguments, source=self.source, mapping=self.mapping)
-        begun = _Started(name, arguments, datetime.now(UTC), time.perf_counter_ns())
+        call_id = tool_call.get("id")
+        begun = _Started(
+            name, arguments, datetime.now(UTC), time.perf_counter_ns(), call_id or None
+        )
         return begun, None if fault is None else _injected_message(fault, tool_call)
 
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
@@ -126,8 +143,10 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         if injected is not None:
             return injected
         try:
-            with direct_call():
+            with direct_call(begun.tool, call_id=begun.call_id, arguments=begun.arguments):
                 result = handler(request)
+        except _CONTROL_FLOW:
+            raise  # paused (interrupt()) or handed over: recorded when it really runs
         except Exception as exc:
             self._record(begun, Failure(tool=begun.tool, exception=exc))
             raise
@@ -139,8 +158,10 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         if injected is not None:
             return injected
         try:
-            with direct_call():
+            with direct_call(begun.tool, call_id=begun.call_id, arguments=begun.arguments):
                 result = await handler(request)
+        except _CONTROL_FLOW:
+            raise  # paused (interrupt()) or handed over: recorded when it really runs
         except Exception as exc:
             self._record(begun, Failure(tool=begun.tool, exception=exc))
             raise
@@ -180,10 +201,10 @@ class AuditCallbackHandler(BaseCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if in_direct_call():
-            return  # the middleware records this call
         name = (serialized or {}).get("name") or kwargs.get("name") or "tool"
         arguments = inputs if inputs is not None else parse_arguments(input_str)
+        if is_own_tool_run(CallIdentity.of(str(name), kwargs.get("tool_call_id"), arguments)):
+            return  # the middleware records this call (not the calls its tool makes)
         with self._lock:
             self._runs[run_id] = _Started(
                 str(name), arguments, datetime.now(UTC), time.perf_counter_ns()
@@ -210,4 +231,9 @@ class AuditCallbackHandler(BaseCallbackHandler):
         self._finish(run_id, lambda tool: message_failure(tool, output))
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        if isinstance(error, _CONTROL_FLOW):
+            # Paused by interrupt() (or handed over): the resumed run is a new tool run.
+            with self._lock:
+                self._runs.pop(run_id, None)
+            return
         self._finish(run_id, lambda tool: Failure(tool=tool, exception=error))

@@ -9,7 +9,8 @@ in this process, mapped by :mod:`pytest_cleo_grade.capture.mapping`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 try:
@@ -24,8 +25,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from pytest_cleo_grade.capture import direct
+from pytest_cleo_grade.capture.direct import CallIdentity, same_call
 from pytest_cleo_grade.capture.mapping import Call, ToolMapping, record_call
-from pytest_cleo_grade.capture.spans import SpanData, is_tool_span, tool_call_of
+from pytest_cleo_grade.capture.spans import (
+    SpanData,
+    call_identity_of,
+    is_turn_span,
+    tool_call_of,
+)
 from pytest_cleo_grade.errors import CleoGradeError
 
 __all__ = ["AuditSpanProcessor", "CaptureError", "install_otel_capture", "span_data"]
@@ -54,17 +61,31 @@ def span_data(span: ReadableSpan) -> SpanData:
     )
 
 
+@dataclass(frozen=True)
+class _Open:
+    """An open span: its parent's span id, the span, the direct call it started in."""
+
+    parent: int | None
+    span: Span
+    inside: direct.DirectCall | None
+
+
+def _facts(span: ReadableSpan) -> tuple[str, dict[str, Any]]:
+    return span.name, dict(span.attributes or {})
+
+
 class AuditSpanProcessor(SpanProcessor):
     """Records each ended tool span into the graded session active in this process.
 
     A call traced more than once (an agent's ``execute_tool`` span around an MCP client's
     ``tools/call`` span around the server's) is recorded once, from the outermost tool
     span; a call another adapter records itself (inside
-    :func:`~pytest_cleo_grade.capture.direct.direct_call`) is left to that adapter, with
-    every tool span around and inside it. ``recorder`` receives each Call (default: record it
-    with ``mapping``, see :func:`~pytest_cleo_grade.capture.mapping.record_call`). While
-    ``enabled`` is false the processor records nothing (the SDK cannot remove a processor once
-    added).
+    :func:`~pytest_cleo_grade.capture.direct.direct_call`) is left to that adapter, with the
+    tool spans around and inside it that are the same call. A tool span below a model or agent
+    turn (a sub-agent run by a tool) is a call of its own and is recorded. ``recorder``
+    receives each Call (default: record it with ``mapping``, see
+    :func:`~pytest_cleo_grade.capture.mapping.record_call`). While ``enabled`` is false the
+    processor records nothing (the SDK cannot remove a processor once added).
     """
 
     def __init__(
@@ -79,56 +100,93 @@ class AuditSpanProcessor(SpanProcessor):
         self.enabled = True
         self._recorder = recorder
         self._lock = threading.Lock()
-        #: Every open span -> (its parent's span id, the span). Whether a span is a tool
-        #: span is asked when a span inside it ends, not when it starts: instrumentation may
-        #: set the tool attributes after starting the span.
-        self._open: dict[int, tuple[int | None, Span]] = {}
-        #: Open spans whose call an adapter records directly.
+        #: Every open span by span id. Whether a span is a tool span is asked when a span
+        #: inside it ends, not when it starts: instrumentation may set the tool attributes
+        #: after starting the span.
+        self._open: dict[int, _Open] = {}
+        #: Open tool spans that are a call an adapter records directly.
         self._direct: set[int] = set()
+        #: Open spans around a direct call, not tool spans when it started, that are that call
+        #: if they turn out to be tool spans of it (attributes set after the start).
+        self._around_direct: dict[int, CallIdentity] = {}
         direct.add_listener(self._direct_call_started)
 
-    def _direct_call_started(self) -> None:
+    def _direct_call_started(self, call: direct.DirectCall) -> None:
         # The span current when an adapter starts recording a call directly is the one
-        # around the call (an agent's execute_tool span, say): it and its tool ancestors
-        # must not record the call again.
+        # around the call (an agent's execute_tool span, say): it and the tool spans around
+        # it that are the same call must not record the call again. A model or agent turn
+        # above it ends that: the tool span around that turn ran a sub-agent, another call.
         context = trace_api.get_current_span().get_span_context()
-        if context.is_valid:
-            with self._lock:
-                self._mark_direct(context.span_id)
+        if not context.is_valid:
+            return
+        identity = call.identity
+        with self._lock:
+            span_id: int | None = context.span_id
+            while span_id is not None and span_id in self._open:
+                entry = self._open[span_id]
+                name, attributes = _facts(entry.span)
+                if is_turn_span(name, attributes):
+                    return
+                found = call_identity_of(name, attributes)
+                if found is None:
+                    self._around_direct.setdefault(span_id, identity)
+                elif same_call(found, identity):
+                    self._direct.add(span_id)
+                    # An adapter that did not name its tool: the span around it names it.
+                    identity = found if identity.tool is None else identity
+                else:
+                    return
+                span_id = entry.parent
 
-    def _mark_direct(self, span_id: int | None) -> None:
-        while span_id is not None and span_id in self._open and span_id not in self._direct:
-            self._direct.add(span_id)
-            span_id = self._open[span_id][0]
-
-    def _inside_a_tool_span(self, parent_id: int | None) -> bool:
+    def _ancestors(self, entry: _Open) -> Iterator[tuple[str, dict[str, Any]]]:
+        # The spans around one, nearest first, up to the direct call it started in: the
+        # nearest tool span (or a turn) in there decides; past it, the direct call does.
+        parent_id = entry.parent
         while parent_id is not None and parent_id in self._open:
-            parent_id, parent = self._open[parent_id]
-            if is_tool_span(parent.name, dict(parent.attributes or {})):
-                return True
-        return False
+            parent = self._open[parent_id]
+            if entry.inside is not None and parent.inside is not entry.inside:
+                return
+            yield _facts(parent.span)
+            parent_id = parent.parent
+
+    def _same_call_as_around(self, entry: _Open, identity: CallIdentity) -> bool:
+        """Whether an ended tool span is one more layer of a call around it."""
+        for name, attributes in self._ancestors(entry):
+            if is_turn_span(name, attributes):
+                return False  # a sub-agent's call: the turn decided on it
+            around = call_identity_of(name, attributes)
+            if around is not None:
+                return same_call(identity, around)
+        # Directly inside the direct call (no turn, no tool span between): the same call,
+        # unless the adapter named another tool.
+        return entry.inside is not None and same_call(identity, entry.inside.identity)
 
     def on_start(self, span: Span, parent_context: context_api.Context | None = None) -> None:
         if not self.enabled:
             return
         parent = span.parent
         with self._lock:
-            self._open[span.context.span_id] = (parent.span_id if parent else None, span)
-            if direct.in_direct_call():
-                self._mark_direct(span.context.span_id)
+            self._open[span.context.span_id] = _Open(
+                parent.span_id if parent else None, span, direct.current_direct_call()
+            )
 
     def on_end(self, span: ReadableSpan) -> None:
         context = span.context
         if context is None:
             return
+        name, attributes = _facts(span)
+        identity = call_identity_of(name, attributes)
         with self._lock:
-            parent_id, _ = self._open.pop(context.span_id, (None, None))
-            nested = self._inside_a_tool_span(parent_id)
+            entry = self._open.pop(context.span_id, None)
             recorded_directly = context.span_id in self._direct
             self._direct.discard(context.span_id)
-        if nested or recorded_directly or not self.enabled:
-            return
-        if not is_tool_span(span.name, dict(span.attributes or {})):
+            around = self._around_direct.pop(context.span_id, None)
+            if identity is None or not self.enabled:
+                return
+            if around is not None and same_call(identity, around):
+                recorded_directly = True
+            nested = entry is not None and self._same_call_as_around(entry, identity)
+        if nested or recorded_directly:
             return
         call = tool_call_of(span_data(span), source=self.source)
         if call is None:

@@ -16,16 +16,20 @@ import os
 import re
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
+from pytest_cleo_grade.capture.direct import same_call
 from pytest_cleo_grade.capture.mapping import ToolMapping, build_entry
 from pytest_cleo_grade.capture.spans import (
     SpanData,
+    call_identity_of,
     is_tool_span,
+    is_turn_span,
     outermost_tool_spans,
+    repeats_enclosing_call,
     tool_call_of,
 )
 from pytest_cleo_grade.errors import CleoGradeError, EntryError
@@ -375,10 +379,12 @@ class OtlpReceiver:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        # Across requests: each span's parent and which spans were tool spans or recorded,
-        # so a call traced in two processes (exported in two requests) is recorded once.
+        # Across requests: each span's parent, the name and attributes of the tool and turn
+        # spans (what decides whether a tool span is another layer of the call around it) and
+        # which spans were recorded, so a call traced in two processes (exported in two
+        # requests) is recorded once.
         self._parent: dict[str, str | None] = {}
-        self._tools: set[str] = set()
+        self._facts: dict[str, tuple[str, Mapping[str, Any]]] = {}
         self._recorded: set[str] = set()
 
     @property
@@ -448,8 +454,10 @@ class OtlpReceiver:
             for span in spans:
                 if span.span_id:
                     self._parent[span.span_id] = span.parent_span_id
-                    if is_tool_span(span.name, span.attributes):
-                        self._tools.add(span.span_id)
+                    if is_tool_span(span.name, span.attributes) or is_turn_span(
+                        span.name, span.attributes
+                    ):
+                        self._facts[span.span_id] = (span.name, span.attributes)
             fresh = [s for s in outermost_tool_spans(spans) if self._is_new_call(s)]
             entries = entries_from_spans(fresh, session_id=self.session_id, mapping=self.mapping)
             self._recorded.update(s.span_id for s in fresh if s.span_id)
@@ -465,15 +473,43 @@ class OtlpReceiver:
             seen.add(parent)
             parent = self._parent.get(parent)
 
+    def _ancestor_facts(self, span_id: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        for ancestor in self._ancestors(span_id):
+            # A span never received, or neither a tool nor a turn: passed through.
+            yield self._facts.get(ancestor, ("", {}))
+
     def _is_new_call(self, span: SpanData) -> bool:
         if not span.span_id:
             return True
         if span.span_id in self._recorded:
             return False
-        if any(a in self._tools for a in self._ancestors(span.span_id)):
+        identity = call_identity_of(span.name, span.attributes)
+        if identity is None:
             return False
-        # A tool span that ends after one inside it was already recorded (exported earlier).
-        return not any(span.span_id in self._ancestors(r) for r in self._recorded)
+        if repeats_enclosing_call(identity, self._ancestor_facts(span.span_id)):
+            return False
+        # A tool span that ends after one inside it was already recorded (exported earlier):
+        # not new when that one is a layer of this call, but new when it is a sub-agent's.
+        return not any(self._layer_of(recorded, span.span_id) for recorded in self._recorded)
+
+    def _layer_of(self, inner_id: str, outer_id: str) -> bool:
+        """Whether the span ``inner_id`` is the call of ``outer_id`` seen at a deeper layer."""
+        facts = self._facts.get(inner_id)
+        identity = None if facts is None else call_identity_of(*facts)
+        if identity is None:
+            return False
+        for ancestor in self._ancestors(inner_id):
+            name, attributes = self._facts.get(ancestor, ("", {}))
+            if is_turn_span(name, attributes):
+                return False
+            around = call_identity_of(name, attributes)
+            if around is not None:
+                if not same_call(identity, around):
+                    return False
+                if ancestor == outer_id:
+                    return True
+                identity = around
+        return False
 
 
 class _Handler(BaseHTTPRequestHandler):

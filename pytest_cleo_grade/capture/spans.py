@@ -7,17 +7,21 @@ OpenInference ``TOOL`` kind, and MCP ``tools/call`` spans. Standard library only
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from pytest_cleo_grade.capture.direct import CallIdentity, same_call
 from pytest_cleo_grade.capture.mapping import Call, Failure, envelope_failure
 
 __all__ = [
     "SpanData",
+    "call_identity_of",
     "is_tool_span",
+    "is_turn_span",
     "outermost_tool_spans",
+    "repeats_enclosing_call",
     "time_of",
     "tool_call_of",
     "tool_name_of",
@@ -35,6 +39,13 @@ CODE_KEYS: Final = (
     "http.response.status_code",
     "http.status_code",
 )
+#: GenAI operations that are a model's or an agent's turn: a tool span below one is a call
+#: that turn decided on, not another layer of a tool call around it.
+TURN_OPERATIONS: Final = frozenset(
+    {"chat", "text_completion", "generate_content", "invoke_agent", "create_agent"}
+)
+#: The OpenInference kinds that are such a turn.
+TURN_KINDS: Final = frozenset({"LLM", "AGENT"})
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,42 @@ def tool_name_of(name: str, attributes: Mapping[str, Any]) -> str | None:
 def is_tool_span(name: str, attributes: Mapping[str, Any]) -> bool:
     """Whether a span (name and attributes) is a tool span by one of the conventions."""
     return tool_name_of(name, attributes) is not None
+
+
+def is_turn_span(name: str, attributes: Mapping[str, Any]) -> bool:
+    """Whether a span is a model call or an agent run (a sub-agent's, say)."""
+    if attributes.get("gen_ai.operation.name") in TURN_OPERATIONS:
+        return True
+    kind = attributes.get("openinference.span.kind")
+    return isinstance(kind, str) and kind.upper() in TURN_KINDS
+
+
+def call_identity_of(name: str, attributes: Mapping[str, Any]) -> CallIdentity | None:
+    """What a tool span says of its call (tool, call id, arguments); None for other spans."""
+    tool = tool_name_of(name, attributes)
+    if tool is None:
+        return None
+    return CallIdentity.of(
+        tool, attributes.get("gen_ai.tool.call.id"), _first(attributes, ARGUMENT_KEYS)
+    )
+
+
+def repeats_enclosing_call(
+    identity: CallIdentity, ancestors: Iterable[tuple[str, Mapping[str, Any]]]
+) -> bool:
+    """Whether a tool span is one more layer of the tool call around it.
+
+    ``ancestors`` are the (name, attributes) of the spans around it, nearest first. The nearest
+    tool span decides, unless a model or agent turn comes first: a sub-agent run by a tool
+    makes calls of its own.
+    """
+    for name, attributes in ancestors:
+        if is_turn_span(name, attributes):
+            return False
+        around = call_identity_of(name, attributes)
+        if around is not None:
+            return same_call(identity, around)
+    return False
 
 
 def _first(attributes: Mapping[str, Any], keys: Iterable[str]) -> Any:
@@ -154,27 +201,30 @@ def tool_call_of(span: SpanData, *, source: str = "otel") -> Call | None:
     )
 
 
+def _ancestors(
+    span: SpanData, by_id: Mapping[str, SpanData]
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    seen: set[str] = set()
+    parent = span.parent_span_id
+    while parent and parent not in seen and parent in by_id:
+        seen.add(parent)
+        ancestor = by_id[parent]
+        yield ancestor.name, ancestor.attributes
+        parent = ancestor.parent_span_id
+
+
 def outermost_tool_spans(spans: Sequence[SpanData]) -> list[SpanData]:
-    """The tool spans not nested in another tool span of ``spans``.
+    """Each call's outermost tool span in ``spans``: one per call.
 
     One call is often traced more than once: an agent's ``execute_tool`` span holds the MCP
-    client's ``tools/call`` span, which holds the server's. The outermost one is the call.
+    client's ``tools/call`` span, which holds the server's; the outermost one is the call (see
+    :func:`repeats_enclosing_call`). A tool span under a model or agent turn inside another
+    tool's span is a call of its own: a sub-agent's.
     """
     by_id = {s.span_id: s for s in spans if s.span_id}
-    tools = {s.span_id for s in spans if s.span_id and is_tool_span(s.name, s.attributes)}
     kept = []
     for span in spans:
-        if not is_tool_span(span.name, span.attributes):
-            continue
-        parent, seen = span.parent_span_id, set()
-        nested = False
-        while parent and parent not in seen:
-            if parent in tools:
-                nested = True
-                break
-            seen.add(parent)
-            ancestor = by_id.get(parent)
-            parent = ancestor.parent_span_id if ancestor is not None else None
-        if not nested:
+        identity = call_identity_of(span.name, span.attributes)
+        if identity is not None and not repeats_enclosing_call(identity, _ancestors(span, by_id)):
             kept.append(span)
     return kept
