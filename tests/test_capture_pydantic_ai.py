@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,23 +22,9 @@ from pytest_cleo_grade.capture.pydantic_ai import AuditHooks, audit_agent
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.session import GradeSession, SessionSettings
 from tests.capture_scenario import CALLS, MISSING_TASK, assert_same_grade, grade_by_hand
+from tests.event_loops import close_the_loop_run_sync_leaves  # noqa: F401 (a fixture)
 
-
-@pytest.fixture(autouse=True)
-def close_the_loop_run_sync_leaves() -> Iterator[None]:
-    # run_sync leaves its event loop as the thread's current loop, to reuse it; a later
-    # asyncio.run() (the OpenAI Agents tests) replaces it, and the loop is collected unclosed:
-    # a ResourceWarning at exit, an error under filterwarnings = error.
-    yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # no current loop: made, then closed
-        try:
-            loop = asyncio.get_event_loop_policy().get_event_loop()
-        except RuntimeError:  # none, and none may be made (set to None before)
-            return
-    if not loop.is_running():
-        loop.close()
-        asyncio.set_event_loop(None)
+pytestmark = pytest.mark.usefixtures("close_the_loop_run_sync_leaves")
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.faults import FaultError, InjectedFault
 from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.session import GradeSession, SessionSettings
+from tests.event_loops import close_the_loop_run_sync_leaves  # noqa: F401 (a fixture)
 
 
 @pytest.fixture
@@ -179,6 +180,7 @@ def test_the_mcp_client_wrapper_and_the_middleware_inject(session: GradeSession)
     ]
 
 
+@pytest.mark.usefixtures("close_the_loop_run_sync_leaves")
 def test_the_pydantic_ai_hooks_inject_a_retry(session: GradeSession) -> None:
     pytest.importorskip("pydantic_ai", reason="needs the pydantic-ai extra")
     from pydantic_ai import Agent
