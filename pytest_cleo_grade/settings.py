@@ -43,6 +43,7 @@ __all__ = [
     "parse_mode",
     "parse_rubric_weights",
     "parse_runs",
+    "relative_weights",
     "rubric_weights_text",
     "unresolved_leaf",
 ]
@@ -227,6 +228,10 @@ def _marker_text(name: str) -> Callable[[object], str]:
     return validate
 
 
+#: The smallest weight of a combined rubric, as a share of the largest.
+_SMALLEST_SHARE: Final = 1e-6
+
+
 def parse_rubric_weights(text: str) -> dict[str, float] | None:
     """The parts of a combined rubric, ``cleo:0.7,trajectory:0.3``; None for one rubric.
 
@@ -257,13 +262,29 @@ def parse_rubric_weights(text: str) -> dict[str, float] | None:
         if name in parts:
             raise ValueError(f"invalid rubric {text!r}: {name} is named twice")
         parts[name] = weight
+    top = max(parts.values())
+    for name, weight in parts.items():
+        # The combination's name keeps 6 decimals: a smaller share would read as weight 0.
+        if weight / top < _SMALLEST_SHARE:
+            raise ValueError(
+                f"invalid rubric {text!r}: the weight of {name} is less than a millionth of "
+                "the largest"
+            )
     return parts
 
 
 def rubric_weights_text(parts: Mapping[str, float]) -> str:
     """The canonical text of a combination (weights summing to 1, in the order given)."""
-    total = sum(parts.values())
-    return ",".join(f"{name}:{round(weight / total, 6):g}" for name, weight in parts.items())
+    shares = relative_weights(parts)
+    return ",".join(f"{name}:{round(share, 6):g}" for name, share in shares.items())
+
+
+def relative_weights(parts: Mapping[str, float]) -> dict[str, float]:
+    """The weights scaled to sum to 1 (scaled by the largest first: 1e308 twice is no inf)."""
+    top = max(parts.values())
+    scaled = {name: weight / top for name, weight in parts.items()}
+    total = sum(scaled.values())
+    return {name: weight / total for name, weight in scaled.items()}
 
 
 def _marker_rubric(value: object) -> str:

@@ -68,6 +68,13 @@ def test_weights_are_relative_and_named_canonically() -> None:
     assert sum(rubric.dimensions.values()) == 200  # two 100-point rubrics, each at its scale
 
 
+def test_weights_too_large_to_add_up_are_still_relative() -> None:
+    rubric = get_rubric("cleo:1e308,rules:1e308")
+    assert rubric.name == "cleo:0.5,rules:0.5"
+    result = grade_with_rubric("cleo:1e308,rules:1e308", SESSION, session_id="s1", now=NOW)
+    assert result.total_score == 75
+
+
 def test_a_combination_that_sums_to_a_clean_percentage_is_exact() -> None:
     result = grade_with_rubric("cleo:0.3,rules:0.7", SESSION, session_id="s1", now=NOW)
     assert result.total_score == 75  # both parts are CLEO's rubric here: 75 %
@@ -80,6 +87,8 @@ def test_a_combination_that_sums_to_a_clean_percentage_is_exact() -> None:
         ("cleo:0,rules:1", "the weight of cleo must be a finite number above 0"),
         ("cleo:inf,rules:1", "the weight of cleo must be a finite number above 0"),
         ("cleo:1,cleo:2", "cleo is named twice"),
+        # Its share would be stored as weight 0, which no combination may have.
+        ("cleo:1e200,rules:1e-200", "the weight of rules is less than a millionth of the largest"),
         ("cleo:1,nope:1", "unknown rubric 'nope'; available rubrics: cleo, comparison, rules"),
         ("cleo:1,comparison:1", "rubric 'comparison' cannot be combined with others"),
         ("cleo,rules", "expected NAME or NAME:WEIGHT,NAME:WEIGHT"),

@@ -247,6 +247,32 @@ def test_a_penalty_needs_a_condition(tmp_path: Path) -> None:
         load_rule_file(path)
 
 
+def test_a_call_matching_both_sides_of_a_penalty_is_not_its_own_precedent(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "refunds.toml"
+    path.write_text(
+        textwrap.dedent("""
+        [[dimensions]]
+        name = "safety"
+        max = 20
+        start = 20
+        [[dimensions.rules]]
+        id = "verify"
+        kind = "penalty"
+        match = { calls = ["tool.refund"] }
+        unless_preceded_by = { calls = ["tool.verify", "tool.refund"] }
+        points = -5
+        """),
+        encoding="utf-8",
+    )
+    spec = load_rule_file(path)
+    alone = grade_rules(spec, [entry("tool", "refund")], session_id="s1", now=NOW)
+    assert alone.total_score == 15  # nothing came before the one refund
+    twice = [entry("tool", "refund", at=0), entry("tool", "refund", at=1)]
+    assert grade_rules(spec, twice, session_id="s1", now=NOW).total_score == 15
+
+
 def _random_session(rng: random.Random) -> list[dict[str, Any]]:
     """Calls drawn from everything CLEO's rubric looks at, with failures, ties and odd params."""
     names = [
@@ -265,7 +291,7 @@ def _random_session(rng: random.Random) -> list[dict[str, Any]]:
             params["title"] = rng.choice(["A", "a ", "B", "", None, 3])
             params["description"] = rng.choice(["why", "  ", None, 0, ["x"]])
             if rng.random() < 0.4:
-                params["parent"] = rng.choice(["T1", "", None])
+                params["parent"] = rng.choice(["T1", "", " ", None, 0, [], ["T1"]])
         out.append(
             entry(
                 domain,

@@ -25,7 +25,7 @@ from pytest_cleo_grade.rubrics.protocol import (
     stamp_rubric,
 )
 from pytest_cleo_grade.rubrics.rules import RULES_RUBRIC, is_rule_document
-from pytest_cleo_grade.settings import rubric_weights_text
+from pytest_cleo_grade.settings import relative_weights, rubric_weights_text
 
 __all__ = ["CombinedRubric"]
 
@@ -40,8 +40,8 @@ class CombinedRubric:
         for name in parts:
             if name in _NOT_COMBINABLE:
                 raise RubricError(f"rubric {name!r} cannot be combined with others")
-        total = sum(weight for _, weight in parts.values())
-        self.parts = {name: (rubric, weight / total) for name, (rubric, weight) in parts.items()}
+        shares = relative_weights({name: weight for name, (_, weight) in parts.items()})
+        self.parts = {name: (rubric, shares[name]) for name, (rubric, _) in parts.items()}
         self.name = rubric_weights_text({name: weight for name, (_, weight) in parts.items()})
 
     @property

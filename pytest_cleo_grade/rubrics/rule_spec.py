@@ -51,7 +51,9 @@ class CallPattern(_Model):
 
     ``calls`` lists ``domain.operation`` names (the operation may itself hold dots:
     ``tools.skill.show``); ``params_blank`` holds when a parameter is missing, blank or
-    falsy (CLEO's ``!value || !value.trim()``); ``params_set`` when it is present and not.
+    falsy (CLEO's ``!value || !value.trim()``); ``params_set`` when it is present and not;
+    ``params_truthy`` when it is present and not falsy, a blank string included (CLEO's
+    ``if (params.parent)``).
     """
 
     calls: list[Annotated[str, Field(pattern=r"^[^.\s]+\.\S+$")]] = []
@@ -61,6 +63,7 @@ class CallPattern(_Model):
     exit_code: StrictInt | None = None
     params_blank: list[str] = []
     params_set: list[str] = []
+    params_truthy: list[str] = []
 
 
 Text = Annotated[str, Field(max_length=_MAX_TEXT)]

@@ -140,6 +140,8 @@ def _compile(pattern: CallPattern) -> _Match:
         checks.append(lambda e, name=name: _blank(e.params.get(name)))  # type: ignore[misc]
     for name in pattern.params_set:
         checks.append(lambda e, name=name: not _blank(e.params.get(name)))  # type: ignore[misc]
+    for name in pattern.params_truthy:
+        checks.append(lambda e, name=name: bool(e.params.get(name)))  # type: ignore[misc]
     return lambda e: all(check(e) for check in checks)
 
 
@@ -289,7 +291,8 @@ def _penalty(entries: Sequence[AuditEntry], rule: Penalty, dim: _Dimension) -> N
         index
         for index in subjects
         if (violates is not None and violates(entries[index]))
-        or (rule.unless_preceded_by is not None and (earlier is None or earlier > index))
+        # "Earlier": a call that matches both is not its own precedent.
+        or (rule.unless_preceded_by is not None and (earlier is None or earlier >= index))
     ]
     quiet = {"count": len(subjects), **_about(entries[subjects[0]])} if subjects else None
     _penalise(dim, rule, entries, violations, quiet)
