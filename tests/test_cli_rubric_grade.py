@@ -82,6 +82,35 @@ def test_an_unknown_rubric_is_a_usage_error_listing_the_available_ones(tmp_path:
     assert not (tmp_path / ".cleo").exists()
 
 
+RULE_FILE = Path(__file__).resolve().parent.parent / "examples" / "rubrics" / "support-rules.toml"
+
+
+@pytest.mark.parametrize(
+    ("command", "rubric", "message"),
+    [
+        ("grade", [], "rubric 'cleo' reads no rubric file; name the rubric it is for"),
+        ("show", [], "rubric 'cleo' reads no rubric file; name the rubric it is for"),
+        (
+            "grade",
+            ["--rubric", "cleo:1,trajectory:1"],
+            "no part of rubric 'cleo:0.5,trajectory:0.5' reads it (a rule file: it is for rules)",
+        ),
+    ],
+)
+def test_a_rubric_file_no_rubric_reads_is_refused_not_ignored(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    rubric: list[str],
+    message: str,
+) -> None:
+    argv = [command, "--entries", str(entries_file(tmp_path)), *rubric]
+    save = ["--no-save"] if command == "grade" else []
+    assert main([*argv, *save, "--rubric-file", str(RULE_FILE)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
 def test_a_judge_that_cannot_be_reached_is_a_clean_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -192,7 +192,18 @@ def session_source(
     return session_id, None, _existing_store(db_path(args), where)
 
 
+def _refuse_unused_rubric_file(args: argparse.Namespace) -> None:
+    """CLEO's built-in rubric reads no file: grading without it would look like it applied."""
+    if args.rubric == DEFAULT_RUBRIC and args.rubric_file:
+        raise CommandError(
+            f"cleo-grade: --rubric-file {args.rubric_file}: rubric {DEFAULT_RUBRIC!r} reads no "
+            "rubric file; "
+            "name the rubric it is for (--rubric rules, weighted or trajectory)"
+        )
+
+
 def run_grade(args: argparse.Namespace) -> int:
+    _refuse_unused_rubric_file(args)
     if args.entries and args.rubric == DEFAULT_RUBRIC and not (args.cleo_db or args.db):
         # CLEO's rubric needs no entry objects: stream the file (see grade_entries_file).
         return report(args, grade_entries_file(args.entries, _session_id(args)))
@@ -255,6 +266,7 @@ def grade_with_args(
     args: argparse.Namespace, entries: list[AuditEntry], session_id: str, cache: Path | None
 ) -> GradeResult:
     """Grade ``entries`` with the ``--rubric`` (and its options) of ``args``."""
+    _refuse_unused_rubric_file(args)
     if args.rubric == DEFAULT_RUBRIC:
         # Entries from a file or a store are validated already: skip the generic path.
         return grade_entries(entries, session_id=session_id)

@@ -63,12 +63,21 @@ class CombinedRubric:
             read_document(config.rubric_file)[0]
         )
         parts = {}
+        taken = False
         for name, (rubric, weight) in self.parts.items():
             if isinstance(rubric, ConfigurableRubric):
                 mine = config.rubric_file is not None and rule_file == (name == RULES_RUBRIC)
+                taken = taken or mine
                 part_config = config if mine else replace(config, rubric_file=None)
                 rubric = rubric.configure(part_config)
             parts[name] = (rubric, weight)
+        if config.rubric_file is not None and not taken:
+            # Graded as if it were not given, the user would believe their file applied.
+            kind = "a rule file" if rule_file else "not a rule file"
+            raise RubricError(
+                f"{config.rubric_file}: no part of rubric {self.name!r} reads it ({kind}: it "
+                f"is for {'rules' if rule_file else 'weighted or trajectory'})"
+            )
         return CombinedRubric(parts)
 
     def grade(

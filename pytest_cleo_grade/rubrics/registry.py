@@ -252,6 +252,11 @@ def grade_with_rubric(
     rubric = get_rubric(name, manager=manager)
     if config is not None and isinstance(rubric, ConfigurableRubric):
         rubric = rubric.configure(config)
+    elif config is not None and config.rubric_file is not None:
+        raise RubricError(
+            f"{config.rubric_file}: rubric {name!r} reads no rubric file (rules, weighted "
+            "and trajectory do)"
+        )
     try:
         result = rubric.grade(entries, session_id=session_id, now=now, context=context)
     except CleoGradeError:
