@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from pytest_cleo_grade.display import html_text
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.reporter import Reporter
@@ -27,6 +26,8 @@ _FLAGS = 5
 
 def _flags_cell(graded: GradedTest) -> str:
     flags = graded.result.flags
+    from pytest_cleo_grade.display import html_text
+
     items = "".join(f"<li>{html_text(flag)}</li>" for flag in flags[:_FLAGS])
     more = f"<li>... and {len(flags) - _FLAGS} more</li>" if len(flags) > _FLAGS else ""
     listed = f'<ul class="cleo-flags">{items}{more}</ul>' if flags else ""
@@ -73,6 +74,8 @@ class HtmlReportColumns:
             return
         failed = self._failed()
         style = "color:#b00020;font-weight:bold" if failed else "font-weight:bold"
+        from pytest_cleo_grade.display import html_text
+
         body = "".join(f"<p>{html_text(line)}</p>" for line in lines)
         state = "failed" if failed else "passed"
         prefix.insert(0, f'<div class="cleo-grade {state}" style="{style}">{body}</div>')

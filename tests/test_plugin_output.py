@@ -343,10 +343,13 @@ def test_a_run_that_grades_nothing_loads_neither_pydantic_nor_sqlite(tmp_path: P
         "    open('loaded.txt', 'w').write(repr((plugin, loaded)))\n"
     )
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
-    # Only this plugin: others installed beside it (langsmith's, with the langchain extra)
-    # may load pydantic themselves.
+    # Only this plugin (and pytest-html, whose columns it adds): others installed beside it
+    # (langsmith's, with the langchain extra) may load pydantic themselves.
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "cleo_grade"],
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            *("-p", "pytest_html.plugin", "-p", "cleo_grade"),
+        ],
         cwd=tmp_path,
         capture_output=True,
         check=True,
