@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-
 if TYPE_CHECKING:
     from pytest_cleo_grade.reporter import Reporter
     from pytest_cleo_grade.verdict import GradedTest
