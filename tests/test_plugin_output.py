@@ -348,7 +348,7 @@ def test_a_run_that_grades_nothing_loads_neither_pydantic_nor_sqlite(tmp_path: P
     subprocess.run(
         [
             *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
-            *("-p", "pytest_html.plugin", "-p", "cleo_grade"),
+            *("-p", "html", "-p", "cleo_grade"),
         ],
         cwd=tmp_path,
         capture_output=True,
