@@ -522,12 +522,9 @@ def _skipped_by_unittest(item: pytest.Item) -> bool:
     return any(isinstance(info.value, pytest.skip.Exception | unittest.SkipTest) for info in stored)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    session = item.stash.get(SESSION_KEY, None)
-    if session is None:
-        return (yield)
-    # Forget an earlier run of this item (a rerun plugin runs it again).
+def _start_call(item: pytest.Item, session: GradeSession) -> None:
+    """Forget an earlier run of this item (a rerun plugin runs it again), and plan the grade
+    with the markers as they are now."""
     item.stash[FAILED_FOR_GRADE_KEY] = False
     if GRADED_KEY in item.stash:
         del item.stash[GRADED_KEY]
@@ -536,6 +533,24 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if _refresh_marker(item):
         # The session's grader was planned from the marker its setup saw (rubric=, expect=).
         session.grader = _grader(item)
+
+
+def _late_session(item: pytest.Item, session: GradeSession | None) -> GradeSession | None:
+    """The test's session; one the body made itself (``request.getfixturevalue``) is graded
+    as any other, never left ungraded to pass whatever its calls."""
+    if session is not None:
+        return session
+    late = item.stash.get(SESSION_KEY, None)
+    if late is not None:
+        _start_call(item, late)
+    return late
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    session = item.stash.get(SESSION_KEY, None)
+    if session is not None:
+        _start_call(item, session)
     try:
         outcome = yield
     except (pytest.skip.Exception, pytest.xfail.Exception):
@@ -543,10 +558,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     except (Exception, pytest.fail.Exception):
         # A test that failed on its own keeps its failure; its grade is still recorded.
         # Interrupts (other BaseExceptions) are not graded.
-        problem = _grade_item(item, session)
-        if isinstance(problem, str):
-            item.stash[GRADE_ERROR_KEY] = problem
+        session = _late_session(item, session)
+        if session is not None:
+            problem = _grade_item(item, session)
+            if isinstance(problem, str):
+                item.stash[GRADE_ERROR_KEY] = problem
         raise
+    session = _late_session(item, session)
+    if session is None:
+        return outcome
     if _skipped_by_unittest(item):
         return outcome
     graded = _grade_item(item, session)

@@ -559,3 +559,25 @@ def test_also_plain():
             "the graded_session fixture: nothing is graded, the marker has no effect"
         ]
     )
+
+
+def test_a_session_the_body_asks_for_is_graded_like_a_requested_one(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+def test_dynamic(request):
+    forty(request.getfixturevalue("graded_session"))
+
+def test_dynamic_failing_on_its_own(request):
+    perfect(request.getfixturevalue("graded_session"))
+    assert False, "the agent crashed"
+""",
+    )
+    result = pytester.runpytest("--cleo-grade-fail-under=B", "-n", "2")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*test_dynamic *40/100*", "*test_dynamic_failing_on_its_own *100/100*"]
+    )
+    assert len(history_lines(pytester.path)) == 2
