@@ -242,9 +242,16 @@ def refuse(reason: str) -> None:
     calls; the session fails its test instead, however the code under test handled the error.
     """
     active = active_session()
-    holder = None if active is None else _holder(active[0])
+    if active is None:
+        return
+    holder = _holder(active[0])
     if holder is not None:
         holder.refuse(reason)
+    else:
+        # Another process than the one grading the session (a child the test started).
+        from pytest_cleo_grade.refusals import note_refusal
+
+        note_refusal(active[1], active[0], reason)
 
 
 def record(
@@ -322,6 +329,9 @@ def _deliver(entry: AuditEntry, session_id: str, path: Path) -> AuditEntry | Non
     try:
         _store_for(path).append(entry)
     except StoreError as exc:
+        from pytest_cleo_grade.refusals import note_refusal
+
+        note_refusal(path, session_id, f"{entry.domain}.{entry.operation} not stored: {exc}")
         # The code under test goes on whatever the test run's warning filters say.
         with warnings_shown_not_raised():
             warnings.warn(

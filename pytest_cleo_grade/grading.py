@@ -248,8 +248,9 @@ def grade_test(
     """
     grader = session.grader
     label = grader.plan.label if isinstance(grader, TestGrader) else DEFAULT_RUBRIC
-    if session.refused:
-        raise GradingFailed(f"cleo-grade: {nodeid}: {not_recorded(session.refused)}")
+    refused = session.refusals()
+    if refused:
+        raise GradingFailed(f"cleo-grade: {nodeid}: {not_recorded(refused)}")
     try:
         result = grader(session)
     except CleoGradeError as exc:

@@ -388,6 +388,13 @@ class GradeSession:
         """Note a call that could not be recorded (the test then cannot be graded)."""
         self.refused.append(reason)
 
+    def refusals(self) -> list[str]:
+        """Every call of the session that could not be recorded: in this process
+        (:attr:`refused`) or in another that recorded into its store (a child process)."""
+        from pytest_cleo_grade.refusals import refusals_for
+
+        return [*self.refused, *refusals_for(self.settings.db_path, self.id)]
+
     @property
     def dispatcher(self) -> AuditedDispatcher:
         """An audited dispatcher that records into this session."""

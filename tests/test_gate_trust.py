@@ -581,3 +581,48 @@ def test_dynamic_failing_on_its_own(request):
         ["*test_dynamic *40/100*", "*test_dynamic_failing_on_its_own *100/100*"]
     )
     assert len(history_lines(pytester.path)) == 2
+
+
+CHILD_AGENT = """
+from pytest_cleo_grade.audit import record
+
+record("session", "list", gateway="cleo_query")
+try:
+    record("tasks", "list", {"limit": float("nan")}, gateway="cleo_query")
+except Exception as exc:
+    print("the child caught:", exc)
+record("session", "end", gateway="cleo_mutate")
+"""
+
+
+def test_a_call_a_child_process_could_not_record_fails_its_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(child_agent=CHILD_AGENT)
+    make_suite(
+        pytester,
+        """
+import os, subprocess, sys
+
+def test_child(graded_session):
+    env = {**os.environ, **graded_session.subprocess_env()}
+    subprocess.run([sys.executable, "child_agent.py"], env=env, check=True)
+
+def test_other_session(graded_session):
+    perfect(graded_session)
+""",
+    )
+    result = pytester.runpytest("--cleo-grade-mode=report", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "cleo-grade: test_agent.py::test_child: 1 call of the test could not be recorded, *"
+            "tasks.list: params: limit is not a finite number*",
+        ]
+    )
+    # The other test's session is not touched by the child's note.
+    calls = [r for r in result.reprec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert {r.nodeid.split("::")[-1]: r.outcome for r in calls} == {
+        "test_child": "failed",
+        "test_other_session": "passed",
+    }

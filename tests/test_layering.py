@@ -52,6 +52,8 @@ LAYERS: dict[str, int] = {
     # Worker processes for import batches: no files, but processes (with the store).
     f"{PKG}.workers": 4,
     f"{PKG}.audit": 4,
+    # Refusals another process notes beside the store, read by the grading process.
+    f"{PKG}.refusals": 4,
     f"{PKG}.capture": 4,
     f"{PKG}.exports": 4,
     f"{PKG}.html_report": 4,
