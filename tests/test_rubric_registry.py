@@ -256,6 +256,23 @@ def test_a_rubric_returning_something_else_is_a_rubric_error(
         grade_with_rubric("sloppy", SESSION, session_id="s1", manager=manager)
 
 
+@pytest.mark.parametrize(
+    ("score", "message"),
+    [
+        (15, "rubric 'overflowing' returned 15 for dimension 'only', outside 0..10"),
+        # The model refuses a negative total itself: still one line.
+        (-1, "rubric 'overflowing' failed: ValidationError: total_score: Input should be"),
+    ],
+)
+def test_a_score_outside_its_range_is_a_rubric_error_not_a_grade(
+    manager: pluggy.PluginManager, score: int, message: str
+) -> None:
+    register_plugin(manager, plugin_module(ConstantRubric("overflowing", score=score)))
+    with pytest.raises(RubricError) as caught:
+        grade_with_rubric("overflowing", SESSION, session_id="s1", manager=manager)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
 def test_a_rubric_that_records_its_own_name_keeps_it(manager: pluggy.PluginManager) -> None:
     class SelfStamping(ConstantRubric):
         def grade(self, entries: Iterable[Any], **kwargs: Any) -> GradeResult:

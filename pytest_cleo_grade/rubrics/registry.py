@@ -9,10 +9,11 @@ from datetime import datetime
 from typing import Any, Final
 
 import pluggy
+from pydantic import ValidationError
 
 from pytest_cleo_grade.comparison.rubric import ComparisonRubric
 from pytest_cleo_grade.errors import CleoGradeError, RubricError
-from pytest_cleo_grade.models import AuditEntry, GradeResult
+from pytest_cleo_grade.models import AuditEntry, GradeResult, format_validation_error
 from pytest_cleo_grade.rubrics import hookspecs
 from pytest_cleo_grade.rubrics.cleo import (
     CLEO_DIMENSIONS,
@@ -261,8 +262,28 @@ def grade_with_rubric(
         result = rubric.grade(entries, session_id=session_id, now=now, context=context)
     except CleoGradeError:
         raise
+    except ValidationError as exc:
+        # A result the model refuses (a negative total, say): one line, not pydantic's page.
+        why = format_validation_error(exc, type(exc).__name__)
+        raise RubricError(f"rubric {name!r} failed: {why}") from exc
     except Exception as exc:
         raise RubricError(f"rubric {name!r} failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(result, GradeResult):
         raise RubricError(f"rubric {name!r} returned {type(result).__name__}, not a GradeResult")
+    _check_scores(name, result)
     return stamp_rubric(result, rubric)
+
+
+def _check_scores(name: str, result: GradeResult) -> None:
+    """A score outside its range would pass or fail a gate on nonsense (a plugin's bug)."""
+    for dimension, score in result.dimensions.items():
+        if not 0 <= score.score <= score.max:
+            raise RubricError(
+                f"rubric {name!r} returned {score.score:g} for dimension {dimension!r}, "
+                f"outside 0..{score.max:g}"
+            )
+    if not 0 <= result.total_score <= result.max_score:
+        raise RubricError(
+            f"rubric {name!r} returned a total of {result.total_score:g}, outside "
+            f"0..{result.max_score:g}"
+        )
