@@ -136,3 +136,33 @@ def test_the_failure_message_says_where_points_were_lost(pytester: pytest.Pytest
             "*  -5 taskHygiene hygiene.description: tasks.add without a description*[[]#1]",
         ]
     )
+
+
+def test_show_explains_the_grade_the_test_was_given(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A trajectory marker's expectations are in no file: only the stored grade explains it.
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cleo_grade(expect=["session.list"], mode="exact")
+        def test_agent(graded_session):
+            graded_session.record("session", "list", gateway="cleo_query")
+            graded_session.record("tasks", "find", {"query": "x"}, gateway="cleo_query")
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+    db = pytester.path / ".cleo" / "audit.db"
+    with AuditStore(db, read_only=True) as store:
+        (session,) = store.session_ids()
+        stored = store.grades(session)[-1]
+    capsys.readouterr()
+    assert main(["show", session, "--db", str(db)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"session {session} (2 calls), rubric trajectory"
+    total = f"total {stored.total_score:g}/100 ({stored.display_percent}%, grade {stored.letter})"
+    assert total in shown
+    # Asking for a rubric grades again with it.
+    assert main(["show", session, "--db", str(db), "--rubric", "cleo"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("rubric cleo")

@@ -40,14 +40,23 @@ def register(subparsers: Any) -> None:
     rubrics.set_defaults(handler=run_rubrics)
 
 
-def add_rubric_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--rubric``, ``--rubric-file``, ``--task`` and the judge options to a command."""
+def add_rubric_options(
+    parser: argparse.ArgumentParser,
+    *,
+    default_help: str = f"default: {DEFAULT_RUBRIC}",
+) -> None:
+    """Add ``--rubric``, ``--rubric-file``, ``--task`` and the judge options to a command.
+
+    ``--rubric`` defaults to CLEO's; a command given ``default_help`` other than the usual
+    has None as the default, and decides itself (``show`` explains the stored grade).
+    """
     group = parser.add_argument_group("rubric")
+    usual = default_help == f"default: {DEFAULT_RUBRIC}"
     group.add_argument(
         "--rubric",
-        default=DEFAULT_RUBRIC,
+        default=DEFAULT_RUBRIC if usual else None,
         metavar="NAME",
-        help=f"rubric to grade with (default: {DEFAULT_RUBRIC}; see `cleo-grade rubrics`)",
+        help=f"rubric to grade with ({default_help}; see `cleo-grade rubrics`)",
     )
     group.add_argument(
         "--rubric-file",

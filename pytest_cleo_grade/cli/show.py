@@ -7,6 +7,7 @@ rubric the options name, and each call is printed beside the ``points`` items na
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import print_json, session_id_arg
@@ -14,7 +15,8 @@ from pytest_cleo_grade.cli.grade import grade_with_args, session_source
 from pytest_cleo_grade.cli.record import add_db_option
 from pytest_cleo_grade.cli.rubrics import add_rubric_options
 from pytest_cleo_grade.display_points import render_session, session_json
-from pytest_cleo_grade.models import order_entries
+from pytest_cleo_grade.models import GradeResult, order_entries
+from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
 from pytest_cleo_grade.store import AuditStore
 
 __all__ = ["register"]
@@ -39,8 +41,25 @@ def register(subparsers: Any) -> None:
     )
     show.add_argument("--json", action="store_true", help="print the grade and calls as JSON")
     add_db_option(show)
-    add_rubric_options(show)
+    add_rubric_options(
+        show,
+        default_help="default: the session's latest stored grade, as it was graded, else cleo",
+    )
     show.set_defaults(handler=run_show)
+
+
+def _stored_grade(
+    args: argparse.Namespace, store: Path, session_id: str
+) -> GradeResult | None:
+    """The grade a test failure pointed here for: the session's latest stored one, with its
+    own rubric and expectations (a trajectory marker's are in no file to grade again with).
+    None when a rubric was asked for, or no stored grade explains its points."""
+    if args.rubric is not None or args.rubric_file:
+        return None
+    with AuditStore(store, read_only=True) as audit:
+        grades = audit.grades(session_id)
+    latest = grades[-1] if grades else None
+    return latest if latest is not None and "points" in (latest.model_extra or {}) else None
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -49,9 +68,16 @@ def run_show(args: argparse.Namespace) -> int:
         assert store is not None
         with AuditStore(store, read_only=True) as audit:
             entries = audit.session_entries(session_id)
+        stored = _stored_grade(args, store, session_id)
+    else:
+        stored = None
     # The order every rubric grades in, so the points' entry indices name these lines.
     ordered = order_entries([e for e in entries if e.session_id in (None, session_id)])
-    result = grade_with_args(args, ordered, session_id, store)
+    if stored is not None:
+        result = stored
+    else:
+        args.rubric = args.rubric or DEFAULT_RUBRIC
+        result = grade_with_args(args, ordered, session_id, store)
     if args.json:
         print_json(session_json(result, ordered))
     else:
