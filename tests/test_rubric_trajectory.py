@@ -198,7 +198,8 @@ def test_hostile_call_names_stay_on_their_line_in_the_failure_message(
     result.stdout.fnmatch_lines(
         [
             "*50/100 (50%, grade D) is below the threshold 90% (A)*",
-            "expected vs actual calls (= matched, - missing, + unexpected):",
+            "expected vs actual calls (= matched, ~ out of order, - missing, + unexpected, "
+            ". not counted):",
             "    expected      actual (exact)",
             "  = session.list  #0 session.list",
             "  +               #1 tasks.x\\x1b[31m\\nFORGED",

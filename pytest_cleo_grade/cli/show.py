@@ -48,9 +48,7 @@ def register(subparsers: Any) -> None:
     show.set_defaults(handler=run_show)
 
 
-def _stored_grade(
-    args: argparse.Namespace, store: Path, session_id: str
-) -> GradeResult | None:
+def _stored_grade(args: argparse.Namespace, store: Path, session_id: str) -> GradeResult | None:
     """The grade a test failure pointed here for: the session's latest stored one, with its
     own rubric and expectations (a trajectory marker's are in no file to grade again with).
     None when a rubric was asked for, or no stored grade explains its points."""
