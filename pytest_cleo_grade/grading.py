@@ -266,7 +266,7 @@ def grade_test(
     if result.entry_count == 0 and not allow_empty and not comparison:
         raise GradingFailed(f"cleo-grade: {nodeid}: {NOTHING_CAPTURED}")
     result = result.model_copy(update={"testId": nodeid})
-    session.result = result
+    session.note_graded(result)
     return GradedTest(nodeid, result, threshold, threshold_source, mode)
 
 

@@ -418,6 +418,14 @@ def graded_session(
             uninstall()
         # One transaction for everything the test recorded in this process, after it was
         # graded (a fixture's teardown included); a failure is a warning, the grade stands.
+        late = session.recorded_since_graded()
+        if late:
+            calls = "1 call was" if late == 1 else f"{late} calls were"
+            with warnings_shown_not_raised():
+                _warn(
+                    f"cleo-grade: {request.node.nodeid}: {calls} recorded after the test was "
+                    "graded (in a fixture's teardown, say): stored, but in no grade"
+                )
         _flush(session)
         session.close(flush=False)
         del request.node.stash[SESSION_KEY]

@@ -213,6 +213,8 @@ class GradeSession:
         self.grader: Grader = grader or cleo_grader
         #: The latest grade: None until the test grades explicitly or its body ends.
         self.result: GradeResult | None = None
+        #: How many held entries the latest grade saw (None: not graded yet).
+        self._graded_held: int | None = None
         #: What :meth:`set_output` handed over for a model comparison (None: nothing yet).
         self.output: str | None = None
         self.scores: Mapping[str, Any] | None = None
@@ -470,8 +472,18 @@ class GradeSession:
 
     def grade(self, *, now: datetime | None = None) -> GradeResult:
         """Grade the session's entries now with the session's grader; writes nothing."""
-        self.result = self.grader(self, now=now)
-        return self.result
+        return self.note_graded(self.grader(self, now=now))
+
+    def note_graded(self, result: GradeResult) -> GradeResult:
+        """Make ``result`` the session's latest grade (over the entries held until now)."""
+        self.result = result
+        self._graded_held = len(self._held)
+        return result
+
+    def recorded_since_graded(self) -> int:
+        """Calls this process recorded after the latest grade (a fixture's teardown, say):
+        stored by :meth:`flush`, but in no grade. Asked before the flush."""
+        return 0 if self._graded_held is None else len(self._held) - self._graded_held
 
     def persist(self, result: GradeResult) -> None:
         """Save a grade with :func:`persist`: the history (when configured), then the store.

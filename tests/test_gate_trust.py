@@ -626,3 +626,28 @@ def test_other_session(graded_session):
         "test_child": "failed",
         "test_other_session": "passed",
     }
+
+
+def test_calls_recorded_after_the_grade_are_said_to_be_in_no_grade(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.fixture
+def agent(graded_session):
+    yield graded_session
+    graded_session.record("session", "end", gateway="cleo_mutate")  # closing the agent
+
+def test_closing_in_teardown(agent):
+    agent.record("session", "list", gateway="cleo_query")
+""",
+    )
+    result = pytester.runpytest("-W", "error")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*cleo-grade: test_agent.py::test_closing_in_teardown: 1 call was recorded after "
+            "the test was graded (in a fixture's teardown, say): stored, but in no grade",
+        ]
+    )
