@@ -228,7 +228,7 @@ def _marker_text(name: str) -> Callable[[object], str]:
     return validate
 
 
-#: The smallest weight of a combined rubric, as a share of the largest.
+#: The smallest weight of a combined rubric, as a share of all of them.
 _SMALLEST_SHARE: Final = 1e-6
 
 
@@ -262,13 +262,12 @@ def parse_rubric_weights(text: str) -> dict[str, float] | None:
         if name in parts:
             raise ValueError(f"invalid rubric {text!r}: {name} is named twice")
         parts[name] = weight
-    top = max(parts.values())
-    for name, weight in parts.items():
+    for name, share in relative_weights(parts).items():
         # The combination's name keeps 6 decimals: a smaller share would read as weight 0.
-        if weight / top < _SMALLEST_SHARE:
+        if share < _SMALLEST_SHARE:
             raise ValueError(
                 f"invalid rubric {text!r}: the weight of {name} is less than a millionth of "
-                "the largest"
+                "the total"
             )
     return parts
 

@@ -88,7 +88,7 @@ def test_a_combination_that_sums_to_a_clean_percentage_is_exact() -> None:
         ("cleo:inf,rules:1", "the weight of cleo must be a finite number above 0"),
         ("cleo:1,cleo:2", "cleo is named twice"),
         # Its share would be stored as weight 0, which no combination may have.
-        ("cleo:1e200,rules:1e-200", "the weight of rules is less than a millionth of the largest"),
+        ("cleo:1e200,rules:1e-200", "the weight of rules is less than a millionth of the total"),
         ("cleo:1,nope:1", "unknown rubric 'nope'; available rubrics: cleo, comparison, rules"),
         ("cleo:1,comparison:1", "rubric 'comparison' cannot be combined with others"),
         ("cleo,rules", "expected NAME or NAME:WEIGHT,NAME:WEIGHT"),

@@ -41,22 +41,20 @@ def register(subparsers: Any) -> None:
 
 
 def add_rubric_options(
-    parser: argparse.ArgumentParser,
-    *,
-    default_help: str = f"default: {DEFAULT_RUBRIC}",
+    parser: argparse.ArgumentParser, *, default: str | None = DEFAULT_RUBRIC, default_text: str = ""
 ) -> None:
     """Add ``--rubric``, ``--rubric-file``, ``--task`` and the judge options to a command.
 
-    ``--rubric`` defaults to CLEO's; a command given ``default_help`` other than the usual
-    has None as the default, and decides itself (``show`` explains the stored grade).
+    ``--rubric`` defaults to ``default``; a command given None decides itself, and says how in
+    ``default_text`` (``show`` explains the stored grade).
     """
     group = parser.add_argument_group("rubric")
-    usual = default_help == f"default: {DEFAULT_RUBRIC}"
     group.add_argument(
         "--rubric",
-        default=DEFAULT_RUBRIC if usual else None,
+        default=default,
         metavar="NAME",
-        help=f"rubric to grade with ({default_help}; see `cleo-grade rubrics`)",
+        help=f"rubric to grade with ({default_text or f'default: {default}'}; see "
+        "`cleo-grade rubrics`)",
     )
     group.add_argument(
         "--rubric-file",

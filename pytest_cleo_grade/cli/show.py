@@ -43,7 +43,8 @@ def register(subparsers: Any) -> None:
     add_db_option(show)
     add_rubric_options(
         show,
-        default_help="default: the session's latest stored grade, as it was graded, else cleo",
+        default=None,
+        default_text="default: the session's latest stored grade, as it was graded, else cleo",
     )
     show.set_defaults(handler=run_show)
 

@@ -40,9 +40,10 @@ class CombinedRubric:
         for name in parts:
             if name in _NOT_COMBINABLE:
                 raise RubricError(f"rubric {name!r} cannot be combined with others")
-        shares = relative_weights({name: weight for name, (_, weight) in parts.items()})
+        weights = {name: weight for name, (_, weight) in parts.items()}
+        shares = relative_weights(weights)
         self.parts = {name: (rubric, shares[name]) for name, (rubric, _) in parts.items()}
-        self.name = rubric_weights_text({name: weight for name, (_, weight) in parts.items()})
+        self.name = rubric_weights_text(weights)
 
     @property
     def version(self) -> str:
