@@ -71,10 +71,10 @@ NOTHING_CAPTURED: Final = (
 
 def not_recorded(reasons: list[str]) -> str:
     """Why a session some of whose calls could not be recorded is not graded."""
+    # Not "N calls": a reason may be a whole file graded_session.ingest() could not read.
     count = len(reasons)
-    calls = "1 call" if count == 1 else f"{count} calls"
     return (
-        f"{calls} of the test could not be recorded, so its session is not graded on the "
+        "not every call of the test could be recorded, so its session is not graded on the "
         f"rest (even where the code under test caught the error): {terminal_text(reasons[0])}"
         + ("" if count == 1 else f" (and {count - 1} more)")
     )
