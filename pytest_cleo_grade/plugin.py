@@ -424,7 +424,8 @@ def graded_session(
             with warnings_shown_not_raised():
                 _warn(
                     f"cleo-grade: {request.node.nodeid}: {calls} recorded after the test was "
-                    "graded (in a fixture's teardown, say): stored, but in no grade"
+                    "graded (in a fixture's teardown, or by a child process still running, "
+                    "say): stored, but in no grade"
                 )
         _flush(session)
         session.close(flush=False)

@@ -29,7 +29,7 @@ from pytest_cleo_grade.audit import (
     hold_in_process,
     make_entry,
 )
-from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.errors import CleoGradeError, StoreError
 from pytest_cleo_grade.faults import Fault
 from pytest_cleo_grade.history import append_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, coerce_entries, order_entries
@@ -215,6 +215,10 @@ class GradeSession:
         self.result: GradeResult | None = None
         #: How many held entries the latest grade saw (None: not graded yet).
         self._graded_held: int | None = None
+        #: The store's data version when the latest grade was made, and how many of the
+        #: session's entries it held then (other processes record straight into it).
+        self._graded_version: int | None = None
+        self._graded_stored = 0
         #: What :meth:`set_output` handed over for a model comparison (None: nothing yet).
         self.output: str | None = None
         self.scores: Mapping[str, Any] | None = None
@@ -478,12 +482,36 @@ class GradeSession:
         """Make ``result`` the session's latest grade (over the entries held until now)."""
         self.result = result
         self._graded_held = len(self._held)
+        self._graded_version = None
+        store = self._store
+        if store is not None:
+            try:
+                self._graded_version = store.data_version()
+                # Unchanged since the start and nothing flushed: nothing of it is stored.
+                unwritten = not self._flushed and self._graded_version == self._version
+                self._graded_stored = 0 if unwritten else store.count(self.id)
+            except StoreError:
+                self._graded_version = None  # then nothing can be told of later calls
         return result
 
     def recorded_since_graded(self) -> int:
-        """Calls this process recorded after the latest grade (a fixture's teardown, say):
-        stored by :meth:`flush`, but in no grade. Asked before the flush."""
-        return 0 if self._graded_held is None else len(self._held) - self._graded_held
+        """Calls recorded after the latest grade, stored (by :meth:`flush`, or by another
+        process straight away) but in no grade: a fixture's teardown, a child process still
+        running when the test ended. Asked before the flush; 0 when the store cannot say."""
+        if self._graded_held is None:
+            return 0
+        late = len(self._held) - self._graded_held
+        store = self._store
+        if store is None or self._graded_version is None:
+            return late
+        try:
+            # The version moves only when another connection commits: the usual test pays
+            # one PRAGMA here, a count only when a child (or an xdist worker) wrote.
+            if store.data_version() != self._graded_version:
+                late += max(0, store.count(self.id) - self._graded_stored)
+        except StoreError:
+            pass  # the flush that follows reports an unreadable store itself
+        return late
 
     def persist(self, result: GradeResult) -> None:
         """Save a grade with :func:`persist`: the history (when configured), then the store.

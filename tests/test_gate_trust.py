@@ -649,6 +649,47 @@ def test_closing_in_teardown(agent):
     result.stdout.fnmatch_lines(
         [
             "*cleo-grade: test_agent.py::test_closing_in_teardown: 1 call was recorded after "
-            "the test was graded (in a fixture's teardown, say): stored, but in no grade",
+            "the test was graded (in a fixture's teardown, or by a child process still "
+            "running, say): stored, but in no grade",
         ]
     )
+
+
+LATE_CHILD = """
+from pytest_cleo_grade.audit import record
+
+record("session", "end", gateway="cleo_mutate")
+record("admin", "help", gateway="cleo_query")
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_calls_a_child_process_records_after_the_grade_are_said_to_be_in_no_grade(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
+    pytester.makepyfile(late_child=LATE_CHILD)
+    make_suite(
+        pytester,
+        """
+import os, subprocess, sys
+
+@pytest.fixture
+def agent(graded_session):
+    yield graded_session
+    # The agent's worker process, still finishing when the test body returned.
+    env = {**os.environ, **graded_session.subprocess_env()}
+    subprocess.run([sys.executable, "late_child.py"], env=env, check=True)
+
+def test_child_after_the_grade(agent):
+    agent.record("session", "list", gateway="cleo_query")
+
+def test_quiet_child(graded_session):
+    env = {**os.environ, **graded_session.subprocess_env()}
+    subprocess.run([sys.executable, "late_child.py"], env=env, check=True)
+""",
+    )
+    result = pytester.runpytest("-W", "error", *workers)
+    result.assert_outcomes(passed=2)
+    text = "\n".join(result.outlines)
+    assert "test_child_after_the_grade: 2 calls were recorded after the test was graded" in text
+    assert "test_quiet_child: " not in text  # its child's calls were all graded
