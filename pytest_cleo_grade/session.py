@@ -34,7 +34,13 @@ from pytest_cleo_grade.faults import Fault
 from pytest_cleo_grade.history import append_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, coerce_entries, order_entries
 from pytest_cleo_grade.rubrics.cleo import grade_ordered
-from pytest_cleo_grade.sources import load_entries_file
+from pytest_cleo_grade.sources import (
+    ENTRY_FILE_FORMATS,
+    IMPORT_FORMATS,
+    find_cleo_db,
+    load_entries_file,
+    read_cleo_db,
+)
 from pytest_cleo_grade.store import AuditStore
 
 if TYPE_CHECKING:
@@ -156,8 +162,10 @@ def persist(
 
 
 def _load_file(source: str | os.PathLike[str], format: str) -> list[AuditEntry]:
-    if format == "auto":
+    if format in ("auto", *ENTRY_FILE_FORMATS):
         return load_entries_file(source)
+    if format == "cleo-db":
+        return [entry for _, entry in read_cleo_db(find_cleo_db(source))]
     if format == "otlp":
         from pytest_cleo_grade.capture.otlp import load_otlp_file
 
@@ -166,7 +174,9 @@ def _load_file(source: str | os.PathLike[str], format: str) -> list[AuditEntry]:
         from pytest_cleo_grade.capture.claude_code import load_transcript
 
         return load_transcript(source)
-    raise CleoGradeError(f"ingest: unknown format {format!r}: expected auto, otlp or claude-code")
+    raise CleoGradeError(
+        f"ingest: unknown format {format!r}: expected one of {', '.join(IMPORT_FORMATS)}"
+    )
 
 
 class GradeSession:

@@ -426,6 +426,13 @@ def is_sqlite_file(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+#: The file formats of ``cleo-grade import --format`` and ``graded_session.ingest(format=...)``
+#: (DESIGN §4): ``auto`` tells an entries file from a CLEO database by its content.
+IMPORT_FORMATS: Final = ("auto", "json", "jsonl", "otlp", "claude-code", "cleo-db")
+#: The names of an audit entries file: either reads a JSON array and JSON lines alike.
+ENTRY_FILE_FORMATS: Final = frozenset({"json", "jsonl"})
+
+
 def find_cleo_db(project: str | os.PathLike[str]) -> Path:
     """The CLEO database of a project directory (or the path itself if it is a file)."""
     root = Path(project)

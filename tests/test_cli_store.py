@@ -372,3 +372,43 @@ def test_a_command_runs_outside_the_main_thread(
     worker.join(timeout=60)
     assert statuses == [0]
     assert capsys.readouterr().out.startswith("Imported 1 entries into ")
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_import_format_json_and_jsonl_read_an_entries_file(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, fmt: str
+) -> None:
+    write_entries(in_tmp / "e.jsonl")
+    rows = [json.loads(line(i, "s2")) for i in range(3)]
+    (in_tmp / "a.json").write_text(json.dumps(rows))
+    assert run(capsys, "import", "--format", fmt, "e.jsonl")[0] == 0
+    status, out, _ = run(capsys, "import", "--format", fmt, "a.json")
+    assert (status, out.split(" into ")[0]) == (0, "Imported 3 entries")
+    with AuditStore(in_tmp / ".cleo" / "audit.db") as store:
+        assert (store.count("s1"), store.count("s2")) == (4, 3)
+
+
+def test_import_format_cleo_db_reads_a_cleo_project_and_an_entries_format_refuses_one(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    db = in_tmp / "project" / ".cleo" / "cleo.db"
+    db.parent.mkdir(parents=True)
+    with AuditStore(db) as cleo:  # a database with CLEO's audit_log table
+        cleo.append_many(_entries_of(write_entries(in_tmp / "c.jsonl", session="c1")))
+    status, out, _ = run(capsys, "import", "--format", "cleo-db", "project")
+    expected = f"Imported 4 entries from {Path('project/.cleo/cleo.db')}"
+    assert status == 0 and out.startswith(expected)
+    status, _, err = run(capsys, "import", "--format", "jsonl", "project")
+    assert status == 2
+    assert err.strip() == (
+        "cleo-grade import: project: --format jsonl reads an audit entries "
+        "file, and this is a CLEO database or a directory (use --format cleo-db)"
+    )
+    status, _, err = run(capsys, "import", "--format", "cleo-db", "c.jsonl")
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "c.jsonl" in err
+
+
+def _entries_of(path: Path) -> list[Any]:
+    from pytest_cleo_grade.sources import load_entries_file
+
+    return load_entries_file(path)

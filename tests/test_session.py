@@ -18,6 +18,7 @@ from pytest_cleo_grade.errors import CleoGradeError, EntryError
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.rubrics.cleo import EMPTY_SESSION_FLAG
 from pytest_cleo_grade.session import GradeSession, SessionSettings, new_session_id
+from pytest_cleo_grade.sources import load_entries_file
 from pytest_cleo_grade.store import AuditStore
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -179,6 +180,37 @@ def test_ingest_tags_every_entry_with_the_session_id(session: GradeSession, tmp_
     assert session.ingest(path) == 2
     assert session.ingest(rows) == 2
     assert [e.session_id for e in session.entries] == [session.id] * 4
+
+
+@pytest.mark.parametrize("fmt", ["auto", "json", "jsonl", "cleo-db"])
+def test_ingest_reads_every_import_format_name_of_an_entries_file_or_a_cleo_database(
+    session: GradeSession, tmp_path: Path, fmt: str
+) -> None:
+    rows = [
+        {"timestamp": f"2026-03-01T12:00:0{i}Z", "sessionId": "cleo-1", "domain": "session",
+         "operation": op, "result": {"success": True}}
+        for i, op in enumerate(["list", "end"])
+    ]  # fmt: skip
+    source: Path = tmp_path / "entries.json"
+    source.write_text(json.dumps(rows))
+    if fmt == "cleo-db":
+        with AuditStore(tmp_path / "project" / ".cleo" / "tasks.db") as cleo:
+            cleo.append_many(load_entries_file(source))
+        source = tmp_path / "project"
+    assert session.ingest(source, format=fmt) == 2
+    assert [(e.session_id, e.operation) for e in session.entries] == [
+        (session.id, "list"),
+        (session.id, "end"),
+    ]
+
+
+def test_ingest_names_the_formats_it_reads(session: GradeSession, tmp_path: Path) -> None:
+    with pytest.raises(CleoGradeError) as caught:
+        session.ingest(tmp_path / "x.csv", format="csv")
+    assert str(caught.value) == (
+        "ingest: unknown format 'csv': expected one of auto, json, jsonl, otlp, claude-code, "
+        "cleo-db"
+    )
 
 
 def test_ingest_is_all_or_nothing(session: GradeSession) -> None:

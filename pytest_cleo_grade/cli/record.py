@@ -14,6 +14,8 @@ from pytest_cleo_grade.cli.common import CommandError, session_id_arg
 from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.sources import (
+    ENTRY_FILE_FORMATS,
+    IMPORT_FORMATS,
     find_cleo_db,
     is_sqlite_file,
     read_cleo_db,
@@ -54,10 +56,13 @@ def register(subparsers: Any) -> None:
     importer.add_argument(
         "--format",
         dest="format",
-        choices=("auto", "otlp", "claude-code"),
+        choices=IMPORT_FORMATS,
         default="auto",
         help=(
-            "auto (default): JSON/JSONL audit entries or a CLEO database; otlp: OTLP JSON "
+            "auto (default): JSON/JSONL audit entries or a CLEO database, told apart by "
+            "content; json or jsonl: an audit entries file (a JSON array or JSON lines, "
+            "either name reads both); cleo-db: a CLEO database or a project directory "
+            "holding one; otlp: OTLP JSON "
             "traces (a Collector's file exporter), one session per gen_ai.conversation.id or "
             "trace id unless --session-id names one; claude-code: a Claude Code session "
             "transcript (~/.claude/projects/*/SESSION.jsonl), its tool calls under its "
@@ -116,7 +121,17 @@ def run_import(args: argparse.Namespace) -> int:
         from pytest_cleo_grade.capture.claude_code import load_transcript
 
         return _import_loaded(load_transcript(source, session_id=args.session_id), target)
-    cleo = source.is_dir() or is_sqlite_file(source)
+    if args.format in ENTRY_FILE_FORMATS:
+        cleo = False
+        if source.is_dir() or is_sqlite_file(source):
+            raise CommandError(
+                f"cleo-grade import: {source}: --format {args.format} reads an audit entries "
+                "file, and this is a CLEO database or a directory (use --format cleo-db)"
+            )
+    elif args.format == "cleo-db":
+        cleo = True
+    else:
+        cleo = source.is_dir() or is_sqlite_file(source)
     if cleo:
         cleo_db = find_cleo_db(source)
         if cleo_db.resolve() == target.resolve():
