@@ -157,6 +157,14 @@ class Http404(Exception):
     status_code = 404
 
 
+class TaskNotFoundError(Exception):
+    """A not-found by its class name only (its text does not say so)."""
+
+
+class MissingTask(TaskNotFoundError):
+    pass
+
+
 class RpcError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
@@ -171,6 +179,9 @@ class RpcError(Exception):
         pytest.param(FileNotFoundError("x"), 4, id="FileNotFoundError"),
         pytest.param(WithCode("boom"), 7, id="exit_code-attribute"),
         pytest.param(Http404("gone"), 4, id="HTTP-404-exception"),
+        pytest.param(TaskNotFoundError("T9"), 4, id="class-named-NotFoundError"),
+        pytest.param(MissingTask("T9"), 4, id="subclass-of-a-NotFoundError"),
+        pytest.param(Failure("t", error_type="app.TaskNotFound"), 4, id="span-error-type"),
         pytest.param(RpcError(-32002, "gone"), 4, id="json-rpc-resource-not-found"),
         pytest.param(RpcError(-32603, "internal"), 1, id="json-rpc-internal-error"),
         pytest.param(ValueError("bad value"), 1, id="other-exception"),

@@ -462,6 +462,10 @@ def _exception_code(exc: BaseException) -> int | None:
         return code
     if isinstance(exc, LookupError | FileNotFoundError):
         return E_NOT_FOUND
+    # The class-name rule spans get from error.type: the same exception must map alike
+    # whether an adapter holds it or only its span's name reached the grader.
+    if any(_names_not_found(klass.__name__) for klass in type(exc).__mro__):
+        return E_NOT_FOUND
     statuses = [getattr(exc, "status_code", None), getattr(exc, "status", None)]
     response = getattr(exc, "response", None)
     if response is not None:
