@@ -394,6 +394,9 @@ def audited(
     The call's arguments become the params, its wall time the duration. An exception is
     recorded as a failure (exit code from :func:`exit_code_for`) and then propagates
     unchanged. Coroutine functions are awaited. ``recorder`` defaults to :func:`record`.
+    A fault ``graded_session.inject()`` queued for ``domain.operation`` fails the call before
+    the function runs: it is recorded (marked ``metadata.injected``) and raised as
+    :class:`~pytest_cleo_grade.faults.InjectedFault`, as the audited dispatcher does.
     """
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
@@ -401,6 +404,13 @@ def audited(
 
         def emit(params: dict[str, Any], started: float, exc: BaseException | None) -> None:
             rec = recorder or record
+            # metadata only for an injected failure: a recorder written before faults were
+            # (a function with record()'s older signature) keeps working.
+            marked: dict[str, Any] = (
+                {"metadata": {faults.INJECTED_KEY: True}}
+                if isinstance(exc, faults.InjectedFault)
+                else {}
+            )
             rec(
                 domain,
                 operation,
@@ -411,7 +421,19 @@ def audited(
                 gateway=gateway,
                 source=source,
                 error=None if exc is None else _error_text(exc),
+                **marked,
             )
+
+        def fail_if_injected(params: dict[str, Any], started: float) -> None:
+            # The environment is read only while some test has a fault queued.
+            if not faults.any_queued():
+                return
+            active = active_session()
+            fault = faults.take(active[0] if active else None, domain, operation)
+            if fault is not None:
+                injected = faults.InjectedFault(fault)
+                emit(params, started, injected)
+                raise injected
 
         if inspect.iscoroutinefunction(func):
 
@@ -419,6 +441,7 @@ def audited(
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 params = _call_params(signature, args, kwargs)
                 started = time.perf_counter()
+                fail_if_injected(params, started)
                 try:
                     value = await func(*args, **kwargs)
                 except Exception as exc:
@@ -433,6 +456,7 @@ def audited(
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             params = _call_params(signature, args, kwargs)
             started = time.perf_counter()
+            fail_if_injected(params, started)
             try:
                 value = func(*args, **kwargs)
             except Exception as exc:

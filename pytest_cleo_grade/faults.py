@@ -25,6 +25,7 @@ __all__ = [
     "FaultError",
     "InjectedFault",
     "any_pending",
+    "any_queued",
     "clear",
     "inject",
     "pending",
@@ -121,6 +122,11 @@ def take(session_id: str | None, domain: str, operation: str) -> Fault | None:
                     queue.remove(slot)
                 return slot.fault
     return None
+
+
+def any_queued() -> bool:
+    """Whether any session has a fault left (before even finding the caller's session)."""
+    return bool(_pending)
 
 
 def any_pending(session_id: str | None) -> bool:

@@ -427,11 +427,33 @@ def graded_session(
                     "graded (in a fixture's teardown, or by a child process still running, "
                     "say): stored, but in no grade"
                 )
+        _warn_unused_faults(request.node.nodeid, session.id)
         _flush(session)
         session.close(flush=False)
         del request.node.stash[SESSION_KEY]
         if session.env_before is not None:
             request.node.stash[ENV_BEFORE_KEY] = session.env_before
+
+
+def _warn_unused_faults(nodeid: str, session_id: str) -> None:
+    """A fault no call used proves nothing: a test asserting recovery would pass vacuously."""
+    from pytest_cleo_grade import faults
+
+    unused = sorted(
+        {f"{fault.domain}.{fault.operation}" for fault, _ in faults.pending(session_id)}
+    )
+    if unused:
+        from pytest_cleo_grade.display import terminal_text
+
+        names = ", ".join(unused)
+        with warnings_shown_not_raised():
+            _warn(
+                terminal_text(
+                    f"cleo-grade: {nodeid}: graded_session.inject() failed no call of {names}: "
+                    "none reached an adapter that can intercept it (docs/capture.md, fault "
+                    "injection)"
+                )
+            )
 
 
 @pytest.hookimpl(wrapper=True)

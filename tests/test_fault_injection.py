@@ -3,6 +3,7 @@ that can intercept a call, recorded like a real failure and marked ``metadata.in
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,3 +252,63 @@ def test_in_a_pytest_run_an_injected_not_found_costs_points_until_the_agent_reco
     result = pytester.runpytest()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*E_NOT_FOUND (tasks.show) not followed by recovery lookup*"])
+
+
+def test_audited_tools_fail_an_injected_call_before_they_run(session: GradeSession) -> None:
+    from pytest_cleo_grade.audit import audited
+
+    ran: list[str] = []
+
+    @audited("tasks", "show", gateway="cleo_query")
+    def show(task_id: str) -> str:
+        ran.append(task_id)
+        return task_id
+
+    @audited("tasks", "show", gateway="cleo_query")
+    async def show_async(task_id: str) -> str:
+        ran.append(task_id)
+        return task_id
+
+    session.inject("tasks.show", times=2)
+    with pytest.raises(InjectedFault):
+        show("T1")
+    with pytest.raises(InjectedFault):
+        asyncio.run(show_async("T2"))
+    assert (show("T3"), ran) == ("T3", ["T3"])
+    assert shown(session.entries) == [
+        ("tasks.show", False, 4, True),
+        ("tasks.show", False, 4, True),
+        ("tasks.show", True, 0, False),
+    ]
+    assert session.entries[0].params == {"task_id": "T1"}
+
+
+def test_a_fault_no_call_used_is_a_warning_naming_the_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        from pytest_cleo_grade.audit import record
+
+        def test_vacuous(graded_session):
+            graded_session.inject("tasks.show")
+            graded_session.inject("tasks.exists", times=3)
+            # The agent records its calls itself: nothing can fail them on purpose.
+            record("tasks", "show", {"taskId": "T1"}, gateway="cleo_query")
+            assert graded_session.grade().dimensions["errorProtocol"].score == 20
+
+        def test_used(graded_session):
+            graded_session.inject("tasks.show")
+            try:
+                graded_session.dispatcher.query("tasks", "show")
+            except Exception:
+                pass
+        """
+    )
+    result = pytester.runpytest("-W", "error")
+    result.assert_outcomes(passed=2)
+    text = "\n".join(result.outlines)
+    assert (
+        "cleo-grade: test_a_fault_no_call_used_is_a_warning_naming_the_test.py::test_vacuous: "
+        "graded_session.inject() failed no call of tasks.exists, tasks.show: none reached an "
+        "adapter that can intercept it"
+    ) in text
+    assert "::test_used: graded_session.inject()" not in text
