@@ -258,7 +258,11 @@ _TEXT_NUMBERS: Final[dict[str, Any]] = {"parse_float": _float_or_text, "parse_in
 
 
 def parse_json_strict(
-    text: str, *, max_nesting: int | None = MAX_NESTING + 2, huge_numbers_as_text: bool = False
+    text: str,
+    *,
+    max_nesting: int | None = MAX_NESTING + 2,
+    huge_numbers_as_text: bool = False,
+    replace_lone_surrogates: bool = False,
 ) -> Any:
     """json.loads that rejects NaN, Infinity, lone surrogates and absurd nesting (ValueError).
 
@@ -267,6 +271,8 @@ def parse_json_strict(
     more digits than Python converts as its text, for a
     document written by someone else whose values are stored as text when JSON cannot hold
     them (a tool's input in a transcript); otherwise it is an error.
+    ``replace_lone_surrogates`` turns a lone surrogate escape (``\\ud83d`` alone: half an
+    emoji cut by a writer that counts UTF-16 units) into U+FFFD instead of refusing the text.
     """
     if max_nesting is not None:
         check_nesting(text, max_nesting)
@@ -287,7 +293,28 @@ def parse_json_strict(
         if SURROGATE_ESCAPE.search(text):
             json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError("a lone surrogate (\\uD800-\\uDFFF) is not Unicode") from None
+        if not replace_lone_surrogates:
+            raise ValueError("a lone surrogate (\\uD800-\\uDFFF) is not Unicode") from None
+        return _without_lone_surrogates(value)
+    return value
+
+
+#: A surrogate code point left in a parsed string: json.loads joins every valid pair.
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    # Recursion is bounded by the nesting check parse_json_strict made first.
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            _without_lone_surrogates(key): _without_lone_surrogates(item)
+            for key, item in value.items()
+        }
     return value
 
 

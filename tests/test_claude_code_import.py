@@ -129,6 +129,27 @@ def test_a_number_no_float_holds_in_a_tools_input_is_kept_as_text(tmp_path: Path
     assert entry.params == {"priority": "1e400", "weight": 2.5, "id": "9" * 5000}
 
 
+def test_half_an_emoji_claude_code_cut_becomes_a_replacement_character(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Node's JSON.stringify writes a split surrogate pair as a lone \\ud83d escape: valid
+    # JSON, and common in long texts Claude Code truncates.
+    cut = "\\ud83d"
+    text_line = {"type": "assistant", "sessionId": "s", "timestamp": "2026-03-01T11:59:59Z",
+                 "message": {"content": [{"type": "text", "text": "done CUT"}]}}  # fmt: skip
+    call = json.dumps(use("t1", "mcp__tasks__tasks_find")).replace(
+        '"input": {}', '"input": {"query": "login CUT", "CUT": 1}'
+    )
+    path = write(tmp_path, json.dumps(text_line).replace("CUT", cut), call.replace("CUT", cut))
+    [entry] = load_transcript(path)
+    assert entry.params == {"query": "login \ufffd", "\ufffd": 1}
+    db = tmp_path / "audit.db"
+    assert main(["import", "--format", "claude-code", str(path), "--db", str(db)]) == 0
+    assert "Imported 1 entries" in capsys.readouterr().out
+    with AuditStore(db, read_only=True) as store:
+        assert [e.params for e in store.session_entries("s")] == [entry.params]
+
+
 def test_a_transcript_starting_with_a_bom_reads_as_without_it(tmp_path: Path) -> None:
     plain = load_transcript(write(tmp_path, use("t1", "mcp__tasks__tasks_find")))
     path = tmp_path / "t.jsonl"

@@ -112,8 +112,13 @@ def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
                 where = f"{path}, line {number}"
                 try:
                     # A tool's input is the agent's: a number no float holds is kept as text,
-                    # as the other adapters store what JSON cannot hold.
-                    value = parse_json_strict(raw.decode("utf-8"), huge_numbers_as_text=True)
+                    # as the other adapters store what JSON cannot hold. Claude Code writes
+                    # half an emoji (a lone surrogate escape) where it cut a long text: U+FFFD.
+                    value = parse_json_strict(
+                        raw.decode("utf-8"),
+                        huge_numbers_as_text=True,
+                        replace_lone_surrogates=True,
+                    )
                 except (UnicodeDecodeError, ValueError) as exc:
                     raise TranscriptError(f"{where}: not valid JSON: {exc}") from None
                 if not isinstance(value, Mapping):
