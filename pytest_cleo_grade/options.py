@@ -126,6 +126,28 @@ def _export_arg(value: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: The TOML types a native table may give each kind of value (pytest 9.2+).
+_TOML_TYPES: Final[dict[str, Any]] = {
+    "number": str | int | float,
+    "count": str | int,
+    "flag": str | bool,
+}
+
+
+def add_scalar_ini(parser: pytest.Parser, name: str, help: str, kind: str = "text") -> None:
+    """An ini key holding one value, read as text by the plugin's own parsers.
+
+    pytest 9.2+ also lets a native TOML table (``[tool.pytest]``) write a ``number``, a
+    ``count`` or a ``flag`` as TOML types it: ``cleo_grade_fail_under = 85``,
+    ``cleo_grade_runs = 3``, ``cleo_grade_allow_empty = true`` (a plain string key would
+    refuse those). Older pytest reads strings only.
+    """
+    if kind != "text" and pytest.version_tuple >= (9, 2):
+        parser.addini(name, help, type=_TOML_TYPES[kind], default="")
+    else:
+        parser.addini(name, help)
+
+
 def add_options(parser: pytest.Parser) -> None:
     """Register every option in one group, each with its ini twin."""
     group = parser.getgroup("cleo-grade", "grade AI agents' audit logs (pytest-cleo-grade)")
@@ -219,34 +241,52 @@ def add_options(parser: pytest.Parser) -> None:
         help="write one self-contained HTML report of the run's grades, their history and "
         "points to PATH at the end of the run (ini: cleo_grade_html)",
     )
-    parser.addini("cleo_grade_html", "HTML report written at the end of the run")
-    parser.addini("cleo_grade_capture", "capture adapters for every graded test: otel or none")
-    parser.addini("cleo_grade_export", "where grades are also sent: langfuse, otel or none")
-    parser.addini(
+    add_scalar_ini(parser, "cleo_grade_html", "HTML report written at the end of the run")
+    add_scalar_ini(
+        parser, "cleo_grade_capture", "capture adapters for every graded test: otel or none"
+    )
+    add_scalar_ini(
+        parser, "cleo_grade_export", "where grades are also sent: langfuse, otel or none"
+    )
+    parser.addini(  # a list: the one key that is not a scalar
         "cleo_grade_tool_map",
         "tool mapping, one 'TOOL = DOMAIN.OPERATION [GATEWAY]' per line ('* = GATEWAY': the "
         "default gateway)",
         type="linelist",
     )
     _add_rubric_options(group)
-    parser.addini(
-        "cleo_grade_allow_empty", "grade an empty session 0/100 instead of failing the test"
+    add_scalar_ini(
+        parser,
+        "cleo_grade_allow_empty",
+        "grade an empty session 0/100 instead of failing the test",
+        "flag",
     )
-    parser.addini(
-        "cleo_grade_fail_under", "default grade threshold of graded tests (letter or percent)"
+    add_scalar_ini(
+        parser,
+        "cleo_grade_fail_under",
+        "default grade threshold of graded tests (letter or percent)",
+        "number",
     )
-    parser.addini("cleo_grade_mode", "fail (default) or report")
-    parser.addini("cleo_grade_gate", "minimum mean grade of the run (letter or percent)")
-    parser.addini("cleo_grade_db", f"audit store path (default: {DEFAULT_DB})")
-    parser.addini("cleo_grade_history", f"grade history path (default: {DEFAULT_HISTORY})")
-    parser.addini("cleo_grade_rubric", f"rubric grading the tests (default: {DEFAULT_RUBRIC})")
-    parser.addini(
-        "cleo_grade_rubric_file", "TOML or JSON file of the weighted, rules or trajectory rubric"
+    add_scalar_ini(parser, "cleo_grade_mode", "fail (default) or report")
+    add_scalar_ini(
+        parser, "cleo_grade_gate", "minimum mean grade of the run (letter or percent)", "number"
     )
-    parser.addini("cleo_grade_judge_cache", "judge cache: on (default), off or refresh")
-    parser.addini("cleo_grade_judge_url", "OpenAI-compatible base URL of the judge")
-    parser.addini("cleo_grade_judge_model", "model the judge endpoint runs")
-    parser.addini("cleo_grade_compare", "BASE:CAND variants compared at the end of the run")
+    add_scalar_ini(parser, "cleo_grade_db", f"audit store path (default: {DEFAULT_DB})")
+    add_scalar_ini(parser, "cleo_grade_history", f"grade history path (default: {DEFAULT_HISTORY})")
+    add_scalar_ini(
+        parser, "cleo_grade_rubric", f"rubric grading the tests (default: {DEFAULT_RUBRIC})"
+    )
+    add_scalar_ini(
+        parser,
+        "cleo_grade_rubric_file",
+        "TOML or JSON file of the weighted, rules or trajectory rubric",
+    )
+    add_scalar_ini(parser, "cleo_grade_judge_cache", "judge cache: on (default), off or refresh")
+    add_scalar_ini(parser, "cleo_grade_judge_url", "OpenAI-compatible base URL of the judge")
+    add_scalar_ini(parser, "cleo_grade_judge_model", "model the judge endpoint runs")
+    add_scalar_ini(
+        parser, "cleo_grade_compare", "BASE:CAND variants compared at the end of the run"
+    )
 
 
 def _add_rubric_options(group: pytest.OptionGroup) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cleo_grade.options import add_scalar_ini
 from pytest_cleo_grade.settings import parse_flag, parse_runs, unresolved_leaf
 
 __all__ = ["RepeatOptions", "add_repeat_options", "load_repeat_options"]
@@ -89,11 +90,19 @@ def add_repeat_options(parser: pytest.Parser) -> None:
         help="a missing baseline file fails the run instead of being a note "
         "(ini: cleo_grade_baseline_required)",
     )
-    parser.addini("cleo_grade_runs", "how many times each graded test runs (default 1)")
-    parser.addini("cleo_grade_baseline", "baseline file (or latest) the run is compared with")
-    parser.addini("cleo_grade_save_baseline", "baseline file this run's grades are written to")
-    parser.addini("cleo_grade_fail_on_regression", "tolerated drops against the baseline")
-    parser.addini("cleo_grade_baseline_required", "a missing baseline fails the run")
+    add_scalar_ini(
+        parser, "cleo_grade_runs", "how many times each graded test runs (default 1)", "count"
+    )
+    add_scalar_ini(
+        parser, "cleo_grade_baseline", "baseline file (or latest) the run is compared with"
+    )
+    add_scalar_ini(
+        parser, "cleo_grade_save_baseline", "baseline file this run's grades are written to"
+    )
+    add_scalar_ini(parser, "cleo_grade_fail_on_regression", "tolerated drops against the baseline")
+    add_scalar_ini(
+        parser, "cleo_grade_baseline_required", "a missing baseline fails the run", "flag"
+    )
 
 
 def _ini(config: pytest.Config, name: str) -> str | None:

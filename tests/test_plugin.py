@@ -518,7 +518,8 @@ def test_the_options_live_in_one_group_in_the_help(pytester: pytest.Pytester) ->
             "*--cleo-grade-history=PATH*",
         ]
     )
-    result.stdout.fnmatch_lines(["  cleo_grade_fail_under (string):*"])
+    # (string | int | float) where pytest reads a native TOML table's numbers (9.2+)
+    result.stdout.fnmatch_lines(["  cleo_grade_fail_under (string*):*"])
 
 
 def test_the_readme_options_table_lists_every_option_and_ini_key(pytester: pytest.Pytester) -> None:
@@ -537,3 +538,43 @@ def test_the_readme_options_table_lists_every_option_and_ini_key(pytester: pytes
     for option, row in zip(options, rows, strict=True):
         assert row.startswith((f"| `{option}=", f"| `{option}`"))
         assert f"`{option[2:].replace('-', '_')}`" in row
+
+
+@pytest.mark.skipif(
+    pytest.version_tuple < (9, 2), reason="typed values of a plugin's ini key need pytest 9.2"
+)
+def test_a_native_toml_table_takes_numbers_and_booleans_as_toml_types_them(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+        def test_b(graded_session):
+            seventy_five(graded_session)
+
+        def test_empty(graded_session):
+            pass
+        """,
+    )
+    (pytester.path / "tox.ini").unlink()
+    pytester.makepyprojecttoml(
+        """
+        [tool.pytest]
+        addopts = ["-p", "no:cacheprovider"]
+        filterwarnings = ["default"]
+        cleo_grade_fail_under = 80
+        cleo_grade_allow_empty = true
+        cleo_grade_runs = 2
+        cleo_grade_baseline_required = false
+        """
+    )
+    result = pytester.runpytest()
+    # Two runs each (a repeated test is decided on its last run); 75% is below 80; the empty
+    # session grades 0/100 under allow_empty instead of failing for capturing nothing.
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_b: stable fail, FAILED over 2 runs: mean 75% is below 80% (B)",
+            "*test_empty: stable fail, FAILED over 2 runs: mean 0% is below 80% (B)",
+        ]
+    )
