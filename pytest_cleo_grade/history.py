@@ -9,12 +9,16 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
 from pydantic import ValidationError
 
 from pytest_cleo_grade.errors import CleoGradeWarning, HistoryError
 from pytest_cleo_grade.files import (
     MAX_NESTING,
+    SURROGATE_ESCAPE,
+    check_nesting,
+    finite_float,
     iter_lines,
     open_append_no_follow,
     open_regular,
@@ -33,9 +37,43 @@ __all__ = [
 ]
 
 
+#: What a line says about a session id that is not Unicode (the writer refuses it, the
+#: reader skips it).
+_NOT_UNICODE_ID: Final = "sessionId holds a lone surrogate (\\uD800-\\uDFFF): not Unicode"
+
+
 def grade_line(result: GradeResult) -> str:
-    """The CLEO spec's history line: the compact GradeResult JSON with ``evaluator``, no newline."""
-    return json.dumps(result.to_json_dict(), separators=(",", ":"), ensure_ascii=False)
+    """The CLEO spec's history line: the compact GradeResult JSON with ``evaluator``, no newline.
+
+    Always UTF-8-encodable: see :func:`_line_bytes`.
+    """
+    return _line_bytes(result).decode("utf-8")
+
+
+def _line_bytes(result: GradeResult) -> bytes:
+    data = result.to_json_dict()
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Agent text holding a byte that is not UTF-8 (a task id from os.fsdecode() is
+        # 'T-\udcff') reaches a flag as a lone surrogate, which UTF-8 cannot encode. JSON's
+        # \u escapes spell it in ASCII (as CLEO's JSON.stringify does) and read_grades reads
+        # the line back equal; only such lines pay for the escapes.
+        return json.dumps(data, separators=(",", ":")).encode("ascii")
+
+
+def _refuse_non_unicode_ids(results: Iterable[GradeResult], target: Path) -> None:
+    """HistoryError for a grade whose session id is not Unicode: the key every reader, filter
+    and store matches on could not hold it, so read_grades skips such a line."""
+    for result in results:
+        try:
+            result.session_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HistoryError(
+                f"{target}: cannot append grade: {_NOT_UNICODE_ID}: "
+                f"{result.session_id.encode('utf-8', 'backslashreplace').decode()}"
+            ) from None
 
 
 @contextmanager
@@ -57,22 +95,34 @@ def append_grade(result: GradeResult, path: str | os.PathLike[str]) -> None:
     """Append one grade to the history at ``path``, creating its directories.
 
     The line is written whole or not at all: if the write fails (a full disk), the file is
-    cut back to its previous length before the error is raised as HistoryError.
+    cut back to its previous length before the error is raised as HistoryError. A grade whose
+    session id is not Unicode (a lone surrogate) is a HistoryError, nothing written.
     """
     append_grades([result], path)
 
 
 def append_grades(
-    results: Iterable[GradeResult], path: str | os.PathLike[str], *, sync: bool = True
+    results: Iterable[GradeResult],
+    path: str | os.PathLike[str],
+    *,
+    sync: bool = True,
+    then: Callable[[], object] | None = None,
 ) -> None:
     """Append several grades in one locked write and one fsync (all of them or none).
 
     ``sync=False`` leaves the fsync to :func:`sync_history`: the line still survives a killed
     process (it is in the kernel's cache), and a test run appending one line per finished
     test pays for one fsync at its end instead of one per test.
+
+    ``then`` is called after the append, while the history is still locked; if it raises,
+    the appended lines are cut off again and its error propagates: the caller's other half
+    (the store's grades table) failed, so the grades are saved nowhere. Holding the lock is
+    what makes the cut safe: no other writer can have appended after them.
     """
     target = Path(path)
-    data = "".join(grade_line(result) + "\n" for result in results).encode()
+    results = list(results)
+    _refuse_non_unicode_ids(results, target)
+    data = b"".join(_line_bytes(result) + b"\n" for result in results)
     if not data:
         return
     try:
@@ -91,8 +141,29 @@ def append_grades(
             except OSError:
                 os.ftruncate(fd, size)
                 raise
+            if then is not None:
+                _then_or_cut_back(then, fd, size, target, sync=sync)
     except OSError as exc:
         raise HistoryError(f"{target}: cannot append grade: {exc.strerror or exc}") from exc
+
+
+def _then_or_cut_back(
+    then: Callable[[], object], fd: int, size: int, target: Path, *, sync: bool
+) -> None:
+    try:
+        then()
+    except BaseException as failure:
+        try:
+            os.ftruncate(fd, size)
+            if sync:
+                os.fsync(fd)
+        except OSError as exc:
+            # Rare (the file vanished under us?): say that the grade stayed in the history.
+            raise HistoryError(
+                f"{target}: the grade stays in the history although it was not saved "
+                f"elsewhere ({failure}): cannot remove its line: {exc.strerror or exc}"
+            ) from failure
+        raise
 
 
 def sync_history(path: str | os.PathLike[str]) -> None:
@@ -115,9 +186,10 @@ def read_grades(path: str | os.PathLike[str], session_id: str | None = None) -> 
     """Read the history in file order, optionally only one session's grades.
 
     A missing file is an empty history. A line that is not a valid grade (torn, garbage,
-    absurdly nested, a number no percentage can hold, a lone surrogate) is skipped with a
-    CleoGradeWarning naming its line number, so one bad line never hides the rest. Only
-    ``\n`` ends a line. A history that is not a regular file is a HistoryError.
+    absurdly nested, a number no percentage can hold, a session id with a lone surrogate) is
+    skipped with a CleoGradeWarning naming its line number, so one bad line never hides the
+    rest; a lone surrogate escape elsewhere (agent text, see :func:`grade_line`) reads back
+    as written. Only ``\n`` ends a line. A history that is not a regular file is a HistoryError.
     """
     target = Path(path)
     try:
@@ -142,7 +214,7 @@ def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:
     if not raw.strip(b" \t\r"):
         return None
     try:
-        data = parse_json_strict(raw.decode("utf-8"), max_nesting=MAX_NESTING)
+        data = _parse_json(raw.decode("utf-8"))
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
@@ -158,7 +230,32 @@ def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:
     except (ValueError, OverflowError, RecursionError, TypeError) as exc:
         _skip(target, number, f"not a usable grade: {exc}")
         return None
+    try:
+        result.session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        _skip(target, number, _NOT_UNICODE_ID)
+        return None
     return result
+
+
+def _parse_json(text: str) -> object:
+    """The line's JSON, as strict as every other reader, except that a lone surrogate
+    escape in the grade's text is kept: :func:`grade_line` writes agent text that is not
+    Unicode that way, and every display of a grade escapes it (the session id, a key, is
+    refused by the caller)."""
+    try:
+        return parse_json_strict(text, max_nesting=MAX_NESTING)
+    except ValueError:
+        if not SURROGATE_ESCAPE.search(text):
+            raise
+    # The strict parse failed on the escape or on something else: parse again without the
+    # surrogate check only (nesting, NaN/Infinity and overflowing numbers still fail).
+    check_nesting(text, MAX_NESTING)
+    return json.loads(text, parse_constant=_reject_constant, parse_float=finite_float)
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def _long_line(target: Path) -> Callable[[int], None]:

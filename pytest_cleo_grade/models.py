@@ -156,6 +156,15 @@ def non_finite_path(value: object) -> str | None:
     return None
 
 
+def _null_params_in_schema(schema: dict[str, Any]) -> None:
+    """The published entry schema accepts ``params: null``, as the model does (CLEO writes
+    it; ``AuditEntry._null_params_are_empty``): a before-validator is invisible to pydantic's
+    schema."""
+    schema.pop("type", None)
+    schema.pop("additionalProperties", None)
+    schema["anyOf"] = [{"type": "object", "additionalProperties": True}, {"type": "null"}]
+
+
 class AuditEntry(_Input):
     """One domain.operation call made by the agent, as CLEO's audit middleware logs it."""
 
@@ -170,7 +179,9 @@ class AuditEntry(_Input):
         min_length=1, description="Operation within the domain; may be dotted (skill.show)."
     )
     params: dict[str, Any] = Field(
-        default_factory=dict, description="The parameters the call was made with."
+        default_factory=dict,
+        description="The parameters the call was made with (null: none).",
+        json_schema_extra=_null_params_in_schema,
     )
     result: AuditResult = Field(description="The outcome of the call.")
     metadata: AuditMetadata = Field(

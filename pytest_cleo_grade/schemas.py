@@ -28,16 +28,37 @@ SCHEMA_FILES: Final[dict[str, tuple[type[BaseModel], Literal["validation", "seri
 }
 
 
+#: pydantic leaves a bound it cannot push into a union's branches (``Field(ge=0)`` on
+#: ``int | float``) under its own name, which no JSON Schema validator knows: a published
+#: schema would accept what the model refuses.
+_PYDANTIC_BOUNDS: Final = {
+    "ge": "minimum",
+    "gt": "exclusiveMinimum",
+    "le": "maximum",
+    "lt": "exclusiveMaximum",
+}
+#: Keywords whose value maps names to schemas (a property may be called "ge").
+_NAMED_SCHEMAS: Final = frozenset({"properties", "patternProperties", "$defs", "definitions"})
+#: Keywords whose value is data, not a schema: copied as they are.
+_DATA: Final = frozenset({"default", "examples", "const", "enum"})
+
+
 def _draft07(node: Any) -> Any:
-    """Rewrite pydantic's 2020-12 output into draft-07 terms ($defs -> definitions)."""
-    if isinstance(node, dict):
-        return {
-            ("definitions" if key == "$defs" else key): _draft07(value)
-            for key, value in node.items()
-        }
+    """Rewrite pydantic's 2020-12 output into draft-07 terms ($defs -> definitions, pydantic's
+    leftover ``ge``/``gt``/``le``/``lt`` -> ``minimum``/``exclusiveMinimum``/...)."""
     if isinstance(node, list):
         return [_draft07(item) for item in node]
-    return node
+    if not isinstance(node, dict):
+        return node
+    schema: dict[str, Any] = {}
+    key: str
+    for key, value in node.items():
+        if key in _NAMED_SCHEMAS and isinstance(value, dict):
+            value = {name: _draft07(item) for name, item in value.items()}
+        elif key not in _DATA:
+            value = _draft07(value)
+        schema["definitions" if key == "$defs" else _PYDANTIC_BOUNDS.get(key, key)] = value
+    return schema
 
 
 def build_schema(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -267,3 +268,45 @@ def test_a_directory_where_the_store_should_be_is_named_as_such(
     assert capsys.readouterr().err == (
         f"cleo-grade grade: {store}: not a regular file (a directory), so not an audit store\n"
     )
+
+
+def refuse_grades(store: Path) -> None:
+    """Make the store's grades table refuse every insert (a real SQLite failure; the tests
+    run as root, which a read-only file would not stop)."""
+    with sqlite3.connect(store) as conn:
+        conn.execute(
+            "CREATE TRIGGER refuse_grades BEFORE INSERT ON grades "
+            "BEGIN SELECT RAISE(ABORT, 'grades refused'); END"
+        )
+    conn.close()
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_grades_table_that_cannot_be_written_saves_nowhere_and_still_shows_the_grade(
+    tmp_path: Path, as_json: bool
+) -> None:
+    entries = write_jsonl(tmp_path / "e.jsonl", session_entries())
+    store, history = tmp_path / "audit.db", tmp_path / "GRADES.jsonl"
+    assert run("import", str(entries), "--db", str(store), cwd=tmp_path).returncode == 0
+    saved = run("grade", "s1", "--db", str(store), "--history", str(history), cwd=tmp_path)
+    assert saved.returncode == 0, saved.stderr
+    before = history.read_bytes()
+    refuse_grades(store)
+    json_flag = ["--json"] if as_json else []
+    for _ in range(2):  # a retry adds nothing either
+        done = run(
+            "grade", "s1", "--db", str(store), "--history", str(history), *json_flag, cwd=tmp_path
+        )
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"cleo-grade: error: {store}: cannot write")
+        assert "grades refused" in done.stderr and len(done.stderr.splitlines()) == 1
+        assert history.read_bytes() == before
+        # The grade that was not saved is still shown.
+        if as_json:
+            assert json.loads(done.stdout)["sessionId"] == "s1"
+        else:
+            assert "Session:    s1" in done.stdout
+    assert len(read_grades(history)) == 1
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("SELECT count(*) FROM grades").fetchone() == (1,)
+    conn.close()

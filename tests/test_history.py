@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
 
-from pytest_cleo_grade import CleoGradeWarning, HistoryError, append_grade, read_grades
+from pytest_cleo_grade import (
+    CleoGradeWarning,
+    GradeResult,
+    HistoryError,
+    append_grade,
+    read_grades,
+)
+from pytest_cleo_grade.history import append_grades, grade_line
 from pytest_cleo_grade.rubrics.cleo import grade_entries
 from tests.entries import NOW, sequence
 
@@ -164,3 +173,63 @@ def test_a_full_disk_leaves_no_partial_line_behind(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"ERROR {path}: cannot append grade: File too large")
     assert len(read_grades(path)) == 1
+
+
+def surrogate_sample(session_id: str = "s1") -> GradeResult:
+    """A grade whose flag carries a task id from a file name that is not UTF-8."""
+    task_id = os.fsdecode(b"T-\xff")  # '\udcff': a lone surrogate
+    entries = sequence(("session", "list"), ("tasks", "add"))
+    entries[1]["params"] = {"title": "x"}
+    entries[1]["metadata"]["taskId"] = task_id
+    for item in entries:
+        item["sessionId"] = session_id
+    result = grade_entries(entries, session_id=session_id, now=NOW)
+    assert any(task_id in flag for flag in result.flags)
+    return result
+
+
+def test_agent_text_that_is_not_unicode_is_written_as_json_escapes_and_reads_back_equal(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "GRADES.jsonl"
+    result = surrogate_sample()
+    append_grade(result, path)
+    append_grade(sample("after"), path)  # type: ignore[arg-type]
+    raw = path.read_bytes()
+    first = raw.splitlines()[0]
+    # Valid UTF-8 JSON (here pure ASCII), the surrogate spelled as JSON spells it.
+    assert first.isascii() and b"T-\\udcff" in first
+    assert json.loads(first.decode("utf-8"))["flags"] == list(result.flags)
+    assert grade_line(result).encode("ascii") == first
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no line is skipped
+        grades = read_grades(path)
+    assert grades == [result, sample("after")]
+
+
+def test_a_grade_whose_session_id_is_not_unicode_is_a_history_error_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "GRADES.jsonl"
+    append_grade(sample("before"), path)  # type: ignore[arg-type]
+    before = path.read_bytes()
+    bad = surrogate_sample(os.fsdecode(b"s-\xfe"))
+    with pytest.raises(HistoryError, match=r"GRADES\.jsonl: cannot append grade: sessionId holds"):
+        append_grades([sample("ok"), bad], path)  # type: ignore[list-item]
+    assert path.read_bytes() == before
+
+
+def test_a_failing_then_cuts_the_appended_lines_off_again_under_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "GRADES.jsonl"
+    append_grade(sample("before"), path)  # type: ignore[arg-type]
+    before = path.read_bytes()
+    seen: list[bytes] = []
+
+    def other_half() -> None:
+        seen.append(path.read_bytes())
+        raise HistoryError("the other half failed")
+
+    with pytest.raises(HistoryError, match="the other half failed"):
+        append_grades([sample("a"), sample("b")], path, then=other_half)  # type: ignore[list-item]
+    assert seen[0].startswith(before) and seen[0].count(b"\n") == 3  # written, then taken back
+    assert path.read_bytes() == before

@@ -258,3 +258,39 @@ def test_over_long_history_lines_are_skipped_and_numbering_goes_on(tmp_path: Pat
         "4: skipped corrupt grade line: line too long",
         "5: skipped corrupt grade line: invalid JSON (Expecting value: line 1 column 1 (char 0))",
     ]
+
+
+SURROGATE_SUITE = """
+import os
+
+def test_sur(graded_session):
+    task_id = os.fsdecode(b"T-\\xff")  # a task id from a file name that is not UTF-8
+    graded_session.record("session", "list", gateway="cleo_query")
+    graded_session.record("tasks", "add", params={"title": "x"}, metadata={"taskId": task_id})
+    graded_session.record("session", "end")
+
+def test_after():
+    pass
+"""
+
+
+def test_a_task_id_that_is_not_unicode_never_breaks_the_run_and_its_grade_is_kept(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_sur=SURROGATE_SUITE)
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--junitxml=j.xml", "--cleo-grade-html=r.html", "-rA"
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert result.ret == 0
+    result.assert_outcomes(passed=2)
+    # The history keeps the grade, the surrogate spelled as a JSON escape.
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    assert b"T-\\udcff" in history.read_bytes()
+    (grade,) = read_grades(history)
+    assert "tasks.add without description (taskId: T-\udcff)" in grade.flags
+    assert "T-#xDCFF" in (pytester.path / "j.xml").read_text(encoding="utf-8")
+    assert "T-\\udcff" in (pytester.path / "r.html").read_text(encoding="utf-8")
+    assert "`test_sur.py::test_sur`" in summary.read_text(encoding="utf-8")

@@ -25,6 +25,7 @@ from pytest_cleo_grade.cli.rubrics import (
     rubric_config_from_args,
 )
 from pytest_cleo_grade.display import render_grade, terminal_text
+from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import kind_of
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
@@ -252,8 +253,10 @@ def grade_from_store(
 
 def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> None:
     """Save a grade with the one :func:`~pytest_cleo_grade.session.persist`: the history,
-    then the grades table of the store it came from. A ``--history`` that cannot be written
-    fails before the store is touched, so an exit status 2 never leaves it saved in one place.
+    then the grades table of the store it came from, all or nothing. A ``--history`` that
+    cannot be written fails before the store is touched, and a grades table that cannot be
+    written takes the history's line back, so an exit status 2 never leaves it saved in one
+    place.
     """
     if store is None:
         persist([result], history=history, store=None)
@@ -282,21 +285,19 @@ def grade_with_args(
 def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None = None) -> int:
     """Print a grade, save it unless --no-save, and turn --fail-under into the exit status.
 
-    ``store``: the audit store the grade came from, whose grades table gets it too.
+    ``store``: the audit store the grade came from, whose grades table gets it too. A grade
+    that cannot be saved is still printed before the error (exit status 2, saved nowhere).
     """
     refuse_empty(result, strict=args.strict)
+    unsaved: CleoGradeError | None = None
     if not args.no_save:
-        save_grade(result, history=history_path(args), store=store)
-    if result.entry_count == 0:
-        print(
-            "cleo-grade: warning: no audit entries found for session "
-            + terminal_text(result.session_id),
-            file=sys.stderr,
-        )
-    if args.json:
-        print_json(result.to_report_dict())
-    else:
-        print(render_grade(result))
+        try:
+            save_grade(result, history=history_path(args), store=store)
+        except CleoGradeError as exc:
+            unsaved = exc
+    _print_grade(args, result)
+    if unsaved is not None:
+        raise unsaved
     threshold: float | None = args.fail_under
     if not passes(result.percent, threshold):
         assert threshold is not None
@@ -307,6 +308,19 @@ def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None 
         )
         return 1
     return 0
+
+
+def _print_grade(args: argparse.Namespace, result: GradeResult) -> None:
+    if result.entry_count == 0:
+        print(
+            "cleo-grade: warning: no audit entries found for session "
+            + terminal_text(result.session_id),
+            file=sys.stderr,
+        )
+    if args.json:
+        print_json(result.to_report_dict())
+    else:
+        print(render_grade(result))
 
 
 def run_list(args: argparse.Namespace) -> int:
