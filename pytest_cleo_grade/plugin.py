@@ -615,6 +615,17 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     return outcome
 
 
+def _utf8_text(value: object) -> object:
+    """``value`` with any lone surrogate spelled ``\\udcff``: agent text from a file name
+    that is not UTF-8 must travel to the xdist controller and into JUnit XML, both UTF-8."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -641,7 +652,7 @@ def pytest_runtest_makereport(
         from pytest_cleo_grade.display import junit_properties
         from pytest_cleo_grade.verdict import encode_graded_test
 
-        properties = junit_properties(graded.result)
+        properties = [(name, _utf8_text(value)) for name, value in junit_properties(graded.result)]
         # item.user_properties feeds the teardown report, which junitxml reads; the call
         # report gets them too for hooks that look there. A rerun replaces, never repeats.
         for stale in item.stash.get(PROPERTIES_KEY, []):

@@ -95,19 +95,26 @@ class GradedTest:
 
 
 def encode_graded_test(test: GradedTest) -> str:
-    """The JSON that travels on the call report (a plain string survives any serialiser)."""
-    return json.dumps(
-        {
-            "nodeid": test.nodeid,
-            "result": test.result.to_json_dict(),
-            "threshold": test.threshold,
-            "thresholdSource": test.threshold_source,
-            "mode": test.mode,
-            "excluded": test.excluded,
-        },
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    """The JSON that travels on the call report (a plain string survives any serialiser).
+
+    UTF-8 encodable always: xdist sends it as UTF-8, and agent text may hold a lone
+    surrogate (a task id from a file name that is not UTF-8), which JSON escapes spell.
+    """
+    data = {
+        "nodeid": test.nodeid,
+        "result": test.result.to_json_dict(),
+        "threshold": test.threshold,
+        "thresholdSource": test.threshold_source,
+        "mode": test.mode,
+        "excluded": test.excluded,
+    }
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(data, separators=(",", ":"))
+    return text
 
 
 def decode_graded_test(text: str) -> GradedTest:

@@ -274,14 +274,15 @@ def test_after():
 """
 
 
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_task_id_that_is_not_unicode_never_breaks_the_run_and_its_grade_is_kept(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]
 ) -> None:
     pytester.makepyfile(test_sur=SURROGATE_SUITE)
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--junitxml=j.xml", "--cleo-grade-html=r.html", "-rA"
+        "-p", "no:cacheprovider", "--junitxml=j.xml", "--cleo-grade-html=r.html", "-rA", *workers
     )
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     assert result.ret == 0
@@ -291,6 +292,7 @@ def test_a_task_id_that_is_not_unicode_never_breaks_the_run_and_its_grade_is_kep
     assert b"T-\\udcff" in history.read_bytes()
     (grade,) = read_grades(history)
     assert "tasks.add without description (taskId: T-\udcff)" in grade.flags
-    assert "T-#xDCFF" in (pytester.path / "j.xml").read_text(encoding="utf-8")
+    # JUnit XML (UTF-8) carries the property spelled as the HTML report spells it.
+    assert "(taskId: T-\\udcff)" in (pytester.path / "j.xml").read_text(encoding="utf-8")
     assert "T-\\udcff" in (pytester.path / "r.html").read_text(encoding="utf-8")
     assert "`test_sur.py::test_sur`" in summary.read_text(encoding="utf-8")
