@@ -29,7 +29,7 @@ from pytest_cleo_grade.audit import (
     hold_in_process,
     make_entry,
 )
-from pytest_cleo_grade.errors import CleoGradeError, StoreError
+from pytest_cleo_grade.errors import CleoGradeError, EntryError, StoreError
 from pytest_cleo_grade.faults import Fault
 from pytest_cleo_grade.history import append_grades
 from pytest_cleo_grade.models import AuditEntry, GradeResult, coerce_entries, order_entries
@@ -272,10 +272,33 @@ class GradeSession:
         """
         if not self._held:
             return 0
-        written = self.store.append_many(self._held)
+        try:
+            written = self.store.append_many(self._held)
+        except EntryError:
+            return self._flush_each()
         self._held.clear()
         self._flushed = True
         return written
+
+    def _flush_each(self) -> int:
+        """After the store refused an entry of the batch (text that is not Unicode, say):
+        store every other one, one transaction each, and say which were refused. One entry
+        the store cannot hold must not take the session's other calls with it."""
+        held, self._held = self._held, []
+        written, refused = 0, []
+        for entry in held:
+            try:
+                written += self.store.append_many([entry])
+            except EntryError as exc:
+                refused.append(f"{entry.domain}.{entry.operation}: {exc}")
+            except StoreError:
+                self._held = held[held.index(entry) :]  # kept for a later flush
+                raise
+        self._flushed = True
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise EntryError(
+            f"{len(refused)} of {len(held)} entries not stored, the others were: {refused[0]}{more}"
+        )
 
     def close(self, *, flush: bool = True) -> None:
         """Write what is held (flush(), unless ``flush=False``), restore the environment,

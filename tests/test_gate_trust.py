@@ -629,6 +629,44 @@ def test_other_session(graded_session):
     }
 
 
+UNSTORABLE_CHILD = """
+import os
+from pytest_cleo_grade.audit import record
+
+record("session", "list", gateway="cleo_query")
+try:
+    # A task id from a file name that is not UTF-8: no store can hold it.
+    record("tasks", "add", {"title": "x"}, task_id=os.fsdecode(b"T-\\xff"))
+except Exception as exc:
+    print("the child caught:", type(exc).__name__)
+record("session", "end", gateway="cleo_mutate")
+"""
+
+
+def test_a_call_a_child_process_could_not_store_fails_its_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(child_agent=UNSTORABLE_CHILD)
+    make_suite(
+        pytester,
+        """
+import os, subprocess, sys
+
+def test_child(graded_session):
+    env = {**os.environ, **graded_session.subprocess_env()}
+    subprocess.run([sys.executable, "child_agent.py"], env=env, check=True)
+""",
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_child: not every call of the test could be recorded, *tasks.add not stored:*"
+            "cannot store text that is not Unicode*",
+        ]
+    )
+
+
 def test_calls_recorded_after_the_grade_are_said_to_be_in_no_grade(
     pytester: pytest.Pytester,
 ) -> None:

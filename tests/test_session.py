@@ -213,6 +213,21 @@ def test_ingest_names_the_formats_it_reads(session: GradeSession, tmp_path: Path
     )
 
 
+def test_an_entry_the_store_cannot_hold_never_takes_the_sessions_other_calls_with_it(
+    session: GradeSession,
+) -> None:
+    session.record("session", "list", gateway="cleo_query")
+    # A task id from a file name that is not UTF-8: graded, but no SQLite text can hold it.
+    session.record("tasks", "add", {"title": "x"}, task_id=os.fsdecode(b"T-\xff"))
+    session.record("session", "end", gateway="cleo_mutate")
+    with pytest.raises(EntryError) as caught:
+        session.flush()
+    assert str(caught.value).startswith("1 of 3 entries not stored, the others were: tasks.add:")
+    with AuditStore(session.settings.db_path, read_only=True) as store:
+        assert [e.operation for e in store.session_entries(session.id)] == ["list", "end"]
+    assert session.flush() == 0  # nothing left held, nothing stored twice
+
+
 def test_ingest_is_all_or_nothing(session: GradeSession) -> None:
     good = {"timestamp": "2026-03-01T12:00:00Z", "domain": "a", "operation": "b",
             "result": {"success": True}}  # fmt: skip
