@@ -159,8 +159,18 @@ class BaselineGate:
                 from pytest_cleo_grade.files import append_markdown
 
                 append_markdown(path, text)
-            except OSError:
-                self.note = "GITHUB_STEP_SUMMARY not written"
+            except OSError as exc:
+                # Its own warning: the note stays the gate's reason (a missing baseline, a
+                # regression, a failed save), which an unwritable file does not change.
+                self._summary_not_written(session.config, exc)
+
+    @staticmethod
+    def _summary_not_written(config: pytest.Config, exc: OSError) -> None:
+        # Registered with the gate, the Reporter warns after this hook, and meets the same
+        # path: one CleoGradeWarning for both blocks.
+        reporter = config.pluginmanager.get_plugin("cleo_grade_reporter")
+        assert reporter is not None  # plugin.py registers it wherever it registers the gate
+        reporter.problem(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.comparison is None and self.note is None:

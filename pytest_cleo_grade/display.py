@@ -21,6 +21,7 @@ from pytest_cleo_grade.verdict import (
 )
 
 __all__ = [
+    "clipped",
     "comparison_properties",
     "failure_message",
     "grade_headline",
@@ -370,56 +371,113 @@ def markdown_code_cell(text: str, *, in_table: bool = True) -> str:
 
 #: The most flag texts the step summary lists for one test below its threshold.
 SUMMARY_FLAGS: Final = 10
+#: The longest agent-written string (a flag, a test id) the step summary shows whole; a
+#: longer one is cut and ends in "…".
+SUMMARY_TEXT: Final = 200
+#: The most bytes the grades' step-summary block takes. GitHub drops a step's whole summary
+#: (gate verdict and other tools' blocks included) beyond 1 MiB: half of it leaves room for
+#: the baseline's and the repeats' blocks and other steps of the job.
+SUMMARY_BYTES: Final = 512 * 1024
+#: Kept back for what is always written: the "... and N more" lines and the section heading.
+_SUMMARY_RESERVE: Final = 1024
 
 
-def _below_threshold(run: RunGrade) -> list[str]:
-    """The step summary's flag texts of the tests below their threshold."""
-    below = [t for t in run.tests if t.threshold is not None and not t.passed and not t.excluded]
+def clipped(text: str, limit: int = SUMMARY_TEXT) -> str:
+    """``text`` cut to ``limit`` characters, the last one an ellipsis when it was longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _Budget:
+    """The bytes a Markdown block may still take. Once a line does not fit, nothing more
+    does: a list never skips one item to show a later, shorter one."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def take(self, line: str) -> bool:
+        size = len(line.encode("utf-8")) + 1  # and its line break
+        if size > self.left:
+            self.left = 0
+            return False
+        self.left -= size
+        return True
+
+
+def _below(run: RunGrade) -> list[GradedTest]:
+    return [t for t in run.tests if t.threshold is not None and not t.passed and not t.excluded]
+
+
+def _below_threshold(run: RunGrade, budget: _Budget) -> list[str]:
+    """The step summary's flag texts of the tests below their threshold, as many as
+    ``budget`` holds (a test's line before its flags; the rest counted)."""
+    below = _below(run)
     if not below:
         return []
     lines = ["", "#### Below the threshold", ""]
-    for test in below:
+    for shown, test in enumerate(below):
         result = test.result
         assert test.threshold is not None
-        lines.append(
-            f"- {markdown_code_cell(test.nodeid, in_table=False)}: "
+        line = (
+            f"- {markdown_code_cell(clipped(test.nodeid), in_table=False)}: "
             f"{percent_below(result.percent, test.threshold)} ({result.letter}), below "
             f"{describe_threshold(test.threshold)}"
         )
-        lines.extend(f"  - {markdown_cell(flag)}" for flag in result.flags[:SUMMARY_FLAGS])
-        if len(result.flags) > SUMMARY_FLAGS:
-            lines.append(f"  - ... and {len(result.flags) - SUMMARY_FLAGS} more flags")
+        if not budget.take(line):
+            lines.append(f"- ... and {len(below) - shown} more tests below the threshold")
+            break
+        lines.append(line)
+        flags = [f"  - {markdown_cell(clipped(flag))}" for flag in result.flags[:SUMMARY_FLAGS]]
+        listed = [flag for flag in flags if budget.take(flag)]  # stops at the first too long
+        lines.extend(listed)
+        if len(result.flags) > len(listed):
+            lines.append(f"  - ... and {len(result.flags) - len(listed)} more flags")
     return lines
 
 
-def markdown_summary(run: RunGrade) -> str:
-    """The same summary as a GitHub step-summary Markdown block."""
-    lines = ["### cleo-grade", ""]
-    if run.tests:
-        lines.append("| Test | Score | Percent | Grade | Flags | Threshold |")
-        lines.append("| --- | ---: | ---: | :---: | ---: | --- |")
-        for row, test in zip(_rows(run), run.tests, strict=True):
-            nodeid, score, percent, letter, flags = row
-            cells = [
-                markdown_code_cell(nodeid),
-                score,
-                percent,
-                letter,
-                flags,
-                _verdict_cell(test),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.extend(_below_threshold(run))
-        lines.append("")
-    lines.append(f"**{run.run_line()[0].upper()}{run.run_line()[1:]}**")
+def _table(run: RunGrade, budget: _Budget) -> list[str]:
+    """The step summary's grade table, as many rows as ``budget`` holds (the rest counted)."""
+    lines = [
+        "| Test | Score | Percent | Grade | Flags | Threshold |",
+        "| --- | ---: | ---: | :---: | ---: | --- |",
+    ]
+    for shown, (row, test) in enumerate(zip(_rows(run), run.tests, strict=True)):
+        nodeid, score, percent, letter, flags = row
+        cells = [markdown_code_cell(clipped(nodeid)), score, percent, letter, flags]
+        line = "| " + " | ".join([*cells, _verdict_cell(test)]) + " |"
+        if not budget.take(line):
+            lines.append(f"| ... and {len(run.tests) - shown} more tests | | | | | |")
+            break
+        lines.append(line)
+    return lines
+
+
+def markdown_summary(run: RunGrade, size: int = SUMMARY_BYTES) -> str:
+    """The same summary as a GitHub step-summary Markdown block of at most ``size`` bytes.
+
+    The heading, the run's grade and the gate verdict are always there; the table's rows and
+    the flags of the tests below their threshold fill what is left, the table taking at
+    most half of it while some test is below its threshold. Agent text is cut to
+    :data:`SUMMARY_TEXT` characters.
+    """
+    head = ["### cleo-grade", ""]
+    tail = [f"**{run.run_line()[0].upper()}{run.run_line()[1:]}**"]
     judge = judge_line(run)
     if judge is not None:
-        lines += ["", judge[0].upper() + judge[1:]]
+        tail += ["", judge[0].upper() + judge[1:]]
     verdict = run.verdict()
     if verdict is not None:
+        tail += ["", f"**{verdict[0].upper()}{verdict[1:]}**"]
+    lines = list(head)
+    if run.tests:
+        fixed = len("\n".join([*head, *tail]).encode("utf-8")) + 2
+        room = max(0, size - fixed - _SUMMARY_RESERVE)
+        # Half for the table while some test is below its threshold: their flags explain it.
+        table = _table(run, _Budget(room // 2 if _below(run) else room))
+        lines += table
+        used = len("\n".join(table).encode("utf-8"))
+        lines += _below_threshold(run, _Budget(room - used))
         lines.append("")
-        lines.append(f"**{verdict[0].upper()}{verdict[1:]}**")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *tail]) + "\n"
 
 
 def judge_line(run: RunGrade) -> str | None:

@@ -33,6 +33,16 @@ def _flags_cell(graded: GradedTest) -> str:
     return f'<td class="col-cleoFlags">{len(flags)}{listed}</td>'
 
 
+def _percent_key(percent: float) -> str:
+    """An HTML comment leading the Score cell: the key pytest-html sorts the column by.
+
+    pytest-html 4 sorts a sortable column by the cell's inner HTML compared as strings, so
+    "100% ..." came before "40% ...". A zero-padded percent first (never shown) makes the
+    string order the numeric one; an ungraded row's empty cell sorts below every grade.
+    """
+    return f"<!--{max(0.0, min(percent, 100.0)):07.3f}-->"
+
+
 class HtmlReportColumns:
     """The pytest-html hook implementations, reading the Reporter's grades and verdicts."""
 
@@ -60,8 +70,8 @@ class HtmlReportColumns:
         verdict = "" if graded.passed or graded.threshold is None else " below threshold"
         cells[_AT:_AT] = [
             f'<td class="col-cleoGrade">{html.escape(result.letter)}{verdict}</td>',
-            f'<td class="col-cleoPercent">{result.display_percent}% '
-            f"({result.total_score:g}/{result.max_score:g})</td>",
+            f'<td class="col-cleoPercent">{_percent_key(result.percent)}'
+            f"{result.display_percent}% ({result.total_score:g}/{result.max_score:g})</td>",
             _flags_cell(graded),
         ]
 

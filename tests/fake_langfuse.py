@@ -1,5 +1,10 @@
 """A local stand-in for Langfuse's public API (score configs and scores), for the export tests:
-it keeps the configs it was asked to create and records every request with its JSON body."""
+it keeps the configs it was asked to create and records every request with its JSON body.
+
+Scores are checked against their config as Langfuse checks them (the config exists and is not
+archived, same name and data type, a value within the range or among the categories); the
+refused ones are answered with HTTP 207, their counts and one message each, the others kept
+by id (a score sent again with its id replaces the one before)."""
 
 from __future__ import annotations
 
@@ -34,6 +39,12 @@ class FakeLangfuse:
     #: Answer every page of score configs with a new config and a count of pages it never
     #: reaches.
     endless_pages: bool = False
+    #: Added to every message about a refused score (a server echoing text it was sent).
+    detail: str = ""
+    #: Scores refused whatever their value, by name, with the reason (a project's limits).
+    refuse: dict[str, str] = field(default_factory=dict)
+    #: The scores accepted, by id.
+    stored: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -104,8 +115,44 @@ class FakeLangfuse:
             if path == "/api/public/scores" and method == "POST":
                 if self.refuse_scores:
                     return 400, {"message": "invalid request"}
-                return 202, {"accepted": len(body), "rejected": 0, "errors": []}
+                return self._scores(body)
             return 404, {"message": f"no route {method} {path}"}
+
+    def _scores(self, body: list[dict[str, Any]]) -> tuple[int, Any]:
+        errors = []
+        for score in body:
+            problem = self._invalid(score)
+            if problem is None:
+                self.stored[score["id"]] = score
+            else:
+                errors.append({"message": f"score {score['name']!r}: {problem}{self.detail}"})
+        if not errors:
+            return 202, {"message": "Accepted"}
+        return 207, {"accepted": len(body) - len(errors), "rejected": len(errors), "errors": errors}
+
+    def _invalid(self, score: dict[str, Any]) -> str | None:
+        """Why Langfuse would refuse ``score``, or None."""
+        if score["name"] in self.refuse:
+            return self.refuse[score["name"]]
+        config = next((c for c in self.configs if c["id"] == score.get("configId")), None)
+        if config is None:
+            return f"config {score.get('configId')} not found"
+        if config.get("isArchived"):
+            return f"config {config['name']!r} is archived"
+        if config["name"] != score["name"]:
+            return f"name does not match config {config['name']!r}"
+        if config["dataType"] != score["dataType"]:
+            return f"data type {score['dataType']} does not match config {config['dataType']}"
+        value = score["value"]
+        if config["dataType"] == "CATEGORICAL":
+            labels = [category["label"] for category in config.get("categories") or []]
+            return None if value in labels else f"value {value!r} is not a category {labels}"
+        low, high = config.get("minValue"), config.get("maxValue")
+        if low is not None and value < low:
+            return f"value {value} is below the config's minimum {low}"
+        if high is not None and value > high:
+            return f"value {value} exceeds the config's maximum {high}"
+        return None
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self

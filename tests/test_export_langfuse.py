@@ -13,6 +13,7 @@ pytest.importorskip("langfuse", reason="needs the langfuse extra (the Langfuse S
 
 from pytest_cleo_grade import append_grade, grade_entries
 from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.errors import CleoGradeWarning
 from pytest_cleo_grade.exports.langfuse import export_grades, plan
 from pytest_cleo_grade.models import DimensionScore, GradeResult
 from tests.entries import NOW, sequence
@@ -240,3 +241,142 @@ def test_a_failure_names_the_host_without_credentials_and_masks_what_the_sdk_ech
         "langfuse export to http://***@h:1 failed: ConnectionError: "
         "cannot reach http://***@h:1/api with key *** retry"
     )
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_two_rule_files_keep_their_own_ranges(
+    fake: FakeLangfuse,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Both grades are the `rules` rubric's: the support rule file out of 50, CLEO's rules out
+    # of 100. The one exported first made `rules_total` 0..50; the other's total needs its own.
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    support, cleo = tmp_path / "support.jsonl", tmp_path / "cleo.jsonl"
+    rules = ["--rubric", "rules", "--no-save"]
+    sessions = EXAMPLES / "sessions"
+    rule_file = str(EXAMPLES / "rubrics" / "support-rules.toml")
+    for entries, history, more in [
+        ("support-session.jsonl", support, ["--rubric-file", rule_file]),
+        ("agent-session.jsonl", cleo, []),
+    ]:
+        main(["grade", "--entries", str(sessions / entries), *rules[:2], *more, "--json"])
+        append_grade(GradeResult.model_validate_json(capsys.readouterr().out), history)
+    assert main(["export", "langfuse", "--history", str(support)]) == 0
+    assert main(["export", "langfuse", "--history", str(cleo)]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines()[1].endswith(
+        "7 scores for 1 session sent to " + fake.base_url + " (6 score configs created, 1 existed)"
+    )
+    assert out.err == ""  # nothing refused
+    configs = {c["name"]: c for c in fake.configs}
+    assert len(configs) == len(fake.configs)  # no name made twice
+    assert (configs["rules_total"]["maxValue"], configs["rules_total (0-100)"]["maxValue"]) == (
+        50.0,
+        100.0,
+    )
+    assert "rules_grade (" not in str(list(configs))  # the same letters: one config
+    assert len(fake.stored) == 4 + 7
+    # Each export again finds its own configs, and replaces its scores.
+    assert main(["export", "langfuse", "--history", str(support)]) == 0
+    assert main(["export", "langfuse", "--history", str(cleo)]) == 0
+    again = capsys.readouterr().out.splitlines()
+    assert again[0].endswith("(0 score configs created, 4 existed)")
+    assert again[1].endswith("(0 score configs created, 7 existed)")
+    assert len(fake.configs) == 10 and len(fake.stored) == 11
+
+
+def test_a_dimension_of_another_range_gets_its_own_config(fake: FakeLangfuse) -> None:
+    send(fake, GRADE)  # CLEO: taskHygiene 0..20
+    dimensions = {**GRADE.dimensions, "taskHygiene": DimensionScore(score=25, max=30)}
+    wider = GRADE.model_copy(update={"session_id": "s2", "dimensions": dimensions})
+    assert send(fake, wider).endswith("(1 score configs created, 6 existed)")
+    made = fake.configs[-1]
+    assert (made["name"], made["minValue"], made["maxValue"]) == ("taskHygiene (0-30)", 0.0, 30.0)
+    assert {s["name"]: s["value"] for s in fake.stored.values() if s["sessionId"] == "s2"}[
+        "taskHygiene (0-30)"
+    ] == 25.0
+
+
+def test_long_names_sharing_their_start_stay_two_scores(fake: FakeLangfuse) -> None:
+    start = "a_dimension_name_longer_than_langfuse_allows_"
+    dimensions = {
+        f"{start}first": DimensionScore(score=1, max=10),
+        f"{start}second": DimensionScore(score=2, max=10),
+    }
+    graded = GRADE.model_copy(update={"dimensions": dimensions})
+    names = [score.config.name for score in plan(graded)][:2]
+    assert len(set(names)) == 2 and all(len(name) <= 35 for name in names)
+    assert send(fake, graded).startswith("langfuse: 4 scores for 1 session")
+    values = {s["name"]: s["value"] for s in fake.stored.values()}
+    assert [values[name] for name in names] == [1.0, 2.0]  # neither overwrote the other
+
+
+def test_rejected_scores_say_why_in_one_safe_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Eight dimensions scored above their maximum: Langfuse refuses each against its config.
+    dimensions = {f"d{i}": DimensionScore(score=12, max=10) for i in range(8)}
+    over = GRADE.model_copy(update={"dimensions": dimensions, "total_score": 72, "max_score": 80})
+    history = tmp_path / "GRADES.jsonl"
+    append_grade(over, history)
+    with (
+        FakeLangfuse(detail=" \x1b[2J\nforged line") as fake,
+        pytest.warns(CleoGradeWarning) as caught,
+    ):
+        for key, value in fake.env().items():
+            monkeypatch.setenv(key, value)
+        assert main(["export", "langfuse", "--history", str(history)]) == 1
+    assert ", 8 rejected (" in capsys.readouterr().out
+    warned = [str(warning.message) for warning in caught]
+    assert len(warned) == 6  # the first five reasons, then the rest counted
+    assert warned[0] == (
+        "cleo-grade: langfuse rejected a score: score 'd0': value 12.0 exceeds the config's "
+        "maximum 10.0 \\x1b[2J forged line"
+    )
+    assert warned[5] == "cleo-grade: langfuse rejected 3 more scores"
+    assert not any("\x1b" in line or "\n" in line for line in warned)
+
+
+def test_an_archived_config_is_not_reused(fake: FakeLangfuse) -> None:
+    fake.configs.append(
+        {
+            "id": "old",
+            "name": "cleo_total",
+            "dataType": "NUMERIC",
+            "minValue": 0.0,
+            "maxValue": 100.0,
+            "createdAt": "2026-11-24T00:00:00.000Z",
+            "updatedAt": "2026-11-24T00:00:00.000Z",
+            "projectId": "project-1",
+            "isArchived": True,
+        }
+    )
+    assert send(fake, GRADE).endswith("(7 score configs created, 0 existed)")
+    assert "cleo_total (0-100)" in {c["name"] for c in fake.configs}
+    assert len(fake.stored) == 7
+
+
+def test_in_pytest_a_rejected_score_is_a_warning_that_never_fails_the_run(
+    fake: FakeLangfuse, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.refuse = {"cleo_total": "over the project's score quota \x1b[31m"}
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--cleo-grade-export=langfuse", "-W", "error")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["cleo-grade: langfuse: 6 scores for 1 session sent to *, 1 rejected (*"]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*CleoGradeWarning: cleo-grade: langfuse rejected a score: score 'cleo_total': "
+            "over the project's score quota \\x1b[31m"
+        ]
+    )
+    assert "\x1b" not in result.stdout.str()

@@ -96,6 +96,39 @@ def test_a_missing_baseline_is_a_note_unless_required(pytester: pytest.Pytester)
     required.stdout.fnmatch_lines(["*nothing compared (fails the run)"])
 
 
+def test_an_unwritable_step_summary_keeps_the_gates_reason_and_warns_once(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "perfect")
+    (pytester.path / "summary").mkdir()  # a directory: the step summary cannot be written
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary"))
+    required = pytester.runpytest(
+        "--cleo-grade-baseline=absent.json",
+        "--cleo-grade-baseline-required",
+        "--cleo-grade-html=report.html",
+    )
+    assert required.ret == 1
+    # The reason the run fails is the missing baseline, not the step summary.
+    required.stdout.fnmatch_lines(
+        ["cleo-grade: no baseline at *absent.json: nothing compared (fails the run)"]
+    )
+    required.stdout.no_fnmatch_line("cleo-grade: GITHUB_STEP_SUMMARY not written (fails*")
+    page = (pytester.path / "report.html").read_text()
+    assert "<strong>no baseline at " in page and "GITHUB_STEP_SUMMARY" not in page
+    # The write failure is its own warning, said once for the gate's and the grades' blocks.
+    text = required.stdout.str()
+    assert text.count("CleoGradeWarning: cleo-grade: GITHUB_STEP_SUMMARY not written: ") == 1
+    # A baseline that could not be saved keeps that note too.
+    (pytester.path / "taken").mkdir()
+    unsaved = pytester.runpytest("--cleo-grade-save-baseline=taken")
+    assert unsaved.ret == 0
+    unsaved.stdout.fnmatch_lines(["cleo-grade: baseline not saved to *taken: *"])
+    unsaved.stdout.fnmatch_lines(
+        ["*CleoGradeWarning: cleo-grade: GITHUB_STEP_SUMMARY not written*"]
+    )
+
+
 @pytest.mark.parametrize(
     ("content", "why"), [(b"\xff", "not UTF-8 text (byte 0)"), (None, "not a regular file")]
 )

@@ -6,12 +6,16 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("pytest_html", reason="pytest-html is a development dependency")
+
+from tests.plugin_suites import make_suite
 
 SUITE = """
 import pytest
@@ -52,7 +56,8 @@ def test_each_graded_test_gets_grade_score_and_flag_columns(pytester: pytest.Pyt
     careful = row(data, "test_careful_agent")
     assert careful[2:5] == [
         '<td class="col-cleoGrade">A</td>',
-        '<td class="col-cleoPercent">100% (100/100)</td>',
+        # The comment is the key pytest-html sorts the column by (never shown).
+        '<td class="col-cleoPercent"><!--100.000-->100% (100/100)</td>',
         '<td class="col-cleoFlags">0</td>',
     ]
     hasty = row(data, "test_hasty_agent")
@@ -100,3 +105,86 @@ def test_a_failed_baseline_gate_shows_in_the_summary(pytester: pytest.Pytester) 
     page = (pytester.path / "report.html").read_text(encoding="utf-8")
     assert '<div class="cleo-grade failed"' in page
     assert "<p>cleo-grade baseline gate FAILED: 1 regression</p>" in page
+
+
+#: Graded 100 %, 75 % and 40 % (and one ungraded test): as text, "100%" sorts before "40%".
+SCORED = """
+def test_perfect(graded_session):
+    perfect(graded_session)
+
+def test_forty(graded_session):
+    forty(graded_session)
+
+def test_seventy_five(graded_session):
+    seventy_five(graded_session)
+
+def test_ungraded():
+    pass
+"""
+
+
+def _scored_report(pytester: pytest.Pytester) -> tuple[Path, dict[str, Any]]:
+    make_suite(pytester, SCORED)
+    pytester.runpytest("--html=report.html", "--self-contained-html").assert_outcomes(passed=4)
+    path = pytester.path / "report.html"
+    blob = re.search(r'data-jsonblob="([^"]*)"', path.read_text(encoding="utf-8"))
+    assert blob is not None
+    return path, json.loads(html.unescape(blob.group(1)))
+
+
+def test_sorting_by_score_orders_by_the_percentage(pytester: pytest.Pytester) -> None:
+    _, data = _scored_report(pytester)
+    # pytest-html 4 keeps each sortable column's inner HTML under the column's name and sorts
+    # by it with a string comparison (genericSort's `a[key] > b[key]`): do the same here.
+    keys = {
+        test.split("::")[1]: reports[0]["cleoPercent"] for test, reports in data["tests"].items()
+    }
+    order = sorted(keys, key=lambda test: keys[test])
+    assert order == ["test_ungraded", "test_forty", "test_seventy_five", "test_perfect"]
+    # What the cell shows is unchanged: the key is a comment.
+    cell = row(data, "test_seventy_five")[3]
+    assert re.sub(r"<!--.*?-->", "", cell) == '<td class="col-cleoPercent">75% (75/100)</td>'
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_clicking_score_in_a_browser_sorts_by_the_percentage(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    path, _ = _scored_report(pytester)
+    # `?sort=cleoPercent` is what clicking the Score header sets; pytest-html's script sorts.
+    done = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            path.as_uri() + "?sort=cleoPercent",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    shown = re.findall(r'col-cleoPercent">(?:<!--[^>]*-->)?([^<]*)<', done.stdout)
+    # Lowest first on the first click, the ungraded test before every grade.
+    assert shown == ["", "40% (40/100)", "75% (75/100)", "100% (100/100)"]
+
+
+def test_an_unwritable_step_summary_leaves_the_baseline_gates_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (pytester.path / "summary").mkdir()
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary"))
+    status, page, _ = report(
+        pytester, "--cleo-grade-baseline=absent.json", "--cleo-grade-baseline-required"
+    )
+    assert status == 1
+    summary = page.split('<div class="additional-summary prefix">', 1)[1]
+    assert '<div class="cleo-grade failed"' in summary
+    assert "<p>cleo-grade no baseline at " in summary
+    assert "absent.json: nothing compared</p>" in summary
+    assert "GITHUB_STEP_SUMMARY" not in page

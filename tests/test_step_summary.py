@@ -4,10 +4,15 @@ texts of every test below its threshold; test ids and agent text shown exactly a
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import cmarkgfm
 import pytest
+
+from pytest_cleo_grade.display import SUMMARY_BYTES, markdown_summary
+from pytest_cleo_grade.models import DimensionScore, GradeResult
+from pytest_cleo_grade.verdict import GradedTest, RunGrade
 
 #: An agent's task id: a table break, a Markdown link, HTML, a code span, bare addresses
 #: GitHub would link, a terminal escape and a bidirectional override.
@@ -160,3 +165,89 @@ def test_every_table_row_has_as_many_cells_as_its_header(summary: str) -> None:
             assert len(set(widths)) == 1, widths
             widths = []
     assert tables >= 3
+
+
+def test_agent_text_is_cut_and_the_block_stays_under_githubs_limit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three task ids of 600,000 characters each: written whole, the file passed 1 MiB and
+    # GitHub dropped the step's whole summary, gate verdict and earlier steps' text included.
+    path = Path(pytester.path / "s.md")
+    path.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(path))
+    pytester.makepyfile(
+        """
+        def test_big(graded_session):
+            graded_session.record("tasks", "list")
+            for i in range(3):
+                task = f"T{i}-" + "A" * 600_000
+                graded_session.record("tasks", "add", {"title": "t"}, task_id=task)
+        """
+    )
+    result = pytester.runpytest("--cleo-grade-fail-under=C", "--cleo-grade-gate=A")
+    assert result.ret == 1
+    raw = path.read_bytes()
+    assert len(raw) < SUMMARY_BYTES
+    text = raw.decode("utf-8")
+    assert text.startswith("earlier step\n\n### cleo-grade\n")
+    flags = [line for line in text.splitlines() if line.startswith("  - tasks.add without")]
+    assert len(flags) == 3
+    for i, line in enumerate(flags):
+        # 200 characters of the flag, the last one an ellipsis.
+        assert line == f"  - tasks.add without description (taskId: T{i}-" + "A" * 157 + "…"
+    assert "**Gate FAILED: mean " in text and "**Run grade " in text
+
+
+def _many(count: int, flag: str) -> RunGrade:
+    tests = []
+    for i in range(count):
+        result = GradeResult(
+            session_id=f"s{i}",
+            total_score=40,
+            max_score=100,
+            dimensions={"only": DimensionScore(score=40, max=100)},
+            flags=[f"{flag} {n}" for n in range(12)],
+            timestamp=datetime(2026, 3, 1, tzinfo=UTC),
+            entry_count=3,
+        )
+        nodeid = f"tests/test_suite.py::test_agent[{i}-{'x' * 300}]"
+        tests.append(GradedTest(nodeid, result, 75.0, "--cleo-grade-fail-under", "fail"))
+    return RunGrade(tuple(tests), 90.0)
+
+
+def test_a_large_suite_lists_what_fits_counts_the_rest_and_keeps_the_verdict() -> None:
+    # 5,000 tests below their threshold with ten long flags each: about 12 MB listed whole.
+    run = _many(5000, "@" * 300)
+    text = markdown_summary(run)
+    assert len(text.encode("utf-8")) <= SUMMARY_BYTES
+    lines = text.splitlines()
+    assert lines[:2] == ["### cleo-grade", ""]
+    assert lines[-3:] == [
+        "**Run grade F: mean 40% over 5000 graded tests**",
+        "",
+        "**Gate FAILED: mean 40% is below 90% (A)**",
+    ]
+    # The table stops with a row counting the rest, as wide as the others.
+    rows = [line for line in lines if line.startswith("| `")]
+    assert 0 < len(rows) < 5000
+    assert f"| ... and {5000 - len(rows)} more tests | | | | | |" in lines
+    # Each id and flag is cut to 200 characters; the rest of the list is counted.
+    assert all(len(line.split("`")[1]) == 200 for line in rows)
+    assert rows[0].endswith("x…` | 40/100 | 40% | F | 12 | below 75% (B) |")
+    below = text.split("#### Below the threshold", 1)[1].splitlines()
+    listed = [line for line in below if line.startswith("- `")]
+    assert 0 < len(listed) < 5000
+    assert below[-5] == f"- ... and {5000 - len(listed)} more tests below the threshold"
+    flags = [line for line in below if line.startswith("  - @")]
+    assert flags and all(len(line) == len("  - ") + 199 * len("@<!-- -->") + 1 for line in flags)
+    assert "  - ... and 2 more flags" in below
+    # GitHub's renderer still sees one table of six columns.
+    html = cmarkgfm.github_flavored_markdown_to_html(text)
+    assert html.count("<table>") == 1
+
+
+def test_a_short_suite_is_listed_whole() -> None:
+    text = markdown_summary(_many(3, "flag"))
+    assert "more tests" not in text
+    assert text.count("  - ... and 2 more flags") == 3
+    assert text.count("  - flag ") == 30

@@ -6,12 +6,18 @@ It uses the Langfuse SDK's REST client (``langfuse.api.LangfuseAPI``), synchrono
 rejected score is reported, not lost in a background thread, and nothing outlives the call.
 Score ids are derived from the session, the grade's time and the score's name, so exporting
 the same history twice writes each score once.
+
+A config is found by name but reused only when its type and range (or categories) are the
+ones the scores need: two rubrics of one kind (two rule files) can give a dimension or
+``rules_total`` another range, and Langfuse refuses a score outside its config's range. Such a
+config gets the name suffixed with its range, ``rules_total (0-50)``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -28,6 +34,10 @@ _NAME_LIMIT: Final = 35
 _BAD_NAME_CHARS: Final = re.compile(r"[^A-Za-z0-9_ .()\-]")
 #: Scores per request (the scores endpoint takes a list).
 _BATCH: Final = 100
+#: The most rejected scores whose reasons are shown, one warning line each (the rest counted),
+#: and the longest reason shown.
+_REASONS: Final = 5
+_REASON_LENGTH: Final = 300
 
 DataType = Literal["NUMERIC", "CATEGORICAL"]
 
@@ -42,6 +52,29 @@ class ConfigSpec:
     max_value: float | None = None
     categories: tuple[tuple[str, int], ...] = ()
     description: str = ""
+
+    def matches(self, config: Any) -> bool:
+        """Whether an existing Langfuse config takes this config's scores: not archived, the
+        same data type, and the same range (numeric) or categories (categorical)."""
+        if getattr(config, "is_archived", False):
+            return False
+        data_type = getattr(config, "data_type", None)
+        if getattr(data_type, "value", data_type) != self.data_type:
+            return False
+        if self.data_type == "NUMERIC":
+            return (config.min_value, config.max_value) == (self.min_value, self.max_value)
+        theirs = {(c.label, float(c.value)) for c in config.categories or ()}
+        return theirs == {(label, float(value)) for label, value in self.categories}
+
+    def candidate_names(self) -> list[str]:
+        """The names this config may take, in order: its own, then suffixed with its range
+        (or, for categories, a digest of them), then with a digest of the whole config."""
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()
+        if self.data_type == "NUMERIC" and None not in (self.min_value, self.max_value):
+            shown = f"{self.min_value:g}-{self.max_value:g}"
+        else:
+            shown = hashlib.sha256(repr(self.categories).encode()).hexdigest()[:6]
+        return [self.name, _name(self.name, f" ({shown})"), _name(self.name, f" ({digest[:8]})")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +94,10 @@ class ExportSummary:
     """What one export did."""
 
     configs_created: list[str] = field(default_factory=list)
+    #: Existing configs the scores were sent with.
     configs_existing: int = 0
     scores_sent: int = 0
+    #: The server's reason for each rejected score, as it wrote it.
     rejected: list[str] = field(default_factory=list)
 
     def line(self, sessions: int, where: str) -> str:
@@ -94,8 +129,14 @@ def keys_from(env: Mapping[str, str]) -> tuple[str, str, str] | None:
     return public, secret, base.rstrip("/")
 
 
-def _name(text: str) -> str:
-    return _BAD_NAME_CHARS.sub("_", text)[:_NAME_LIMIT]
+def _name(text: str, suffix: str = "") -> str:
+    """A config name Langfuse takes, ending in ``suffix``. A name cut to the limit ends in a
+    digest of the whole: two long names sharing their start stay two names."""
+    safe, suffix = _BAD_NAME_CHARS.sub("_", text), _BAD_NAME_CHARS.sub("_", suffix)
+    if len(safe) + len(suffix) > _NAME_LIMIT:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:6]
+        safe = f"{safe[: _NAME_LIMIT - len(suffix) - len(digest) - 1]}_{digest}"
+    return safe + suffix
 
 
 def _score_id(result: GradeResult, name: str) -> str:
@@ -108,13 +149,17 @@ def _comment(lines: Sequence[str]) -> str | None:
     return text[:1000] or None
 
 
-def _weighted(result: GradeResult) -> list[tuple[ConfigSpec, float | str, str | None]]:
+#: One score of a grade: its config, value and comment.
+_Part = tuple[ConfigSpec, float | str, str | None]
+
+
+def _weighted(result: GradeResult) -> list[_Part]:
     """The design's seven scores: each judged dimension as the judge scored it, and
     ``overall_quality`` (0..1)."""
     extra = result.model_extra or {}
     raw: Mapping[str, Any] = extra.get("judgeScores") or {}
     known = {d.name: d for d in DEFAULT_SPEC.dimensions}
-    scores: list[tuple[ConfigSpec, float | str, str | None]] = []
+    scores: list[_Part] = []
     for name, dimension in result.dimensions.items():
         value = raw.get(name)
         spec = known.get(name)
@@ -136,10 +181,10 @@ def _weighted(result: GradeResult) -> list[tuple[ConfigSpec, float | str, str | 
     return scores
 
 
-def _points(result: GradeResult) -> list[tuple[ConfigSpec, float | str, str | None]]:
+def _points(result: GradeResult) -> list[_Part]:
     """Any other rubric: each dimension (0..max), the total (0..maxScore) and the letter."""
     rubric = str((result.model_extra or {}).get("rubric", "cleo"))
-    scores: list[tuple[ConfigSpec, float | str, str | None]] = [
+    scores: list[_Part] = [
         (
             ConfigSpec(_name(name), "NUMERIC", 0.0, float(dimension.max)),
             float(dimension.score),
@@ -162,6 +207,8 @@ def plan(result: GradeResult) -> list[ScoreSpec]:
     extra = result.model_extra or {}
     parts = _weighted(result) if extra.get("rubric") == "weighted" else _points(result)
     metadata = {key: extra[key] for key in ("testId", "rubric") if isinstance(extra.get(key), str)}
+    # The id takes the config's own name, never the suffix it may get in Langfuse: the score
+    # keeps its id whichever config name the export finds free.
     return [
         ScoreSpec(
             config, value, result.session_id, _score_id(result, config.name), comment, metadata
@@ -175,8 +222,9 @@ def plan(result: GradeResult) -> list[ScoreSpec]:
 _MAX_CONFIG_PAGES: Final = 100
 
 
-def _existing(api: Any) -> dict[str, str]:
-    names: dict[str, str] = {}
+def _existing(api: Any) -> dict[str, Any]:
+    """The project's score configs by name."""
+    names: dict[str, Any] = {}
     page, pages = 1, 1
     while page <= pages:
         if page > _MAX_CONFIG_PAGES:
@@ -186,7 +234,7 @@ def _existing(api: Any) -> dict[str, str]:
         listing = api.score_configs.get(page=page, limit=100)
         if not listing.data:
             break
-        names.update({config.name: config.id for config in listing.data})
+        names.update({config.name: config for config in listing.data})
         pages = listing.meta.total_pages
         page += 1
     return names
@@ -213,7 +261,41 @@ def export_grades(
             x_langfuse_public_key=public_key,
             httpx_client=http,
         )
-        return _send(api, [score for result in results for score in plan(result)])
+        summary = _send(api, [score for result in results for score in plan(result)])
+    _warn_rejected(summary.rejected, [secret_key, basic_token(public_key, secret_key)])
+    return summary
+
+
+def _warn_rejected(reasons: Sequence[str], secrets: Sequence[str]) -> None:
+    """The first rejected scores' reasons, one CleoGradeWarning line each, the rest counted:
+    shown (in pytest, in its warnings summary) but never raised, as an export never fails a
+    run. The server's text is shown as terminal-safe text, credentials it echoes masked."""
+    from pytest_cleo_grade.display import terminal_text
+    from pytest_cleo_grade.errors import CleoGradeWarning, warnings_shown_not_raised
+
+    lines = [
+        "cleo-grade: langfuse rejected a score: "
+        + terminal_text(mask(" ".join(reason.split()), secrets)[:_REASON_LENGTH])
+        for reason in reasons[:_REASONS]
+    ]
+    if len(reasons) > _REASONS:
+        lines.append(f"cleo-grade: langfuse rejected {len(reasons) - _REASONS} more scores")
+    with warnings_shown_not_raised():
+        for line in lines:
+            warnings.warn(CleoGradeWarning(line), stacklevel=3)
+
+
+def _resolve(config: ConfigSpec, existing: Mapping[str, Any]) -> tuple[str, Any | None]:
+    """The name ``config`` takes and the existing config of that name to reuse (None: create
+    it). An existing config is reused only when it takes these scores; a name taken by
+    another config moves to the next candidate."""
+    names = config.candidate_names()
+    for name in names:
+        if name in existing and config.matches(existing[name]):
+            return name, existing[name]
+    free = [name for name in names if name not in existing]
+    # Every candidate taken by another config: send with the last, the server says why not.
+    return (free[0], None) if free else (names[-1], existing[names[-1]])
 
 
 def _send(api: Any, scores: list[ScoreSpec]) -> ExportSummary:
@@ -221,32 +303,35 @@ def _send(api: Any, scores: list[ScoreSpec]) -> ExportSummary:
     from langfuse.api.scores.types.create_score_request import CreateScoreRequest
 
     summary = ExportSummary()
-    ids = _existing(api)
-    summary.configs_existing = len(ids)
-    for config in {score.config.name: score.config for score in scores}.values():
-        if config.name in ids:
-            continue
-        made = api.score_configs.create(
-            name=config.name,
-            data_type=config.data_type,
-            categories=[
-                ConfigCategory(label=label, value=value) for label, value in config.categories
-            ]
-            or None,
-            min_value=config.min_value,
-            max_value=config.max_value,
-            description=config.description or None,
-        )
-        ids[config.name] = made.id
-        summary.configs_created.append(config.name)
+    existing = _existing(api)
+    chosen: dict[ConfigSpec, tuple[str, str]] = {}  # config: (name, id)
+    for config in dict.fromkeys(score.config for score in scores):
+        name, found = _resolve(config, existing)
+        if found is not None:
+            summary.configs_existing += 1
+        else:
+            found = api.score_configs.create(
+                name=name,
+                data_type=config.data_type,
+                categories=[
+                    ConfigCategory(label=label, value=value) for label, value in config.categories
+                ]
+                or None,
+                min_value=config.min_value,
+                max_value=config.max_value,
+                description=config.description or None,
+            )
+            existing[name] = found  # a later config wanting this name sees it taken
+            summary.configs_created.append(name)
+        chosen[config] = (name, found.id)
     requests = [
         CreateScoreRequest(
             id=score.score_id,
             session_id=score.session_id,
-            name=score.config.name,
+            name=chosen[score.config][0],
             value=score.value,
             data_type=score.config.data_type,
-            config_id=ids[score.config.name],
+            config_id=chosen[score.config][1],
             comment=score.comment,
             metadata=dict(score.metadata) or None,
         )
@@ -256,5 +341,6 @@ def _send(api: Any, scores: list[ScoreSpec]) -> ExportSummary:
         batch = requests[start : start + _BATCH]
         answer = api.scores.create(request=batch)
         summary.scores_sent += len(batch) - int(getattr(answer, "rejected", 0) or 0)
-        summary.rejected += [str(error) for error in getattr(answer, "errors", None) or []]
+        errors = getattr(answer, "errors", None) or []
+        summary.rejected += [str(getattr(error, "message", error)) for error in errors]
     return summary
