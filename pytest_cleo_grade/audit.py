@@ -69,7 +69,7 @@ class Recorder(Protocol):
         operation: str,
         params: Mapping[str, Any] | None = None,
         *,
-        success: bool = True,
+        success: bool | None = None,
         exit_code: int = 0,
         duration: float | None = None,
         gateway: str | None = None,
@@ -86,7 +86,7 @@ def make_entry(
     operation: str,
     params: Mapping[str, Any] | None = None,
     *,
-    success: bool = True,
+    success: bool | None = None,
     exit_code: int = 0,
     duration: float | None = None,
     gateway: str | None = None,
@@ -108,7 +108,9 @@ def make_entry(
             operation=operation,
             params=dict(params) if params is not None else {},
             result={
-                "success": success,
+                # Unsaid, a call succeeded exactly when its exit code is 0 (record(...,
+                # exit_code=4) is a not-found, as `cleo-grade record --exit-code 4` is).
+                "success": exit_code == 0 if success is None else success,
                 "exit_code": exit_code,
                 "duration": 0 if duration is None else duration,
             },
@@ -259,7 +261,7 @@ def record(
     operation: str,
     params: Mapping[str, Any] | None = None,
     *,
-    success: bool = True,
+    success: bool | None = None,
     exit_code: int = 0,
     duration: float | None = None,
     gateway: str | None = None,
@@ -351,17 +353,17 @@ def _deliver(entry: AuditEntry, session_id: str, path: Path) -> AuditEntry | Non
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """The exit code a failed call is recorded with.
+    """The exit code a failed call is recorded with: the one mapping every adapter shares
+    (:func:`pytest_cleo_grade.capture.mapping.exit_code_for`).
 
-    An integer ``exit_code`` attribute wins; LookupError (KeyError, IndexError) is CLEO's
-    E_NOT_FOUND (4); anything else is 1.
+    An integer ``exit_code`` attribute wins; a not-found is CLEO's E_NOT_FOUND (4):
+    LookupError (KeyError, IndexError), FileNotFoundError, a class named ``...NotFound``/
+    ``...NotFoundError``, HTTP 404, or a message that says not found; anything else is 1.
     """
-    code = getattr(exc, "exit_code", None)
-    if isinstance(code, int) and not isinstance(code, bool):
-        return code
-    if isinstance(exc, LookupError):
-        return E_NOT_FOUND
-    return 1
+    # Imported here: the mapping module imports this one (and only failures need it).
+    from pytest_cleo_grade.capture.mapping import exit_code_for as shared_exit_code_for
+
+    return shared_exit_code_for(exc)
 
 
 def _error_text(exc: BaseException) -> str:

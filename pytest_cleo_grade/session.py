@@ -38,6 +38,7 @@ from pytest_cleo_grade.sources import (
     ENTRY_FILE_FORMATS,
     IMPORT_FORMATS,
     find_cleo_db,
+    is_sqlite_file,
     load_entries_file,
     read_cleo_db,
 )
@@ -174,6 +175,8 @@ def persist(
 
 
 def _load_file(source: str | os.PathLike[str], format: str) -> list[AuditEntry]:
+    if format == "auto" and (Path(source).is_dir() or is_sqlite_file(source)):
+        format = "cleo-db"  # told apart by content, as `cleo-grade import` does
     if format in ("auto", *ENTRY_FILE_FORMATS):
         return load_entries_file(source)
     if format == "cleo-db":
@@ -396,7 +399,7 @@ class GradeSession:
         operation: str,
         params: Mapping[str, Any] | None = None,
         *,
-        success: bool = True,
+        success: bool | None = None,
         exit_code: int = 0,
         duration: float | None = None,
         gateway: str | None = None,

@@ -363,3 +363,52 @@ def test_threads_recording_at_once_lose_nothing(grade_env: Path) -> None:
     assert sorted((r["params"]["w"], r["params"]["i"]) for r in rows) == [
         (w, i) for w in range(8) for i in range(100)
     ]
+
+
+class TaskNotFoundError(Exception):
+    pass
+
+
+class Gone(Exception):
+    status_code = 404
+
+
+@pytest.mark.parametrize(
+    ("raised", "exit_code"),
+    [
+        (FileNotFoundError("tasks.json"), 4),
+        (TaskNotFoundError("T9"), 4),
+        (Gone("gone"), 4),
+        (RuntimeError("Task T9 not found"), 4),
+        (RuntimeError("database is locked"), 1),
+    ],
+    ids=["FileNotFoundError", "NotFoundError-class", "HTTP-404", "text", "other"],
+)
+def test_audited_and_the_dispatcher_map_exit_codes_as_every_adapter_does(
+    grade_env: Path, raised: Exception, exit_code: int
+) -> None:
+    @audited("tasks", "show", gateway="cleo_query")
+    def show(task_id: str) -> None:
+        raise raised
+
+    dispatcher = AuditedDispatcher()
+    dispatcher.register("tasks", "show", lambda params: show(params["taskId"]))
+    with pytest.raises(type(raised)):
+        show("T9")
+    with pytest.raises(type(raised)):
+        dispatcher.query("tasks", "show", {"taskId": "T9"})
+    codes = [(row["result"]["success"], row["result"]["exitCode"]) for row in stored(grade_env)]
+    # The dispatcher's handler ran show() (recorded too), then the dispatcher's own call.
+    assert codes == [(False, exit_code)] * 3
+
+
+def test_an_exit_code_alone_decides_success(grade_env: Path) -> None:
+    audit.record("tasks", "show", {"taskId": "T9"}, exit_code=4, gateway="cleo_query")
+    audit.record("tasks", "find", exit_code=0, gateway="cleo_query")
+    audit.record("tasks", "show", exit_code=4, success=True, gateway="cleo_query")  # as told
+    rows = stored(grade_env)
+    assert [(r["result"]["success"], r["result"]["exitCode"]) for r in rows] == [
+        (False, 4),
+        (True, 0),
+        (True, 4),
+    ]

@@ -182,7 +182,7 @@ def test_ingest_tags_every_entry_with_the_session_id(session: GradeSession, tmp_
     assert [e.session_id for e in session.entries] == [session.id] * 4
 
 
-@pytest.mark.parametrize("fmt", ["auto", "json", "jsonl", "cleo-db"])
+@pytest.mark.parametrize("fmt", ["auto", "json", "jsonl", "cleo-db", "auto-cleo-db"])
 def test_ingest_reads_every_import_format_name_of_an_entries_file_or_a_cleo_database(
     session: GradeSession, tmp_path: Path, fmt: str
 ) -> None:
@@ -193,10 +193,12 @@ def test_ingest_reads_every_import_format_name_of_an_entries_file_or_a_cleo_data
     ]  # fmt: skip
     source: Path = tmp_path / "entries.json"
     source.write_text(json.dumps(rows))
-    if fmt == "cleo-db":
+    if fmt.endswith("cleo-db"):
         with AuditStore(tmp_path / "project" / ".cleo" / "tasks.db") as cleo:
             cleo.append_many(load_entries_file(source))
         source = tmp_path / "project"
+        if fmt == "auto-cleo-db":  # auto tells a database (or a project) by its content
+            source, fmt = source / ".cleo" / "tasks.db", "auto"
     assert session.ingest(source, format=fmt) == 2
     assert [(e.session_id, e.operation) for e in session.entries] == [
         (session.id, "list"),
