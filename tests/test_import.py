@@ -5,16 +5,24 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_cleo_grade.cli.grade import grade_entries_file, grade_from_store
 from pytest_cleo_grade.errors import EntryError, StoreError
 from pytest_cleo_grade.rubrics.cleo import grade_entries
 from pytest_cleo_grade.sources import find_cleo_db, load_entries_file
 from pytest_cleo_grade.store import AuditStore
-from pytest_cleo_grade.store.imports import import_cleo_db, import_entries_file
+from pytest_cleo_grade.store.imports import (
+    import_cleo_db,
+    import_entries_file,
+    stream_entries_file,
+)
 
 # CLEO's audit_log as its drizzle migrations create it (before idempotency_key was added).
 CLEO_AUDIT_LOG = """
@@ -66,9 +74,11 @@ ROWS: list[tuple[Any, ...]] = [
 ]  # fmt: skip
 
 
-def build_cleo_db(path: Path, *, idempotency_key: bool) -> Path:
+def build_cleo_db(path: Path, *, idempotency_key: bool, wal: bool = False) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(path) as conn:
+        if wal:  # as CLEO's node:sqlite store opens it
+            conn.execute("PRAGMA journal_mode = WAL")
         conn.executescript(CLEO_AUDIT_LOG + (IDEMPOTENCY if idempotency_key else ""))
         conn.executemany(
             "INSERT INTO audit_log (id, timestamp, action, task_id, details_json, domain, "
@@ -125,6 +135,58 @@ def test_importing_a_cleo_database_never_modifies_it(cleo_db: Path, tmp_path: Pa
         assert import_cleo_db(store, cleo_db, session_id=SESSION) == (4, 4)
     assert digest(cleo_db) == before
     assert sorted(p.name for p in cleo_db.parent.iterdir()) == neighbours
+
+
+def test_a_read_only_open_of_a_cleo_wal_database_leaves_no_side_files(tmp_path: Path) -> None:
+    cleo_db = build_cleo_db(
+        tmp_path / "project" / ".cleo" / "tasks.db", idempotency_key=True, wal=True
+    )
+    before, mtime = digest(cleo_db), cleo_db.stat().st_mtime_ns
+    assert [p.name for p in cleo_db.parent.iterdir()] == ["tasks.db"]
+    with AuditStore(cleo_db, read_only=True) as cleo:
+        assert len(cleo.session_entries(SESSION)) == 4
+        # SQLite needs them even to read a WAL database; a read-only connection cannot
+        # remove them when it closes.
+        assert {"tasks.db-wal", "tasks.db-shm"} <= {p.name for p in cleo_db.parent.iterdir()}
+    with AuditStore(tmp_path / "ours.db") as store:
+        assert import_cleo_db(store, cleo_db) == (5, 5)
+    assert [p.name for p in cleo_db.parent.iterdir()] == ["tasks.db"]
+    assert digest(cleo_db) == before
+    assert cleo_db.stat().st_mtime_ns == mtime
+
+
+def test_side_files_another_process_uses_are_left_to_it(tmp_path: Path) -> None:
+    cleo_db = build_cleo_db(tmp_path / ".cleo" / "tasks.db", idempotency_key=False, wal=True)
+    writer_code = textwrap.dedent(
+        f"""
+        import sqlite3, sys
+        conn = sqlite3.connect({str(cleo_db)!r})
+        conn.execute("SELECT count(*) FROM audit_log").fetchone()
+        print("open", flush=True)
+        sys.stdin.readline()
+        with conn:
+            conn.execute("INSERT INTO audit_log (id, action, task_id, session_id, success) "
+                         "VALUES ('r6', 'session.end', 'system', 'late', 1)")
+        conn.close()
+        """
+    )
+    with AuditStore(cleo_db, read_only=True) as cleo:
+        assert len(cleo.session_entries(SESSION)) == 4
+        writer = subprocess.Popen(
+            [sys.executable, "-c", writer_code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdout is not None and writer.stdin is not None
+        assert writer.stdout.readline() == "open\n"
+    # The other process holds the database open: its files stay, and it goes on writing.
+    assert {"tasks.db-wal", "tasks.db-shm"} <= {p.name for p in cleo_db.parent.iterdir()}
+    writer.communicate("go\n", timeout=60)
+    assert writer.returncode == 0
+    with AuditStore(cleo_db, read_only=True) as cleo:
+        assert cleo.count() == 6
+    assert [p.name for p in cleo_db.parent.iterdir()] == ["tasks.db"]
 
 
 def test_importing_the_same_cleo_database_twice_adds_nothing(cleo_db: Path, tmp_path: Path) -> None:
@@ -221,6 +283,31 @@ def test_a_bad_line_aborts_the_import_naming_its_line_and_imports_nothing(
         with pytest.raises(EntryError, match=message):
             import_entries_file(store, path)
         assert store.count() == 0
+
+
+@pytest.mark.parametrize("task_id", ["system", "unknown", "", "T7"])
+def test_a_stored_session_grades_as_its_file_does_whatever_its_task_ids(
+    tmp_path: Path, task_id: str
+) -> None:
+    path = tmp_path / "e.jsonl"
+    lines = [
+        entry_line(0, domain="session", operation="list"),
+        entry_line(1, operation="add", params={"title": "a"}, metadata={"taskId": task_id}),
+        entry_line(2, operation="add", params={"title": "b"}, metadata={"taskId": "T2"}),
+        entry_line(3, domain="session", operation="end"),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    from_file = grade_entries_file(str(path), "s1")
+    assert f"tasks.add without description (taskId: {task_id})" in from_file.flags
+    db = tmp_path / "ours.db"
+    stream_entries_file(db, path)
+    from_calls = grade_from_store(db, "s1")  # what `cleo-grade grade s1` reads
+    with AuditStore(db, read_only=True) as store:
+        assert store.session_calls("s1") is not None  # the calls reading was the one taken
+        from_entries = grade_entries(store.session_entries("s1"), session_id="s1")
+    assert from_calls.flags == from_file.flags
+    assert from_entries.flags == from_file.flags
+    assert from_calls.total_score == from_entries.total_score == from_file.total_score
 
 
 def test_jsonl_and_a_json_array_of_the_same_entries_load_alike(tmp_path: Path) -> None:

@@ -90,6 +90,50 @@ def test_entry_round_trips_through_the_store_losslessly(store: AuditStore) -> No
     assert back.to_json_dict() == original.to_json_dict()
 
 
+@pytest.mark.parametrize("task_id", ["system", "unknown", ""])
+def test_a_task_id_that_looks_like_cleos_placeholder_reads_back_as_written(
+    store: AuditStore, task_id: str
+) -> None:
+    # CLEO writes "system" into its NOT NULL task_id column for "no task"; an entry of ours
+    # that really carries such an id must not read back as carrying none.
+    original = entry(operation="add", metadata={"source": "mcp", "taskId": task_id})
+    store.append(original)
+    (back,) = store.session_entries("s1")
+    assert back.metadata.task_id == task_id
+    assert back.to_json_dict() == original.to_json_dict()
+    (call,) = store.session_calls("s1") or []
+    assert call[7] == task_id  # the graded-calls reading agrees
+    # The column keeps a CLEO placeholder, so CLEO's own readers still find one.
+    (column,) = store.db.execute("SELECT task_id FROM audit_log").fetchone()
+    assert column in ("system", "unknown")
+
+
+def test_rows_written_before_task_ids_were_kept_still_read_as_no_task(store: AuditStore) -> None:
+    # What the store wrote for an entry without a taskId (or with "system") before the real
+    # value was kept in metadata_json: the placeholder only.
+    row = entry_row(entry(operation="add", metadata={"role": "planner"}))
+    store.append_rows([row])
+    store.db.execute("UPDATE audit_log SET task_id = 'unknown'")
+    (back,) = store.session_entries("s1")
+    assert back.metadata.task_id is None
+    assert back.metadata.model_extra == {"role": "planner"}
+    (call,) = store.session_calls("s1") or []
+    assert call[7] is None
+
+
+@pytest.mark.parametrize(
+    "duration", [12.345678901234567, 0.30000000000000004, 0.1, 1e300, 5e-324, 2.5, 7.0]
+)
+def test_a_duration_round_trips_exactly(store: AuditStore, duration: float) -> None:
+    # SQLite's json_object() prints a REAL with 15 significant digits.
+    store.append(entry(result={"success": True, "duration": duration}))
+    store.append(entry(at=1, result={"success": True, "duration": 3}))
+    first, second = store.session_entries("s1")
+    assert first.result.duration == duration
+    assert second.result.duration == 3.0
+    assert [e.result.duration for _, e in store.session_items("s1")] == [duration, 3.0]
+
+
 def test_timestamps_in_other_zones_are_stored_as_utc_and_still_order(store: AuditStore) -> None:
     plus_two = datetime(2026, 3, 1, 13, 0, 0, 500000, tzinfo=timezone_hours(2))  # 11:00:00.5Z
     store.append(entry(at=0, operation="list"))  # 12:00Z

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.store import AuditStore
+from tests.test_import import SESSION as CLEO_SESSION
+from tests.test_import import build_cleo_db
 
 SESSION = "session-1772366400000-c0ffee"
 
@@ -204,3 +212,151 @@ def test_a_full_disk_is_a_clear_error_from_the_cli(tmp_path: Path) -> None:
     with AuditStore(db) as store:
         assert store.integrity_check() == "ok"
         assert store.count() == 0  # all or nothing
+
+
+# -- reading what the user may not write -------------------------------------------------------
+
+SETPRIV = shutil.which("setpriv")
+#: Tests run as root, which bypasses permissions: these commands run as nobody instead.
+AS_NOBODY = [SETPRIV or "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+CLI = python("from pytest_cleo_grade.cli import main; raise SystemExit(main())")
+#: Exit status 2 when the directory cannot be read, 1 when it can be written, else 0.
+PROBE = python(
+    """
+    import os, sys
+    readable = os.access(sys.argv[1], os.R_OK | os.X_OK)
+    raise SystemExit(2 if not readable else int(os.access(sys.argv[1], os.W_OK)))
+    """
+)
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory the user nobody can reach (not under tmp_path, which is private to root)."""
+    if SETPRIV is None:
+        pytest.skip("setpriv is missing: cannot run a command as a user without write access")
+    if os.geteuid() != 0:
+        pytest.skip("not root: setpriv cannot switch to another user")
+    root = Path(tempfile.mkdtemp(prefix="cleo-grade-perm-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+def read_only_to_nobody(directory: Path) -> list[str]:
+    """Make ``directory`` readable but not writable to nobody; returns what it holds."""
+    for path in directory.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    directory.chmod(0o555)
+    probe = subprocess.run([*AS_NOBODY, *PROBE, str(directory)], timeout=60)
+    if probe.returncode == 2:
+        pytest.skip(f"nobody cannot reach {directory} (a private temporary directory?)")
+    if probe.returncode != 0:
+        pytest.skip("nobody may write a mode 555 directory here: permissions are not enforced")
+    return sorted(p.name for p in directory.iterdir())
+
+
+def cli_as_nobody(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*AS_NOBODY, *CLI, *args],
+        cwd=cwd,
+        env={**os.environ, "HOME": str(cwd)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_cleo_wal_database_the_user_cannot_write_beside_is_graded_and_imported(
+    shared: Path,
+) -> None:
+    cleo_db = build_cleo_db(shared / "proj" / ".cleo" / "tasks.db", idempotency_key=True, wal=True)
+    (shared / "out").mkdir(mode=0o777)
+    (shared / "out").chmod(0o777)
+    held = read_only_to_nobody(cleo_db.parent)
+    graded = cli_as_nobody(shared, "grade", CLEO_SESSION, "--cleo-db", "proj", "--no-save")
+    assert (graded.returncode, graded.stderr) == (0, "")
+    assert "Entries:    4" in graded.stdout
+    imported = cli_as_nobody(shared, "import", "proj", "--db", "out/audit.db")
+    assert (imported.returncode, imported.stderr) == (0, "")
+    assert imported.stdout.startswith("Imported 5 entries")
+    assert sorted(p.name for p in cleo_db.parent.iterdir()) == held
+
+
+def test_a_wal_the_user_cannot_read_without_writing_beside_it_is_never_skipped(
+    shared: Path,
+) -> None:
+    # A CLEO process wrote a row that is still only in the log (no checkpoint yet); a copy
+    # of the database with its -wal but without the -shm, in a directory nobody may write.
+    source = build_cleo_db(shared / "src" / "tasks.db", idempotency_key=False, wal=True)
+    target = shared / "proj" / ".cleo"
+    target.mkdir(parents=True)
+    conn = sqlite3.connect(source)
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    with conn:
+        conn.execute(
+            "INSERT INTO audit_log (id, action, task_id, session_id, success) "
+            f"VALUES ('r6', 'session.end', 'system', '{CLEO_SESSION}', 1)"
+        )
+    for name in ("tasks.db", "tasks.db-wal"):
+        shutil.copyfile(source.with_name(name), target / name)
+    conn.close()
+    assert (target / "tasks.db-wal").stat().st_size > 0
+    held = read_only_to_nobody(target)
+    done = cli_as_nobody(shared, "grade", CLEO_SESSION, "--cleo-db", "proj", "--no-save")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("cleo-grade: error: ")
+    assert "tasks.db-wal may hold entries not yet in the database" in done.stderr
+    assert sorted(p.name for p in target.iterdir()) == held
+
+
+def test_a_store_the_user_cannot_write_beside_is_graded_shown_and_listed(shared: Path) -> None:
+    db = shared / "st" / "audit.db"
+    entries = shared / "e.jsonl"
+    entries.write_text(
+        json.dumps(
+            {
+                "timestamp": "2026-03-01T12:00:00Z",
+                "sessionId": SESSION,
+                "domain": "session",
+                "operation": "list",
+                "result": {"success": True},
+            }
+        )
+        + "\n"
+    )
+    subprocess.run([*CLI, "import", str(entries), "--db", str(db)], check=True, timeout=120)
+    held = read_only_to_nobody(db.parent)
+    assert held == ["audit.db"]
+    for args in (
+        ["grade", SESSION, "--no-save"],
+        ["show", SESSION],
+        ["list"],
+    ):
+        done = cli_as_nobody(shared, *args, "--db", str(db))
+        assert (args, done.returncode, done.stderr) == (args, 0, "")
+    graded = cli_as_nobody(shared, "grade", SESSION, "--no-save", "--db", str(db))
+    assert "Entries:    1" in graded.stdout
+    assert sorted(p.name for p in db.parent.iterdir()) == held
+
+
+def test_a_store_file_the_user_cannot_write_says_cannot_write_once(shared: Path) -> None:
+    db = shared / "w" / "audit.db"
+    AuditStore(db).close()
+    db.parent.chmod(0o777)
+    db.chmod(0o444)
+    entries = shared / "e.jsonl"
+    entries.write_text(
+        '{"timestamp": "2026-03-01T12:00:00Z", "sessionId": "s", "domain": "tasks", '
+        '"operation": "find", "result": {"success": true}}\n'
+    )
+    done = cli_as_nobody(shared, "import", str(entries), "--db", str(db))
+    if done.returncode == 0:
+        pytest.skip("nobody may write a mode 444 file here: permissions are not enforced")
+    assert done.returncode == 2
+    assert f"{db}: cannot write (attempt to write a readonly database)" in done.stderr
+    assert "cannot write: cannot write" not in done.stderr

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Final
 
 from pytest_cleo_grade.rubrics.cleo_calls import GradedCall
+from pytest_cleo_grade.store.schema import task_id_sql
 
 __all__ = ["read_calls"]
 
@@ -55,6 +56,8 @@ def _plain(columns: tuple[str, ...]) -> str:
             "(metadata_json IS NULL OR (typeof(metadata_json) = 'text' AND "
             "json_type(metadata_json) = 'object' AND "
             "coalesce(json_type(metadata_json, '$.userId'), 'null') IN ('null', 'text') AND "
+            # A taskId kept there (schema.task_id_sql) is read as text by both paths.
+            "coalesce(json_type(metadata_json, '$.taskId'), 'null') IN ('null', 'text') AND "
             # Field names the entry model also accepts: task_id would stand in for a taskId
             # the columns leave out.
             "json_type(metadata_json, '$.task_id') IS NULL AND "
@@ -74,7 +77,7 @@ def _select(columns: tuple[str, ...]) -> str:
     return f"""SELECT timestamp, coalesce(domain, 'unknown'), {operation}, gateway, {exit_code},
         success IS NOT 0,
         CASE WHEN {add} THEN json({_DETAILS}) END,
-        CASE WHEN task_id IN ('system', 'unknown') THEN NULL ELSE task_id END
+        {task_id_sql(columns)}
         FROM audit_log WHERE session_id = ? ORDER BY timestamp, rowid"""
 
 

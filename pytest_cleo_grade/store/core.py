@@ -37,6 +37,7 @@ from pytest_cleo_grade.store.schema import (
     entry_row,
     entry_rows,
     grade_row,
+    task_id_sql,
 )
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_DB", "AuditStore"]
@@ -74,13 +75,17 @@ class AuditStore:
         self.read_only = read_only
         self.timeout = timeout
         self._lock = threading.Lock()
+        #: Read-only: the WAL's side files were absent before the open (see close()).
+        self._tidy_sides = read_only and not any(
+            map(os.path.lexists, _sides(self.path.resolve(), "-wal", "-shm"))
+        )
         try:
             _retry_while_locked(self._open, timeout)
         except sqlite3.DatabaseError as exc:
-            self._close_quietly()
+            self.close()
             raise StoreError(f"{self.path}: {_describe(exc)}") from exc
         except StoreError:
-            self._close_quietly()
+            self.close()
             raise
 
     def _open(self) -> None:
@@ -88,15 +93,21 @@ class AuditStore:
         self._conn = self._connect()
         self.db = Database(self._conn, execute_plugins=False, recursive_triggers=False)
         if self.read_only:
-            self._columns = self._check_readable()
+            try:
+                self._columns = self._check_readable()
+            except sqlite3.OperationalError as exc:
+                if not _cannot_share_memory(exc):
+                    raise
+                self._reopen_immutable(exc)
+                self._columns = self._check_readable()
         else:
             self._prepare()
             self._columns = AUDIT_COLUMNS
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, *, immutable: bool = False) -> sqlite3.Connection:
         if self.read_only:
             self._check_regular(missing="no such database file")
-            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            uri = f"{self.path.resolve().as_uri()}?mode=ro" + ("&immutable=1" if immutable else "")
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         else:
             try:
@@ -119,6 +130,30 @@ class AuditStore:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         return conn
+
+    def _reopen_immutable(self, exc: sqlite3.OperationalError) -> None:
+        """Read a WAL database whose ``-shm`` cannot be created (a directory we cannot write).
+
+        SQLite needs that file even to read, unless the database is opened as immutable,
+        which ignores any write-ahead log: safe only when there is none (no ``-wal`` means
+        no connection has it open and every commit is in the file; the same for a rollback
+        ``-journal``). Otherwise nothing is read: a grade without the log's newest entries
+        would be wrong without saying so. (A writer that opens the database while it is read
+        this way, necessarily its owner's, could checkpoint into the file under the read:
+        the one case the check cannot cover, for the few milliseconds a session's read lasts.)
+        """
+        real = self.path.resolve()
+        for side in _sides(real, "-wal", "-journal"):
+            if os.path.lexists(side):
+                raise StoreError(
+                    f"{self.path}: cannot be read without writing beside it ({exc}), and "
+                    f"{side.name} may hold entries not yet in the database; read it where its "
+                    "directory is writable, or have its owner open it once to fold them in"
+                ) from exc
+        self._close_quietly()
+        self._tidy_sides = False  # an immutable open creates nothing
+        self._conn = self._connect(immutable=True)
+        self.db = Database(self._conn, execute_plugins=False, recursive_triggers=False)
 
     def _refuse_links(self) -> None:
         """The store and its side files are never written through a link (DESIGN section 5)."""
@@ -302,7 +337,10 @@ class AuditStore:
             try:
                 return _retry_while_locked(lambda: action(self._conn), self.timeout)
             except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: cannot write: {_describe(exc)}") from exc
+                described = _describe(exc)
+                if not described.startswith("cannot write"):
+                    described = f"cannot write: {described}"
+                raise StoreError(f"{self.path}: {described}") from exc
             except OverflowError as exc:  # an integer beyond SQLite's 64 bits (an exit code)
                 raise StoreError(f"{self.path}: cannot write: {exc}") from exc
             except UnicodeEncodeError as exc:  # a lone surrogate in a text column
@@ -350,14 +388,19 @@ class AuditStore:
         # SQLite builds each entry's JSON (CLEO's conventions mapped in SQL, see
         # _ENTRY_JSON) and pydantic validates the whole session from that text in one call:
         # several times faster than building dicts row by row in Python.
-        # rowid breaks timestamp ties: it grows with insertion order.
+        # rowid breaks timestamp ties: it grows with insertion order. json_object() prints a
+        # REAL with 15 significant digits, so a fractional duration also comes back as the
+        # column's own double (NULL for the usual whole number, which JSON carries exactly).
         sql = (
-            f"SELECT id, {self._entry_json} FROM audit_log "
+            f"SELECT id, {self._entry_json}, "
+            "CASE WHEN typeof(duration_ms) = 'real' THEN duration_ms END FROM audit_log "
             "WHERE session_id = ? ORDER BY timestamp, rowid"
         )
         try:
             with self._lock:
-                rows = self._conn.execute(sql, (session_id,)).fetchall()
+                cursor = self._conn.cursor()
+                cursor.row_factory = None  # plain tuples, transposed below at C speed
+                rows = cursor.execute(sql, (session_id,)).fetchall()
         except sqlite3.OperationalError as exc:
             if "BLOB" in str(exc):
                 raise StoreError(
@@ -372,12 +415,18 @@ class AuditStore:
             ) from exc
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
+        ids, texts, durations = zip(*rows, strict=True) if rows else ((), (), ())
         try:
             with collector_paused():
-                entries = _ENTRIES.validate_json("[" + ",".join(row[1] for row in rows) + "]")
+                entries = _ENTRIES.validate_json("[" + ",".join(texts) + "]")
         except ValidationError as exc:
-            raise StoreError(f"{self.path}: {_first_invalid_row(rows, exc)}") from exc
-        return [str(row[0]) for row in rows], entries
+            raise StoreError(f"{self.path}: {_first_invalid_row(ids, texts, exc)}") from exc
+        if durations.count(None) != len(durations):
+            # Validated on the 15-digit rendering (same sign, finite alike); kept exactly.
+            for entry, duration in zip(entries, durations, strict=True):
+                if duration is not None:
+                    entry.result.duration = duration
+        return list(map(str, ids)), entries
 
     def _blob_row(self, session_id: str) -> str:
         blob = " OR ".join(f"typeof({column}) = 'blob'" for column in self._columns)
@@ -406,9 +455,11 @@ class AuditStore:
         ``details_json`` → params, ``operation`` (or ``action`` when null) → operation, null
         domain → ``unknown``, ``success`` 1/0 (null on legacy rows: true), ``exit_code`` when
         the row has one, else 0 on success and 1 on failure (CLEO stores no exit codes), null
-        source → ``cli``, task_id ``system``/``unknown`` → no taskId, ``metadata_json`` merged
-        into metadata, and SQLite's naive ``YYYY-MM-DD HH:MM:SS`` default read as UTC (any
-        other text is left as stored, so that an error quotes what the row holds).
+        source → ``cli``, task_id ``system``/``unknown`` → no taskId (unless ``metadata_json``
+        keeps the entry's own, see ``schema.task_id_sql``), ``metadata_json`` merged into
+        metadata, and SQLite's naive ``YYYY-MM-DD HH:MM:SS`` default read as UTC (any other
+        text is left as stored, so that an error quotes what the row holds). A fractional
+        ``duration_ms`` prints with 15 digits here; ``_load`` puts back the exact double.
         """
         exit_code = "CASE WHEN success = 0 THEN 1 ELSE 0 END"
         metadata = "'{}'"
@@ -431,7 +482,7 @@ class AuditStore:
             'metadata', json_patch({metadata}, json_object(
                 'source', coalesce(source, 'cli'),
                 'gateway', gateway,
-                'taskId', CASE WHEN task_id IN ('system', 'unknown') THEN NULL ELSE task_id END)),
+                'taskId', {task_id_sql(self._columns)})),
             'error', error_message)"""
 
     def session_ids(self) -> list[str]:
@@ -506,8 +557,16 @@ class AuditStore:
         return str(self._read("PRAGMA integrity_check", ())[0][0])
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent).
+
+        A read-only open of a WAL database creates its ``-wal`` and ``-shm`` files, and a
+        read-only connection cannot remove them when it closes: they are removed here when
+        they were absent before, as SQLite removes them (see :func:`_remove_unused_sides`).
+        """
         self._close_quietly()
+        if self._tidy_sides:
+            self._tidy_sides = False
+            _remove_unused_sides(self.path.resolve())
 
     def _close_quietly(self) -> None:
         conn = getattr(self, "_conn", None)
@@ -527,7 +586,7 @@ class AuditStore:
         self.close()
 
 
-def _first_invalid_row(rows: Sequence[sqlite3.Row], exc: ValidationError) -> str:
+def _first_invalid_row(ids: Sequence[Any], texts: Sequence[str], exc: ValidationError) -> str:
     """``audit_log row ID: field: why`` for the first row of a session that fails to load."""
     error = exc.errors()[0]
     loc = error["loc"]
@@ -535,13 +594,13 @@ def _first_invalid_row(rows: Sequence[sqlite3.Row], exc: ValidationError) -> str
         # The session's JSON did not parse at all: a row nests too deeply for the parser,
         # or SQLite wrote an infinite REAL (a duration_ms of 1e999) as Inf, which is no JSON.
         # Find the row one at a time.
-        for row_id, text in rows:
+        for row_id, text in zip(ids, texts, strict=True):
             problem = _row_json_problem(text)
             if problem is not None:
                 return f"audit_log row {row_id}: {problem}"
         return f"audit_log: {error['msg']}"
     place = ".".join(str(part) for part in loc[1:]) or "entry"
-    return f"audit_log row {rows[loc[0]][0]}: {place}: {error['msg']}"
+    return f"audit_log row {ids[loc[0]]}: {place}: {error['msg']}"
 
 
 def _row_json_problem(text: str) -> str | None:
@@ -556,6 +615,51 @@ def _row_json_problem(text: str) -> str | None:
             return "details_json or metadata_json is nested too deeply"
         return f"holds a number JSON cannot carry ({error['msg']})"
     return None
+
+
+def _sides(path: Path, *suffixes: str) -> list[Path]:
+    return [path.with_name(path.name + suffix) for suffix in suffixes]
+
+
+#: SQLite's primary result codes SQLITE_READONLY and SQLITE_CANTOPEN: a read-only open of a
+#: WAL database that cannot create its ``-shm`` reports one of them on the first read.
+_SHM_FAILURES: Final = frozenset({8, 14})
+
+
+def _cannot_share_memory(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _SHM_FAILURES
+
+
+def _remove_unused_sides(path: Path) -> None:
+    """Remove a WAL database's empty ``-wal`` and its ``-shm`` if no connection uses them.
+
+    A read-only open leaves them behind (SQLite removes them only from a connection that may
+    write). Removing them by hand could pull them from under another process that has the
+    database open, so SQLite does it: a connection that may write (it runs no statement
+    that writes, ``query_only``) closes as the database's last connection only if it gets
+    the exclusive lock, which no other connection, of any process, leaves it; and its
+    closing checkpoint copies nothing from an empty log. When the file cannot be written,
+    SQLite opens it read-only and the files stay: harmless, just untidy.
+    """
+    wal, shm, journal = _sides(path, "-wal", "-shm", "-journal")
+    try:
+        log, memory = os.lstat(wal), os.lstat(shm)
+        if log.st_size or not (stat.S_ISREG(log.st_mode) and stat.S_ISREG(memory.st_mode)):
+            return  # someone has written to the log since, or these are not SQLite's files
+        if os.path.lexists(journal):
+            return  # a hot rollback journal: a writable connection would roll it back
+        conn = sqlite3.connect(
+            f"{path.as_uri()}?mode=rw&nofollow=1", uri=True, timeout=0, isolation_level=None
+        )
+    except (OSError, sqlite3.Error):
+        return
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the log
+    except sqlite3.Error:
+        pass  # busy or unreadable: closing still removes nothing it should not
+    finally:
+        conn.close()
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:

@@ -25,10 +25,12 @@ __all__ = [
     "INSERT_ENTRY",
     "KNOWN_MIGRATIONS",
     "MIGRATIONS",
+    "PLACEHOLDER_TASK_IDS",
     "ROW_COLUMNS",
     "entry_row",
     "entry_rows",
     "grade_row",
+    "task_id_sql",
 ]
 
 #: CLEO's audit_log columns, in CLEO's order, then the two it lacks.
@@ -84,6 +86,12 @@ INSERT_ENTRY: Final = (
 
 MIGRATIONS: Final = Migrations("pytest_cleo_grade")
 
+#: Task ids the NOT NULL ``task_id`` column cannot tell from "no task": CLEO writes ``system``
+#: (and older CLEO ``unknown``) as its placeholder, and an empty id is written as ``system``
+#: too. An entry carrying one of them keeps it in ``metadata_json`` as ``taskId``, which the
+#: readers prefer over a placeholder (store.core._entry_json, store.calls._select).
+PLACEHOLDER_TASK_IDS: Final = frozenset({"system", "unknown", ""})
+
 
 @MIGRATIONS(name="0001_audit_log_and_grades")
 def _create_tables(db: Database) -> None:
@@ -137,6 +145,19 @@ def _create_tables(db: Database) -> None:
 KNOWN_MIGRATIONS: Final = frozenset(m.name for m in MIGRATIONS._migrations)
 
 
+def task_id_sql(columns: tuple[str, ...]) -> str:
+    """SQL for a row's ``taskId`` (NULL for none), alike for the entry and the calls reading.
+
+    A placeholder in ``task_id`` means no task on CLEO's rows; on ours ``metadata_json``
+    holds the entry's own value when it had one that looks like a placeholder (see _row).
+    Rows written before that, and CLEO's, have none there: they read as no task, as before.
+    """
+    placeholder = "NULL"
+    if "metadata_json" in columns:
+        placeholder = "json_extract(metadata_json, '$.taskId')"
+    return f"CASE WHEN task_id IN ('system', 'unknown') THEN {placeholder} ELSE task_id END"
+
+
 class _Ids:
     """Row ids: 32 hex digits like CLEO's ``crypto.randomUUID()``, cheap to make.
 
@@ -185,8 +206,13 @@ def _row(entry: AuditEntry, row_id: str, named: str | None) -> tuple[Any, ...]:
     meta = entry.metadata
     result = entry.result
     extra = meta.model_extra
+    task_id = meta.task_id
     if meta.user_id is not None:
         extra = {**(extra or {}), "userId": meta.user_id}
+    if task_id in PLACEHOLDER_TASK_IDS:
+        # The column keeps CLEO's placeholder (CLEO's readers expect one); the real value
+        # goes where our readers look first, so it is not read back as "no task".
+        extra = {**(extra or {}), "taskId": task_id}
     try:
         # pydantic-core's serializer is several times faster than json.dumps; fallback=str
         # keeps a call with an odd parameter (a Path, a set) recordable.
@@ -214,7 +240,7 @@ def _row(entry: AuditEntry, row_id: str, named: str | None) -> tuple[Any, ...]:
         if stamp.tzinfo is UTC
         else format_timestamp(stamp),
         f"{domain}.{operation}",
-        meta.task_id or "system",
+        task_id or "system",
         params,
         domain,
         operation,
