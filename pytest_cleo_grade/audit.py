@@ -32,6 +32,7 @@ __all__ = [
     "ENV_GRADE",
     "ENV_GRADE_ID",
     "ENV_SESSION_ID",
+    "GATEWAYS",
     "MUTATE_GATEWAYS",
     "AuditedDispatcher",
     "Holder",
@@ -54,6 +55,10 @@ ENV_AUDIT_DB: Final = "CLEO_AUDIT_DB"
 
 #: Outside grade mode CLEO audits only writes, i.e. calls through these gateways.
 MUTATE_GATEWAYS: Final = frozenset({"cleo_mutate", "mutate"})
+#: The gateway spellings CLEO writes (DESIGN §2): a call recorded here with another one is a
+#: typo that would silently cost the query-gateway points. (Entries read from files and
+#: stores keep whatever they hold: they are someone else's record.)
+GATEWAYS: Final = frozenset({"cleo_query", "query", *MUTATE_GATEWAYS})
 E_NOT_FOUND: Final = 4
 
 P = ParamSpec("P")
@@ -100,6 +105,14 @@ def make_entry(
 
     ``metadata`` adds keys to the entry's metadata (e.g. ``injected``), never replacing the
     ones above. ``refused`` hears the EntryError's text first (see :func:`refuse`)."""
+    if gateway is not None and gateway not in GATEWAYS:
+        message = (
+            f"{domain}.{operation}: gateway {gateway!r} is not one of cleo_query, query, "
+            "cleo_mutate, mutate (or None)"
+        )
+        if refused is not None:
+            refused(message)
+        raise EntryError(message)
     try:
         return AuditEntry(
             timestamp=datetime.now(UTC),

@@ -412,3 +412,24 @@ def test_an_exit_code_alone_decides_success(grade_env: Path) -> None:
         (True, 0),
         (True, 4),
     ]
+
+
+@pytest.mark.parametrize("gateway", ["cleo_qeury", "Query", ""])
+def test_a_gateway_cleo_never_writes_is_refused_where_it_is_recorded(
+    grade_env: Path, gateway: str
+) -> None:
+    with pytest.raises(EntryError) as caught:
+        audit.record("tasks", "find", gateway=gateway)
+    assert str(caught.value) == (
+        f"tasks.find: gateway {gateway!r} is not one of cleo_query, query, cleo_mutate, mutate "
+        "(or None)"
+    )
+    for spelled in ("cleo_query", "query", "cleo_mutate", "mutate", None):
+        audit.record("tasks", "find", gateway=spelled)
+    assert [row["metadata"].get("gateway") for row in stored(grade_env)] == [
+        "cleo_query",
+        "query",
+        "cleo_mutate",
+        "mutate",
+        None,
+    ]
