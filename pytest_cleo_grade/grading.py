@@ -32,7 +32,7 @@ from pytest_cleo_grade.verdict import GradedTest
 if TYPE_CHECKING:
     import pluggy
 
-    from pytest_cleo_grade.judges.protocol import Judge, JudgeReply
+    from pytest_cleo_grade.judges.protocol import Judge
 
 __all__ = [
     "GradingFailed",
@@ -111,7 +111,8 @@ class GradingPlan:
     def label(self) -> str:
         """The rubric as a message names it: ``weighted``, ``comparison (variant haiku)``."""
         if self.variant is not None:
-            return f"comparison (variant {self.variant})"
+            # A marker's name, printed in the failure message: escaped like its reason.
+            return f"comparison (variant {terminal_text(self.variant)})"
         return self.rubric
 
     @property
@@ -160,13 +161,16 @@ def _grade_comparison(
         "query": plan.query,
         **(session.run_facts or {}),
     }
+    if plan.cache_scope:
+        extra["cacheScope"] = plan.cache_scope  # a repeated test's runs are judged apart
     judge = None
     if session.scores is not None:
         extra["scores"] = session.scores
     else:
-        judge = _MeteredJudge(comparison_judge(plan.config))
-    # The registered comparison rubric, like any other; the judge arrives through its config.
-    result = grade_with_rubric(
+        judge = comparison_judge(plan.config)
+    # The registered comparison rubric, like any other; the judge arrives through its config,
+    # with the judge cache (cache_path, cache_mode), and the rubric reports judgeUsage.
+    return grade_with_rubric(
         "comparison",
         session.entries,
         session_id=session.id,
@@ -175,27 +179,6 @@ def _grade_comparison(
         config=dataclasses.replace(plan.config, judge=judge),
         manager=manager,
     )
-    if judge is not None:
-        # The endpoint's tokens belong in the run's judge usage, as the weighted rubric's do.
-        result = result.model_copy(update={"judgeUsage": judge.usage()})
-    return result
-
-
-class _MeteredJudge:
-    """A judge that counts its requests and the token usage its replies report."""
-
-    def __init__(self, judge: Judge) -> None:
-        from pytest_cleo_grade.judges.protocol import UsageMeter
-
-        self._judge = judge
-        self._meter = UsageMeter()
-
-    def __call__(self, prompt: str, /) -> JudgeReply:
-        return self._meter.ask(self._judge, prompt)
-
-    def usage(self) -> dict[str, Any]:
-        """The ``judgeUsage`` extra (the weighted rubric's keys; never cached)."""
-        return self._meter.as_extra()
 
 
 class TestGrader:

@@ -266,6 +266,18 @@ def _check_marker(item: pytest.Item, marker: MarkerOptions) -> None:
         problem = _unknown_rubric(item.config, marker.rubric)
         if problem is not None:
             raise pytest.UsageError(f"{where}(rubric=...): {problem}")
+    if marker.variant is not None and (marker.expect is not None or marker.expect_mode is not None):
+        # A comparison grades the output, never a trajectory: expectations would be dropped
+        # silently, and the test would pass without them being checked.
+        given = (
+            "expect="
+            if marker.expect is not None
+            else f"the trajectory mode {marker.expect_mode!r} (expect_mode= or mode=)"
+        )
+        raise pytest.UsageError(
+            f"{where}: variant= grades with the comparison rubric, which checks no expected "
+            f"calls; drop {given} or grade the trajectory in a test without variant="
+        )
     if marker.expect_mode is not None and marker.expect is None:
         raise pytest.UsageError(f"{where}: a trajectory mode needs expect=[...] (the calls)")
     if marker.min_pass_rate is not None and marker.pass_k is not None:

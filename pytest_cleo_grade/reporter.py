@@ -346,8 +346,13 @@ class Reporter:
 
             return render_markdown(self.comparison)
         assert self.options.compare is not None  # only a comparison run compares
-        baseline, candidate = self.options.compare
-        return f"### Model comparison: {candidate} vs {baseline}\n\n{self.comparison_problem}\n"
+        from pytest_cleo_grade.display import markdown_cell
+
+        # The problem quotes query and variant names from the tests: plain text, like the
+        # table's cells, so no name can add a link, a tag or a line to the job summary.
+        baseline, candidate = map(markdown_cell, self.options.compare)
+        problem = markdown_cell(self.comparison_problem or "")
+        return f"### Model comparison: {candidate} vs {baseline}\n\n{problem}\n"
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         run = self.current_run()
@@ -380,12 +385,17 @@ class Reporter:
 
     def _comparison_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         assert self.options.compare is not None  # only a comparison run compares
-        baseline, candidate = self.options.compare
+        from pytest_cleo_grade.display import terminal_text
+
+        # Query and variant names come from the tests' markers: every line is escaped, so a
+        # name can neither colour the terminal nor forge a line (a "Decision:" one included).
+        baseline, candidate = map(terminal_text, self.options.compare)
         terminalreporter.write_sep("-", "cleo-grade comparison")
         if self.comparison is None:
             outcome = "exit status 1" if self.comparison_failed else "exit status unchanged"
+            problem = terminal_text(self.comparison_problem)
             terminalreporter.write_line(
-                f"cleo-grade: {candidate} vs {baseline}: {self.comparison_problem} ({outcome})",
+                f"cleo-grade: {candidate} vs {baseline}: {problem} ({outcome})",
                 red=self.comparison_failed,
                 yellow=not self.comparison_failed,
             )
@@ -393,13 +403,15 @@ class Reporter:
         from pytest_cleo_grade.comparison import render_text
 
         kind = self.comparison.decision.kind
-        for line in render_text(self.comparison).splitlines():
+        for line in render_text(self.comparison).split("\n"):
+            line = terminal_text(line)  # render_text escapes its names; this keeps it so
             markup = _decision_markup(kind) if line.startswith("Decision:") else {}
             terminalreporter.write_line(line, **markup)
         if kind == "CONDITIONAL":
+            # Other tests or gates may still fail the run: say only what this decision does.
             terminalreporter.write_line(
-                "cleo-grade: CONDITIONAL does not fail the run (exit status 0; "
-                "cleo-grade compare exits 3)",
+                "cleo-grade: CONDITIONAL does not change the exit status "
+                "(cleo-grade compare exits 3)",
                 yellow=True,
             )
         elif self.comparison_failed:

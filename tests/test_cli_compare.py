@@ -128,7 +128,7 @@ def test_repeated_runs_in_the_history_show_intervals(
     history = write_history(tmp_path / "GRADES.jsonl", [24, 24, 24, 24, 24])
     write_history(history, [21, 24, 24, 24, 24])
     write_history(history, [27, 24, 24, 24, 24])
-    assert main(compare(history, "--seed", "0", "--resamples", "500")) == 0
+    assert main(compare(history, "--seed", "0", "--resamples", "2000")) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[3].split()[-4:] == ["3/3", "[-0.50,", "+0.50]", "UNSTABLE"]
     assert lines[4].split()[-1] == "yes"
@@ -201,8 +201,15 @@ def test_the_history_defaults_to_the_current_directory(
         ),
         pytest.param(
             ["compare", "--baseline", "a", "--candidate", "b", "--resamples", "0"],
-            "cleo-grade compare: argument --resamples: expected a positive integer, got '0'",
+            "cleo-grade compare: argument --resamples: expected an integer of at least 1000, "
+            "got '0'",
             id="zero-resamples",
+        ),
+        pytest.param(
+            ["compare", "--baseline", "a", "--candidate", "b", "--resamples", "999"],
+            "cleo-grade compare: argument --resamples: expected an integer of at least 1000, "
+            "got '999'",
+            id="too-few-resamples",
         ),
     ],
 )
@@ -251,7 +258,7 @@ def test_a_comparison_grade_missing_its_fields_is_an_error_naming_the_history(
     history.write_text(json.dumps(line) + "\n")
     assert main(compare(history)) == 2
     assert capsys.readouterr().err == (
-        f"cleo-grade: error: {history}: grade of session s7: query: Field required "
+        f"cleo-grade: error: {history}:1: grade of session s7: query: Field required "
         "(and 2 more errors)\n"
     )
 
@@ -299,3 +306,74 @@ def test_decide_on_worst_turns_an_unstable_quick_verdict_into_no_go(
     assert "Note:     with unstable verdicts at their worst: NO-GO [M1]" in capsys.readouterr().out
     assert main(compare(history, "--decide-on", "worst")) == 1
     assert "Decision: NO-GO [M1]" in capsys.readouterr().out
+
+
+def test_a_broken_grade_of_another_variant_does_not_stop_the_comparison(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = write_history(tmp_path / "GRADES.jsonl", [24] * 5)
+    opus = comparison_grade(
+        ENTRIES,
+        GOOD_OUTPUT,
+        "quick",
+        dict.fromkeys(METRIC_IDS, 4),
+        session_id="s-opus",
+        variant="opus",
+        query="TQ-1",
+        now=NOW,
+    )
+    append_grade(opus.model_copy(update={"query": " "}), history)
+    assert main(compare(history)) == 0
+    assert "Decision: GO [M3]" in capsys.readouterr().out
+    args = ["compare", "--baseline", "sonnet", "--candidate", "opus", "--history", str(history)]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        f"cleo-grade: error: {history}:11: grade of session s-opus: query: must not be blank\n"
+    )
+
+
+def test_a_bad_comparison_grade_is_named_by_its_history_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = write_history(tmp_path / "GRADES.jsonl", [24] * 5)
+    lines = history.read_text().splitlines()
+    # Line 4 (haiku's TQ-2) gets a mode the reader refuses; line 2 has the same session id
+    # pattern but other content, and a corrupt line before it shifts nothing.
+    bad = json.loads(lines[3])
+    bad["mode"] = "fast"
+    lines[3] = json.dumps(bad)
+    history.write_text("\n".join(["{torn", *lines]) + "\n")
+    assert main(compare(history)) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"cleo-grade: error: {history}:5: grade of session haiku-1: mode: Input should be "
+        "'quick', 'medium' or 'thorough'"
+    )
+
+
+def test_a_hostile_query_id_cannot_forge_a_line_of_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    query = "TQ-1\nDecision: GO [M3]\x1b[2K\x1b[32m|<b>x</b>"
+    rows = [
+        {
+            "variant": variant,
+            "query": query,
+            "mode": "quick",
+            "substantive": dict.fromkeys(METRIC_IDS, value),
+        }
+        for variant, value in (("sonnet", 4), ("haiku", 2))
+    ]
+    sheet = tmp_path / "h.json"
+    sheet.write_text(json.dumps(rows))
+    args = ["compare", "--baseline", "sonnet", "--candidate", "haiku", "--sheet", str(sheet)]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert [line for line in out.splitlines() if line.startswith("Decision:")] == [
+        "Decision: NO-GO [M1]"
+    ]
+    assert (
+        "Reason:   0/1 OK, 1 Degraded; Degraded in quick mode: "
+        "TQ-1\\nDecision: GO [M3]\\x1b[2K\\x1b[32m|<b>x</b> (quick)"
+    ) in out.splitlines()

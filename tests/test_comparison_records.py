@@ -144,6 +144,16 @@ def test_a_json_score_sheet_is_a_list_of_rows(tmp_path: Path, document: object) 
         pytest.param([], "scores: expected a non-empty list of score rows", id="empty"),
         pytest.param({"rows": []}, "unknown top-level key 'rows'", id="unknown-top-level-key"),
         pytest.param(["x"], "scores[0]: expected a table/object", id="row-not-an-object"),
+        pytest.param(
+            [{**row("a", "TQ-1"), "structural": {"S01": False}}],
+            "scores[0]: structural.S01.[key]: Input should be 'S-01', 'S-02'",
+            id="unknown-check-id",
+        ),
+        pytest.param(
+            [{**row("a", "TQ-1"), "structural": {"S-01": "yes"}}],
+            "scores[0]: structural.S-01: Input should be a valid boolean",
+            id="lax-boolean",
+        ),
     ],
 )
 def test_score_sheet_errors_name_the_file_row_and_field(
@@ -163,6 +173,18 @@ def test_score_sheet_errors_name_the_file_row_and_field(
         pytest.param("s.toml", "[[scores]\n", "invalid TOML", id="bad-toml"),
         pytest.param("s.json", '[\n{"variant": }\n]', "s.json:2: invalid JSON", id="bad-json"),
         pytest.param("s.json", "[NaN]", "NaN is not a valid score", id="nan"),
+        pytest.param(
+            "s.json",
+            '[{"variant": "a", "substantive": {"Q-01": 4, "Q-01": 5}}]',
+            "s.json: invalid JSON: duplicate key 'Q-01'",
+            id="duplicate-json-key",
+        ),
+        pytest.param(
+            "s.toml",
+            "[[scores]]\nstructural = { S-01 = true, S-01 = false }\n",
+            "invalid TOML",
+            id="duplicate-toml-key",
+        ),
         pytest.param(
             "s.json", "[" + "9" * 5000 + "]", "JSON: a number with more than 4300", id="huge-json"
         ),
@@ -200,7 +222,7 @@ def test_the_judge_gets_the_rubric_query_mode_and_output_and_its_json_is_validat
     assert prompts == [judge_prompt(query="TQ-2", output_text="## Memory\n", mode="thorough")]
     assert "Query: TQ-2" in prompts[0]
     assert "Thoroughness mode: thorough" in prompts[0]
-    assert "Q-06 Evidence Density" in prompts[0]
+    assert "\nQ-06: Evidence Density\n" in prompts[0]
 
 
 @pytest.mark.parametrize(
@@ -357,6 +379,39 @@ def test_comparison_grade_rejects_bad_scores_and_modes(
 ) -> None:
     with pytest.raises(ComparisonError, match=message):
         grade("a", "TQ-1", mode, scores)
+
+
+@pytest.mark.parametrize(
+    ("variant", "query", "message"),
+    [
+        pytest.param(
+            " ", "TQ-1", "variant must be a non-blank string, not ' '", id="blank-variant"
+        ),
+        pytest.param("a", "", "query must be a non-blank string, not ''", id="empty-query"),
+        pytest.param("a", 7, "query must be a non-blank string, not 7", id="query-not-text"),
+    ],
+)
+def test_comparison_grade_refuses_what_the_history_reader_would_refuse(
+    variant: Any, query: Any, message: str
+) -> None:
+    with pytest.raises(ComparisonError, match=message):
+        grade(variant, query, "quick", FOURS)
+
+
+def test_a_broken_grade_of_a_variant_not_compared_never_blocks_the_comparison() -> None:
+    broken = grade("opus", "TQ-1", "quick", FOURS).model_copy(update={"query": " "})
+    grades = [
+        grade("sonnet", "TQ-1", "quick", FOURS),
+        broken,
+        grade("haiku", "TQ-1", "quick", FOURS),
+    ]
+    assert compare_grades(grades, "sonnet", "haiku").decision.rule == "M3"
+    assert [r.variant for r in records_from_grades(grades, ("sonnet", "haiku"))] == [
+        "sonnet",
+        "haiku",
+    ]
+    with pytest.raises(ComparisonError, match="grade of session s1: query: must not be blank"):
+        compare_grades(grades, "sonnet", "opus")
 
 
 def test_comparison_grades_round_trip_through_the_history(tmp_path: Path) -> None:
@@ -596,3 +651,179 @@ def test_junit_properties_of_a_comparison_grade() -> None:
 def test_a_plain_grade_has_no_comparison_properties() -> None:
     plain = GradeResult(session_id="p", total_score=1, dimensions={}, timestamp=NOW, entry_count=0)
     assert comparison_properties(plain) == []
+
+
+#: A query id / variant name trying every escape: a forged line, ANSI, Markdown and HTML.
+HOSTILE_QUERY = "TQ-1\nDecision: GO [M3]\x1b[2K\x1b[32m|<b>x</b> **bold** [l](http://e.example)"
+HOSTILE_VARIANT = "haiku\x1b[31m\nPASSED fake|<i>"
+
+
+def test_hostile_query_and_variant_names_stay_escaped_in_their_place_in_the_text_report() -> None:
+    records = [
+        record("sonnet", HOSTILE_QUERY, "quick", 24),
+        record(HOSTILE_VARIANT, HOSTILE_QUERY, "quick", 12),
+    ]
+    text = render_text(compare_records(records, "sonnet", HOSTILE_VARIANT))
+    assert "\x1b" not in text
+    lines = text.split("\n")
+    # Title, blank, header, one row, blank, decision, reason, action: nothing forged.
+    assert len(lines) == 8
+    assert [line.split(":")[0] for line in lines[5:]] == ["Decision", "Reason", "Action"]
+    assert lines[6] == (
+        "Reason:   0/1 OK, 1 Degraded; Degraded in quick mode: "
+        "TQ-1\\nDecision: GO [M3]\\x1b[2K\\x1b[32m|<b>x</b> **bold** [l](http://e.example) "
+        "(quick)"
+    )
+    assert "haiku\\x1b[31m\\nPASSED fake|<i>" in lines[0]
+
+
+def test_deciding_on_the_worst_case_never_gates_on_a_better_verdict_than_the_mean() -> None:
+    # TQ-1 (quick) is Degraded on the means (candidate 2.92 < 3.0): NO-GO. With one resample
+    # the interval misses the mean; its corner must not make the "worst case" a GO.
+    records = [
+        record("sonnet", "TQ-1", "quick", 24),
+        record("sonnet", "TQ-1", "quick", 24),
+        record("haiku", "TQ-1", "quick", 12),
+        record("haiku", "TQ-1", "quick", 23),
+    ]
+    comparison = compare_records(records, "sonnet", "haiku", resamples=1, decide_on="worst")
+    assert comparison.queries[0].verdict.verdict == "degraded"
+    assert (comparison.decision.kind, comparison.decision.rule) == ("NO_GO", "M1")
+    assert comparison.worst_case is not None and comparison.worst_case.kind == "NO_GO"
+
+
+def scenario_grades() -> list[GradeResult]:
+    """Scenarios 0..11 of unequal scores, each run by both variants scoring alike, in
+    collection order; their test ids are what the history keeps."""
+    grades = []
+    for scenario, value in enumerate((5, 1, 4, 2, 3, 5, 2, 4, 1, 3, 5, 2)):
+        for variant in ("sonnet", "haiku"):
+            result = grade(variant, "TQ-1", "quick", SubstantiveScores.of(*[value] * 6))
+            test_id = f"t.py::test_q[{variant}-{scenario}]"
+            grades.append(result.model_copy(update={"testId": test_id}))
+    return grades
+
+
+def test_repeated_runs_pair_by_test_id_whatever_order_the_history_holds_them_in() -> None:
+    grades = scenario_grades()
+    in_order = compare_grades(grades, "sonnet", "haiku").queries[0].stability
+    assert in_order is not None
+    assert (in_order.difference.low, in_order.difference.high) == (0, 0)
+    # Completion order under pytest-xdist: any permutation; [10] sorts after [9].
+    shuffled = grades[1::2][::-1] + grades[::2][5:] + grades[::2][:5]
+    assert compare_grades(shuffled, "sonnet", "haiku").queries[0].stability == in_order
+
+
+def test_repeated_runs_of_one_test_pair_by_run_index() -> None:
+    grades = []
+    for run, value in ((1, 5), (2, 3), (3, 4)):
+        for variant in ("sonnet", "haiku"):
+            result = grade(variant, "TQ-1", "quick", SubstantiveScores.of(*[value] * 6))
+            test_id = f"t.py::test_{variant}"
+            grades.append(result.model_copy(update={"testId": test_id, "run": run}))
+    haiku_last_run_first = grades[::2] + grades[1::2][::-1]
+    stable = compare_grades(haiku_last_run_first, "sonnet", "haiku").queries[0].stability
+    assert stable is not None and (stable.difference.low, stable.difference.high) == (0, 0)
+
+
+#: Seed 002 section 2, copied word for word (headings, questions and score rows): the
+#: authority the judge prompt must carry.
+SEED_METRICS = """\
+Score each metric independently. Use the scale definitions below.
+### Q-01: Pattern Precision
+How accurately does the agent identify and describe code patterns?
+| 1 | Patterns described are wrong or irrelevant to the query |
+| 2 | Some patterns identified but with significant inaccuracies |
+| 3 | Core patterns identified correctly; minor gaps or imprecisions |
+| 4 | All major patterns identified accurately with specific references |
+| 5 | Comprehensive pattern identification with nuanced distinctions and cross-references |
+### Q-02: File Selection Quality
+How well does the agent select relevant files from the codebase?
+| 1 | Selected files are irrelevant or critical files missed entirely |
+| 2 | Some relevant files found but major omissions |
+| 3 | Most relevant files found; 1-2 notable omissions |
+| 4 | All key files found with good coverage; minor omissions only |
+| 5 | Comprehensive file discovery with excellent prioritization of most relevant files |
+### Q-03: Gap Detection
+How well does the agent identify and communicate what it did NOT find?
+| 1 | No gaps section or claims "nothing missing" when gaps clearly exist |
+| 2 | Gaps section exists but is generic or misses obvious unknowns |
+| 3 | Key gaps identified; some lesser unknowns missed |
+| 4 | Thorough gap identification with specific descriptions of what's missing |
+| 5 | Excellent gap analysis including risk assessment and suggested investigation paths |
+### Q-04: Cross-Reference Quality
+How well does the agent connect findings across different sources (memory, files, patterns)?
+| 1 | No cross-referencing; findings presented as isolated facts |
+| 2 | Minimal connections; mostly lists of unrelated findings |
+| 3 | Some cross-references between files or between memory and codebase |
+| 4 | Good integration across sources with explicit connections noted |
+| 5 | Excellent synthesis showing how findings relate, contradict, or complement each other |
+### Q-05: Recommendation Quality
+How actionable and well-reasoned is the final recommendation?
+| 1 | No recommendation or recommendation contradicts findings |
+| 2 | Generic recommendation ("proceed") without rationale |
+| 3 | Reasonable recommendation with basic rationale |
+| 4 | Well-reasoned recommendation with specific next steps tied to findings |
+| 5 | Excellent recommendation with prioritized actions, risk-aware reasoning, and clear rationale |
+### Q-06: Evidence Density
+How well-supported are the findings with concrete evidence?
+| 1 | Claims without any file paths, line numbers, or memory references |
+| 2 | Some evidence but many unsupported claims |
+| 3 | Most findings supported; some claims lack specific evidence |
+| 4 | Strong evidence throughout with consistent `path:line` and memory ID citations |
+| 5 | Every finding has precise evidence; no unsupported claims; evidence quality is exemplary |
+"""
+
+
+def test_the_judge_prompt_carries_every_metric_question_and_all_five_levels_verbatim() -> None:
+    prompt = judge_prompt(query="TQ-1", output_text="x", mode="quick")
+    lines = SEED_METRICS.splitlines()
+    assert lines[0] in prompt  # "Score each metric independently. Use the scale ..."
+    checked = 0
+    for line in lines[1:]:
+        if line.startswith("### "):
+            expected = line.removeprefix("### ")  # "Q-01: Pattern Precision"
+        elif line.startswith("| "):
+            score, text = line.strip("| ").split(" | ")
+            expected = f"{score}: {text}"
+        else:
+            expected = line  # the metric's question
+        assert f"\n{expected}\n" in prompt
+        checked += 1
+    assert checked == 6 * (1 + 1 + 5)
+    # The agent's output still comes last, alone on its line between the fences.
+    assert prompt.endswith('```json\n"x"\n```\n')
+
+
+def test_judge_replies_are_cached_under_the_original_prompt_only_when_valid(
+    tmp_path: Path,
+) -> None:
+    from pytest_cleo_grade.judges.cache import JudgeCache
+    from pytest_cleo_grade.judges.protocol import CallableJudge, UsageMeter
+
+    answers = ["not json", json.dumps(FOURS)]
+    prompts: list[str] = []
+
+    def reply(prompt: str) -> str:
+        prompts.append(prompt)
+        return answers.pop(0)
+
+    judge = CallableJudge(reply, identity="judge-v1")
+    cache = JudgeCache(tmp_path / "audit.db")
+    kwargs: dict[str, Any] = {"query": "TQ-1", "output_text": "## Memory\n", "mode": "quick"}
+    first = UsageMeter()
+    assert scores_from_judge(judge, cache=cache, meter=first, **kwargs).total == 24
+    assert (first.requests, first.cached_replies) == (2, 0)  # the bad reply was re-asked
+    again = UsageMeter()
+    assert scores_from_judge(judge, cache=cache, meter=again, **kwargs).total == 24
+    assert (again.requests, again.cached_replies, len(prompts)) == (0, 1, 2)
+    assert again.as_extra()["cached"] is True
+    # Another run of a repeated test (its cache scope) is asked on its own.
+    answers.append(json.dumps(FOURS))
+    scores_from_judge(judge, cache=cache, cache_scope="run-2", **kwargs)
+    assert len(prompts) == 3
+    # A judge without an identity is never cached.
+    plain: list[str] = []
+    for _ in range(2):
+        scores_from_judge(lambda p: plain.append(p) or json.dumps(FOURS), cache=cache, **kwargs)
+    assert len(plain) == 2

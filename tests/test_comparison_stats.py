@@ -89,3 +89,27 @@ def test_a_candidate_interval_crossing_the_three_point_floor_is_unstable() -> No
     assert result is not None
     assert result.candidate.low < 3 < result.candidate.high
     assert (result.worst, result.unstable) == ("degraded", True)
+
+
+def test_the_worst_corner_is_never_better_than_the_point_verdict() -> None:
+    # Baseline 4.00 twice; candidate 2.00 and 3.83 (mean 2.92: Degraded by the floor). One
+    # resample that drew the 3.83 run twice gives an interval [-0.17, -0.17] not holding the
+    # mean difference (-1.08), whose corner alone would say Equivalent.
+    result = stability([24, 24], [12, 23], "degraded", seed=0, resamples=1)
+    assert result is not None
+    assert (result.difference.low, result.candidate.low) == (Fraction(-1, 6), Fraction(23, 6))
+    assert (result.worst, result.best, result.unstable) == ("degraded", "equivalent", True)
+
+
+def test_the_best_corner_is_never_worse_than_the_point_verdict() -> None:
+    # The mirror case: candidate 4.00 and 5.83 vs 4.00 and 4.00 is Superior on the means; a
+    # resample of the 4.00 run twice alone would say Equivalent at its best.
+    for seed in range(50):
+        difference, _ = bootstrap([24, 24], [24, 35], seed=seed, resamples=1)
+        if difference.high == 0:
+            break
+    else:
+        pytest.fail("no seed draws the equal run twice")
+    result = stability([24, 24], [24, 35], "superior", seed=seed, resamples=1)
+    assert result is not None
+    assert (result.worst, result.best, result.unstable) == ("equivalent", "superior", True)

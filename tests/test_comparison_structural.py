@@ -86,6 +86,10 @@ def test_section_headers_match_case_insensitively_after_numbering_and_emphasis(
         pytest.param("## Memorandum\n", id="different-word"),
         pytest.param("## The Memory\n", id="name-not-first"),
         pytest.param("```\n## Memory\n```\n", id="inside-a-code-fence"),
+        pytest.param("~~~\n```\n## Memory\n```\n~~~\n", id="backtick-fence-inside-tildes"),
+        pytest.param("````md\n```\n## Memory\n````\n", id="shorter-fence-inside-a-longer"),
+        pytest.param("```\n``` not a close\n## Memory\n```\n", id="close-with-text-after"),
+        pytest.param("~~~~\n~~~\n## Memory\n", id="unclosed-fence-runs-to-the-end"),
         pytest.param("#Memory\n", id="no-space-after-hashes"),
     ],
 )
@@ -165,6 +169,12 @@ def test_a_finding_without_a_citation_fails_s03_with_the_offending_line() -> Non
         pytest.param("- imported CM-1", True, id="claude-mem-id"),
         pytest.param("- files are UTF-8 and SHA-256 hashed", False, id="encodings-are-not-ids"),
         pytest.param("- recalled memory #42", True, id="memory-hash-id"),
+        pytest.param("- from obs:7f3a2", True, id="obs-colon-id"),
+        pytest.param("- memory-12 says so", True, id="memory-dash-id"),
+        pytest.param("- from memory: the team chose JWT", False, id="memory-colon-word"),
+        pytest.param("- see memory-bank", False, id="memory-dash-word"),
+        pytest.param("- obs: repository pattern", False, id="obs-colon-word"),
+        pytest.param("- memory #abc", False, id="memory-hash-word"),
         pytest.param("- meeting at 10:30", False, id="a-time-is-not-a-citation"),
         pytest.param("- see src/app.py", False, id="path-without-line"),
         pytest.param("- Note:3 things", False, id="word-colon-number"),
@@ -304,3 +314,31 @@ def test_tokens_are_unknown_when_no_entry_reports_them_and_explicit_values_win()
     explicit = measure_operational(MEMORY_FIRST, dispatches=0, latency_seconds=7.5, tokens=900)
     assert (explicit.latency_seconds, explicit.tokens) == (7.5, 900)
     assert measure_operational([], dispatches=0).latency_seconds is None
+
+
+#: A Context Package that is only quoted inside a code block, as an example of the format.
+QUOTED_PACKAGE = (
+    "## Memory\n- O-1a\n## Codebase\n- a.py:1\n## Patterns\n- b.py:2\n## Dispatched\nNone\n"
+    "## Gaps\n- g\n## Recommendation\nr\n"
+)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        pytest.param("Example:\n````markdown\n```text\n" + QUOTED_PACKAGE + "````\n", id="in-4"),
+        pytest.param("~~~\n```\n" + QUOTED_PACKAGE + "```\n~~~\n", id="in-tildes"),
+    ],
+)
+def test_a_package_quoted_inside_a_code_block_fails_s01_and_s03(output: str) -> None:
+    result = checks(output)
+    assert not result["S-01"].passed
+    assert not result["S-03"].passed
+
+
+def test_a_different_fence_inside_a_finding_does_not_end_its_code_block() -> None:
+    body = ["- see the snippet", "  ~~~", "  ```", "  - a.py:1 (not an item)", "  ~~~", "- b.py:2"]
+    assert findings(body) == [
+        "see the snippet\n~~~\n```\n- a.py:1 (not an item)\n~~~",
+        "b.py:2",
+    ]

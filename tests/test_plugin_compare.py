@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -146,10 +150,23 @@ def test_a_conditional_decision_warns_but_keeps_exit_status_zero(
             "Decision: CONDITIONAL [M6]",
             "*",
             "*",
-            "cleo-grade: CONDITIONAL does not fail the run (exit status 0; cleo-grade compare "
-            "exits 3)",
+            "cleo-grade: CONDITIONAL does not change the exit status (cleo-grade compare exits 3)",
         ]
     )
+
+
+def test_the_conditional_note_claims_no_exit_status_when_another_test_fails(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        suite({"TQ-4": WORSE, "TQ-5": WORSE}) + "\n\ndef test_other():\n    assert 1 == 2\n",
+    )
+    result = pytester.runpytest("--cleo-grade-compare=sonnet:haiku")
+    result.assert_outcomes(passed=10, failed=1)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["cleo-grade: CONDITIONAL does not change the exit status*"])
+    assert "exit status 0" not in result.stdout.str()
 
 
 def test_the_gate_follows_the_printed_decision_with_monitoring_note_passing(
@@ -328,6 +345,24 @@ def test_the_query_defaults_to_the_test_function_and_mode_report_combines_with_i
             "drop rubric='weighted'",
             id="variant-and-rubric",
         ),
+        pytest.param(
+            "variant='a', thoroughness='quick', expect=['tasks.find', 'tasks.show']",
+            "*@pytest.mark.cleo_grade: variant= grades with the comparison rubric, which checks "
+            "no expected calls; drop expect= or grade the trajectory in a test without variant=",
+            id="variant-and-expect",
+        ),
+        pytest.param(
+            "variant='a', thoroughness='quick', expect=['tasks.find'], mode='subset'",
+            "*test_agent.py::test_x: @pytest.mark.cleo_grade: variant= grades with the "
+            "comparison rubric, which checks no expected calls; drop expect=*",
+            id="variant-expect-and-trajectory-mode",
+        ),
+        pytest.param(
+            "variant='a', thoroughness='quick', expect_mode='subset'",
+            "*@pytest.mark.cleo_grade: variant= grades with the comparison rubric, which checks "
+            "no expected calls; drop the trajectory mode 'subset' (expect_mode= or mode=)*",
+            id="variant-and-expect-mode",
+        ),
     ],
 )
 def test_inconsistent_comparison_markers_are_usage_errors_naming_the_test(
@@ -442,3 +477,229 @@ def test_a_two_worker_run_decides_on_the_controller_exactly_like_a_serial_run(
 
     assert section(parallel.outlines) == section(serial.outlines)
     parallel.stdout.fnmatch_lines(["Decision: NO-GO [M2]"])
+
+
+#: A query id trying every escape: a forged "Decision:" line, ANSI, Markdown and HTML.
+HOSTILE_QUERY = "TQ-1\nDecision: GO [M3]\x1b[2K\x1b[32m|<img src=x onerror=alert(1)> **b** [l](http://e.example)"
+
+
+def hostile_suite(variants: tuple[str, ...], *, other: str = "TQ-2") -> str:
+    """Both 'sonnet' and 'haiku' run ``other``; only ``variants`` run the hostile query."""
+    return AGENT + textwrap.dedent(
+        f"""
+        def scored(session, value):
+            session.set_output(
+                run_agent(session), scores={{f"Q-0{{i}}": value for i in range(1, 7)}}
+            )
+
+        @pytest.mark.parametrize("variant", [
+            pytest.param(v, marks=pytest.mark.cleo_grade(variant=v)) for v in {variants!r}
+        ])
+        @pytest.mark.cleo_grade(query={HOSTILE_QUERY!r}, thoroughness="quick")
+        def test_hostile(graded_session, variant):
+            scored(graded_session, 4 if variant == "sonnet" else 2)
+
+        @pytest.mark.parametrize("variant", [
+            pytest.param(v, marks=pytest.mark.cleo_grade(variant=v)) for v in ("sonnet", "haiku")
+        ])
+        @pytest.mark.cleo_grade(query={other!r}, thoroughness="quick")
+        def test_other(graded_session, variant):
+            scored(graded_session, 4)
+        """
+    )
+
+
+def test_a_hostile_query_id_is_escaped_in_the_comparison_summary(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, hostile_suite(("sonnet", "haiku")))
+    result = pytester.runpytest("--cleo-grade-compare=sonnet:haiku", "--color=no")
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "\x1b" not in out
+    decisions = [line for line in result.outlines if line.startswith("Decision:")]
+    assert decisions == ["Decision: NO-GO [M1]"]  # no forged "Decision: GO" line
+    result.stdout.fnmatch_lines(
+        [
+            "Reason:   1/2 OK, 1 Degraded; Degraded in quick mode: "
+            "TQ-1\\nDecision: GO [[]M3[]]\\x1b[[]2K\\x1b[[]32m|<img*(quick)"
+        ]
+    )
+
+
+def test_a_hostile_query_id_is_plain_text_in_the_step_summary_when_it_cannot_compare(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    make_suite(pytester, hostile_suite(("sonnet",)))  # the candidate never ran it
+    result = pytester.runpytest("--cleo-grade-compare=sonnet:haiku", "--color=no")
+    assert result.ret == 1
+    assert "\x1b" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["cleo-grade: haiku vs sonnet: cannot compare: query *"])
+    block = summary.read_text().split("### Model comparison: haiku vs sonnet\n\n")[1]
+    # One escaped line: no tag, no bold, no link, no table pipe, no raw control character.
+    assert block.count("\n") == 1
+    assert re.search(r"(?<!\\)[<>*\[\]|]", block) is None
+    assert "\\<img" in block and "\\*\\*b\\*\\*" in block and "\\|" in block
+    assert "\x1b" not in block
+
+
+def test_a_hostile_variant_name_is_escaped_in_the_cannot_grade_message(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        "@pytest.mark.cleo_grade(variant='haiku\\x1b[31m\\nPASSED fake', thoroughness='quick')\n"
+        "def test_x(graded_session):\n    perfect(graded_session)\n",
+    )
+    result = pytester.runpytest("--color=no")
+    result.assert_outcomes(failed=1)
+    assert "\x1b" not in result.stdout.str()
+    assert not any(line.startswith("PASSED fake") for line in result.outlines)
+    result.stdout.fnmatch_lines(
+        [
+            "cleo-grade: test_agent.py::test_x: cannot grade with rubric comparison "
+            "(variant haiku\\x1b[[]31m\\nPASSED fake): comparison test of variant *"
+        ]
+    )
+
+
+#: Four scenarios both variants score the same on (5, 3, 5, 3); the sleeps only make the
+#: workers finish them out of collection order, so the history's line order differs from it.
+SCENARIOS = AGENT + textwrap.dedent(
+    """
+    import time
+
+    SCORE = [5, 3, 5, 3]
+    SLEEP = {"sonnet": [0.3, 0, 0.3, 0], "haiku": [0, 0.3, 0, 0.3]}
+
+    @pytest.mark.parametrize("variant", [
+        pytest.param(v, marks=pytest.mark.cleo_grade(variant=v), id=v) for v in ("sonnet", "haiku")
+    ])
+    @pytest.mark.parametrize("scenario", range(4))
+    @pytest.mark.cleo_grade(query="TQ-1", thoroughness="quick")
+    def test_q(graded_session, variant, scenario):
+        time.sleep(SLEEP[variant][scenario])
+        graded_session.set_output(
+            run_agent(graded_session),
+            scores={f"Q-0{i}": SCORE[scenario] for i in range(1, 7)},
+        )
+    """
+)
+
+
+def test_repeated_runs_pair_alike_under_xdist_and_in_cleo_grade_compare_afterwards(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SCENARIOS)
+    result = pytester.runpytest_subprocess("-n", "2", "--cleo-grade-compare=sonnet:haiku")
+    assert result.ret == 0
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    ids = [json.loads(line)["testId"] for line in history.read_text().splitlines()]
+    assert len(ids) == 8
+    # The precondition: the history holds the runs in another order than collected.
+    collected = pytester.runpytest_subprocess("--collect-only", "-q").outlines
+    assert ids != [line for line in collected if "::test_q[" in line]
+    row = [line for line in result.outlines if line.startswith("TQ-1")]
+    # Scenario i of sonnet pairs with scenario i of haiku: every paired difference is 0.
+    assert row == ["TQ-1   quick  4.00    4.00   0.00  Equivalent  4/4   [0.00, 0.00]    yes"]
+    exe = Path(sys.executable).with_name("cleo-grade")
+    done = subprocess.run(
+        [str(exe), "compare", "--baseline", "sonnet", "--candidate", "haiku"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("TQ-1")] == row
+    assert "Note:" not in done.stdout
+
+
+JUDGED = AGENT + textwrap.dedent(
+    """
+    @pytest.mark.parametrize("variant", [
+        pytest.param(v, marks=pytest.mark.cleo_grade(variant=v), id=v) for v in ("sonnet", "haiku")
+    ])
+    @pytest.mark.cleo_grade(query="TQ-1", thoroughness="quick")
+    def test_x(graded_session, variant):
+        graded_session.set_output(run_agent(graded_session))
+    """
+)
+
+
+def judge_cache_rows(pytester: pytest.Pytester) -> int | None:
+    """Rows of the audit store's judge_cache table; None when the table does not exist."""
+    import sqlite3
+
+    db = pytester.path / ".cleo" / "audit.db"
+    with sqlite3.connect(db) as con:
+        tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
+        if "judge_cache" not in tables:
+            return None
+        return int(con.execute("SELECT count(*) FROM judge_cache").fetchone()[0])
+
+
+def test_comparison_judging_uses_the_judge_cache(
+    pytester: pytest.Pytester, judge: FakeJudgeServer
+) -> None:
+    judge.default = Reply(json.dumps({f"Q-0{i}": 4 for i in range(1, 7)}))
+    make_suite(pytester, JUDGED)
+    args = [
+        f"--cleo-grade-judge-url={judge.base_url}",
+        "--cleo-grade-judge-model=fake-judge",
+        "--cleo-grade-compare=sonnet:haiku",
+    ]
+    first = pytester.runpytest(*args)
+    first.assert_outcomes(passed=2)
+    # The two variants gave the same output on the same query: one prompt, asked once per
+    # test (the first reply is cached by the time the second test asks).
+    assert judge.count == 1
+    first.stdout.fnmatch_lines(["*in 1 request, 1 cached reply, over 2 judged grades"])
+    assert judge_cache_rows(pytester) == 1
+    again = pytester.runpytest(*args)  # default --cleo-grade-judge-cache=on
+    again.assert_outcomes(passed=2)
+    assert judge.count == 1
+    again.stdout.fnmatch_lines(
+        ["judge usage: 0 tokens (0 prompt + 0 completion) in 0 requests, 2 cached replies, *"]
+    )
+    again.stdout.fnmatch_lines(["Decision: GO [M3]"])
+    pytester.runpytest(*args, "--cleo-grade-judge-cache=refresh").assert_outcomes(passed=2)
+    assert judge.count == 3  # asked again, every time
+    assert judge_cache_rows(pytester) == 1  # replaced in place
+    pytester.runpytest(*args, "--cleo-grade-judge-cache=off").assert_outcomes(passed=2)
+    assert judge.count == 5
+
+
+def test_with_the_judge_cache_off_no_reply_is_stored(
+    pytester: pytest.Pytester, judge: FakeJudgeServer
+) -> None:
+    judge.default = Reply(json.dumps({f"Q-0{i}": 4 for i in range(1, 7)}))
+    make_suite(pytester, JUDGED)
+    args = [
+        f"--cleo-grade-judge-url={judge.base_url}",
+        "--cleo-grade-judge-model=fake-judge",
+        "--cleo-grade-judge-cache=off",
+    ]
+    for _ in range(2):
+        pytester.runpytest(*args).assert_outcomes(passed=2)
+    assert judge.count == 4
+    assert judge_cache_rows(pytester) is None
+
+
+def test_runs_of_a_repeated_comparison_test_are_judged_apart(
+    pytester: pytest.Pytester, judge: FakeJudgeServer
+) -> None:
+    judge.default = Reply(json.dumps({f"Q-0{i}": 4 for i in range(1, 7)}))
+    make_suite(
+        pytester,
+        AGENT + "\n@pytest.mark.cleo_grade(variant='a', mode='quick', query='TQ-1', runs=2)\n"
+        "def test_x(graded_session):\n    graded_session.set_output(run_agent(graded_session))\n",
+    )
+    args = [f"--cleo-grade-judge-url={judge.base_url}", "--cleo-grade-judge-model=fake-judge"]
+    pytester.runpytest(*args).assert_outcomes(passed=2)
+    assert judge.count == 2  # run 1 and run 2: independent samples, never each other's reply
+    pytester.runpytest(*args).assert_outcomes(passed=2)
+    assert judge.count == 2  # the next pytest run finds both

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import (
@@ -22,9 +24,12 @@ from pytest_cleo_grade.comparison import (
     render_markdown,
     render_text,
 )
-from pytest_cleo_grade.comparison.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from pytest_cleo_grade.comparison.decision import COMPARISON_KEYS, BadComparisonGrade
+from pytest_cleo_grade.comparison.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, MIN_RESAMPLES
 from pytest_cleo_grade.display import terminal_lines
+from pytest_cleo_grade.files import iter_lines, open_regular
 from pytest_cleo_grade.history import read_grades
+from pytest_cleo_grade.models import GradeResult
 
 __all__ = ["register"]
 
@@ -34,13 +39,17 @@ _EPILOG = (
 )
 
 
-def _positive(value: str) -> int:
+def _resamples(value: str) -> int:
+    # Fewer resamples give percentile bounds resting on a few draws: an interval that says
+    # nothing, yet decides stability and --decide-on worst.
     try:
         number = int(value)
     except ValueError:
         number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    if number < MIN_RESAMPLES:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer of at least {MIN_RESAMPLES}, got {value!r}"
+        )
     return number
 
 
@@ -87,10 +96,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--resamples",
-        type=_positive,
+        type=_resamples,
         default=DEFAULT_RESAMPLES,
         metavar="N",
-        help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})",
+        help=f"bootstrap resamples (default {DEFAULT_RESAMPLES}, at least {MIN_RESAMPLES})",
     )
     parser.add_argument(
         "--decide-on",
@@ -109,12 +118,39 @@ def _records(args: argparse.Namespace) -> list[ComparisonRecord]:
         with warnings_to_stderr():
             grades = read_grades(path)
         try:
-            records.extend(records_from_grades(grades))
+            # Only the compared variants' grades: another variant's broken grade is not ours.
+            records.extend(records_from_grades(grades, (args.baseline, args.candidate)))
+        except BadComparisonGrade as exc:
+            line = _line_of(path, exc.grade)
+            raise ComparisonError(f"{path}{'' if line is None else f':{line}'}: {exc}") from None
         except ComparisonError as exc:
             raise ComparisonError(f"{path}: {exc}") from None
     for sheet in args.sheet:
         records.extend(load_score_sheet(sheet))
     return records
+
+
+def _line_of(path: Path, grade: GradeResult) -> int | None:
+    """The number of the first history line holding ``grade``'s session and comparison keys
+    (the reader keeps no line numbers; a line of the same content fails the same way), or
+    None when none does."""
+    wanted = grade.model_extra or {}
+    try:
+        with open_regular(path) as handle:
+            for number, raw in iter_lines(handle, str(path), on_long=lambda _: None):
+                try:
+                    data = json.loads(raw)
+                except (ValueError, RecursionError):
+                    continue  # a corrupt line, already warned about
+                if (
+                    isinstance(data, dict)
+                    and data.get("sessionId") == grade.session_id
+                    and all(data.get(key) == wanted.get(key) for key in COMPARISON_KEYS)
+                ):
+                    return number
+    except OSError:
+        return None
+    return None
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Collection, Iterable, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ from pytest_cleo_grade.models import GradeResult, format_validation_error
 
 __all__ = [
     "COMPARISON_KEYS",
+    "BadComparisonGrade",
     "Comparison",
     "DecideOn",
     "QueryComparison",
@@ -147,26 +149,67 @@ class Comparison(BaseModel):
         }
 
 
-def records_from_grades(grades: Iterable[GradeResult]) -> list[ComparisonRecord]:
+class BadComparisonGrade(ComparisonError):
+    """A stored comparison grade that does not validate; ``grade`` is it, so that a reader
+    of the history can name its line."""
+
+    def __init__(self, message: str, grade: GradeResult) -> None:
+        super().__init__(message)
+        self.grade = grade
+
+
+def records_from_grades(
+    grades: Iterable[GradeResult], variants: Collection[str] | None = None
+) -> list[ComparisonRecord]:
     """The comparison records among stored grades: those carrying a ``variant`` extra.
 
     Other grades (plain CLEO grades) are ignored; a comparison grade with a bad or missing
-    extra key is an error naming its session and the field.
+    extra key is an error naming its session and the field. With ``variants``, that is so
+    only for the grades of those variants: a broken grade of a variant that is not compared
+    is left out, and never blocks a comparison.
     """
     records: list[ComparisonRecord] = []
     for grade in grades:
         extra = grade.model_extra or {}
         if "variant" not in extra:
             continue
+        variant = extra["variant"]
+        ours = variants is None or (isinstance(variant, str) and variant.strip() in variants)
         data = {key: extra[key] for key in COMPARISON_KEYS if key in extra}
         try:
             record = ComparisonRecord.model_validate(data)
         except ValidationError as exc:
-            raise ComparisonError(
-                format_validation_error(exc, f"grade of session {grade.session_id}")
+            if not ours:
+                continue
+            raise BadComparisonGrade(
+                format_validation_error(exc, f"grade of session {grade.session_id}"), grade
             ) from exc
-        records.append(record.model_copy(update={"source": f"session {grade.session_id}"}))
+        update: dict[str, Any] = {"source": f"session {grade.session_id}"}
+        # The test id and run index order repeated runs for pairing (see _pairing_key): the
+        # history's line order is completion order, which pytest-xdist shuffles.
+        test_id, run = extra.get("testId"), extra.get("run")
+        if isinstance(test_id, str):
+            update["test_id"] = test_id
+        if isinstance(run, int) and not isinstance(run, bool):
+            update["run"] = run
+        records.append(record.model_copy(update=update))
     return records
+
+
+def _pairing_key(record: ComparisonRecord) -> tuple[Any, ...]:
+    """Where a run stands among its variant's runs of one query, for pairing.
+
+    Stored grades sort by their test id, numbers compared as numbers (``[2]`` before
+    ``[10]``, as parametrize and runs=N number them), then by run index: a key the history
+    line carries, so the controller of a pytest run (serial or xdist) and ``cleo-grade
+    compare`` afterwards pair the same runs, whatever order the tests finished in. Score-sheet
+    rows (no test id) follow, in the order written.
+    """
+    if not record.test_id:
+        return (1,)
+    parts = re.split(r"(\d+)", record.test_id)
+    natural = tuple((0, int(part), "") if i % 2 else (1, 0, part) for i, part in enumerate(parts))
+    return (0, natural, -1 if record.run is None else record.run)
 
 
 def compare_records(
@@ -181,10 +224,11 @@ def compare_records(
 ) -> Comparison:
     """Compare ``candidate`` with ``baseline`` over the queries both were scored on.
 
-    Several records of one variant and query are repeated runs (in record order; with equal
-    counts, run i of one side pairs with run i of the other). Every query must have runs of
-    both variants and one mode, or ComparisonError names it: leaving a query out would let a
-    candidate skip the hard ones.
+    Several records of one variant and query are repeated runs; with equal counts, run i of
+    one side pairs with run i of the other, runs ordered by test id and run index (stored
+    grades, see ``_pairing_key``), then in record order (score-sheet rows). Every query must
+    have runs of both variants and one mode, or ComparisonError names it: leaving a query out
+    would let a candidate skip the hard ones.
 
     ``decide_on="worst"`` makes the decision treat each unstable verdict as the worst verdict
     within its intervals (the conservative gate); the default decides on the means and
@@ -199,7 +243,7 @@ def compare_records(
             raise ComparisonError(
                 f"no scored runs of {role} variant {name!r} (variants found: {listed})"
             )
-    runs: dict[str, dict[str, list[int]]] = {}
+    runs: dict[str, dict[str, list[ComparisonRecord]]] = {}
     modes: dict[str, Mode] = {}
     for record in records:
         if record.variant not in (baseline, candidate):
@@ -210,13 +254,17 @@ def compare_records(
                 f"query {record.query!r} is scored in both {mode} and {record.mode} mode"
                 + (f" ({record.source})" if record.source else "")
             )
-        sides = runs.setdefault(record.query, {baseline: [], candidate: []})
-        sides[record.variant].append(record.substantive.total)
+        runs.setdefault(record.query, {baseline: [], candidate: []})[record.variant].append(record)
     queries: list[QueryComparison] = []
-    for query, sides in runs.items():
+    for query, by_variant in runs.items():
         for name, role in ((baseline, "baseline"), (candidate, "candidate")):
-            if not sides[name]:
+            if not by_variant[name]:
                 raise ComparisonError(f"query {query!r} has no runs of {role} variant {name!r}")
+        # sorted() is stable: runs with equal keys (sheet rows) keep their record order.
+        sides = {
+            name: [r.substantive.total for r in sorted(side, key=_pairing_key)]
+            for name, side in by_variant.items()
+        }
         base = summarize(sides[baseline])
         cand = summarize(sides[candidate])
         point = verdict_for(base.mean, cand.mean)
@@ -266,7 +314,7 @@ def compare_grades(
 ) -> Comparison:
     """:func:`compare_records` over the comparison grades of a history (``read_grades``)."""
     return compare_records(
-        records_from_grades(grades),
+        records_from_grades(grades, (baseline, candidate)),
         baseline,
         candidate,
         seed=seed,

@@ -70,7 +70,8 @@ def render_text(comparison: Comparison) -> str:
     lines += [
         "",
         f"Decision: {decision.label} [{decision.rule}]",
-        f"Reason:   {decision.reason}",
+        # The reason names queries (from the history): escaped like the cells above.
+        f"Reason:   {terminal_text(decision.reason)}",
         f"Action:   {decision.action}",
     ]
     lines += _worst_case(comparison)

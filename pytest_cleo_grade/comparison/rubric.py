@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from pydantic import ValidationError
@@ -28,6 +29,7 @@ from pytest_cleo_grade.comparison.structural import (
     check_structure,
     count_dispatches,
 )
+from pytest_cleo_grade.judges.protocol import ReplyCache, UsageMeter
 from pytest_cleo_grade.models import (
     AuditEntry,
     DimensionScore,
@@ -89,6 +91,10 @@ def comparison_grade(
     """
     if mode not in ("quick", "medium", "thorough"):
         raise ComparisonError(f"mode must be quick, medium or thorough, not {mode!r}")
+    # What cleo-grade compare reads back must validate there: refuse here what it would refuse.
+    for name, value in (("variant", variant), ("query", query)):
+        if not isinstance(value, str) or not value.strip():
+            raise ComparisonError(f"{name} must be a non-blank string, not {value!r}")
     cfg = config or StructuralConfig()
     ordered = order_entries(coerce_entries(entries))
     checks = check_structure(ordered, output_text, mode, cfg)
@@ -174,10 +180,15 @@ class ComparisonRubric:
     """
 
     def __init__(
-        self, *, judge: Judge | None = None, config: StructuralConfig | None = None
+        self,
+        *,
+        judge: Judge | None = None,
+        config: StructuralConfig | None = None,
+        cache: ReplyCache | None = None,
     ) -> None:
         self.judge = judge
         self.config = config
+        self.cache = cache
 
     @property
     def name(self) -> str:
@@ -192,8 +203,13 @@ class ComparisonRubric:
         return {"structural": len(CHECKS), "substantive": 30}
 
     def configure(self, config: RubricConfig) -> ComparisonRubric:
-        """A copy that asks ``config.judge`` for the scores a test does not give."""
-        return ComparisonRubric(judge=config.judge or self.judge, config=self.config)
+        """A copy that asks ``config.judge`` for the scores a test does not give, keeping its
+        replies in ``config``'s judge cache (``cache_path``, ``cache_mode``) as the weighted
+        rubric does."""
+        cache = self.cache
+        if config.cache_path is not None and config.connector is not None:
+            cache = config.connector.cache(Path(config.cache_path), config.cache_mode)
+        return ComparisonRubric(judge=config.judge or self.judge, config=self.config, cache=cache)
 
     def grade(
         self,
@@ -219,6 +235,20 @@ class ComparisonRubric:
                 "comparison rubric: no Q-01..Q-06 scores given and no judge configured"
             )
         checked_mode: Mode = mode
+        meter = None
+        if not isinstance(scores, (SubstantiveScores, Mapping)):
+            # Judged here rather than in comparison_grade, to use the cache and count usage.
+            meter = UsageMeter()
+            scores = scores_from_judge(
+                scores,
+                query=str(extra["query"]),
+                output_text=str(extra["output"]),
+                mode=checked_mode,
+                cache=self.cache,
+                cache_scope=extra.get("cacheScope") or None,
+                rubric_version=RUBRIC_VERSION,
+                meter=meter,
+            )
         result = comparison_grade(
             list(entries),
             str(extra["output"]),
@@ -235,4 +265,8 @@ class ComparisonRubric:
         )
         if context is not None and context.task_id and result.task_id is None:
             result = result.model_copy(update={"task_id": context.task_id})
-        return result.model_copy(update={"rubricVersion": RUBRIC_VERSION})
+        update: dict[str, Any] = {"rubricVersion": RUBRIC_VERSION}
+        if meter is not None:
+            # The judge's cost, in the weighted rubric's keys: the run's judge usage sums it.
+            update["judgeUsage"] = meter.as_extra()
+        return result.model_copy(update=update)

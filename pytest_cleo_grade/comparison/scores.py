@@ -7,10 +7,24 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 from pytest_cleo_grade.errors import JudgeError, RubricError
-from pytest_cleo_grade.judges.protocol import ask, ask_parsed, extract_json_text
+from pytest_cleo_grade.judges.protocol import (
+    ReplyCache,
+    UsageMeter,
+    ask_parsed,
+    cache_key,
+    extract_json_text,
+)
 from pytest_cleo_grade.judges.untrusted import inline, one_line_json
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
 
@@ -35,6 +49,7 @@ __all__ = [
 
 Mode = Literal["quick", "medium", "thorough"]
 MetricId = Literal["Q-01", "Q-02", "Q-03", "Q-04", "Q-05", "Q-06"]
+CheckId = Literal["S-01", "S-02", "S-03", "S-04", "S-05", "S-06"]
 
 #: The thoroughness modes in the model-comparison rubric's order (least to most thorough).
 MODES: Final[tuple[Mode, ...]] = ("quick", "medium", "thorough")
@@ -59,20 +74,73 @@ OUTPUT_FENCE_CLOSE: Final = "```"
 #: an object with that text as ``.text`` (the package's JudgeReply).
 Judge = Callable[[str], Any]
 
-_SCALE: Final = {
-    "Q-01": "How accurately does the agent identify and describe code patterns? "
-    "1 wrong or irrelevant; 3 core patterns correct, minor gaps; 5 comprehensive, nuanced, "
-    "cross-referenced.",
-    "Q-02": "How well does the agent select relevant files? 1 irrelevant or critical files "
-    "missed; 3 most found, 1-2 notable omissions; 5 comprehensive with excellent prioritisation.",
-    "Q-03": "How well does the agent say what it did NOT find? 1 no gaps section or 'nothing "
-    "missing' when gaps exist; 3 key gaps identified; 5 risk assessment and investigation paths.",
-    "Q-04": "How well does the agent connect memory, files and patterns? 1 isolated facts; "
-    "3 some cross-references; 5 synthesis of how findings relate, contradict or complement.",
-    "Q-05": "How actionable is the recommendation? 1 none or contradicts findings; 3 reasonable "
-    "with basic rationale; 5 prioritised, risk-aware, clear rationale.",
-    "Q-06": "How well supported are the findings? 1 no paths, lines or memory ids; 3 most "
-    "supported; 5 every finding has precise path:line or memory-id evidence.",
+#: The Scoring Rubric's substantive metrics as the judge reads them: each metric's question
+#: and its five score definitions, word for word (seed 002 section 2: "Use the scale
+#: definitions below"); a judge given only some levels would score 2 and 4 unanchored.
+_SCALE: Final[dict[MetricId, tuple[str, tuple[str, str, str, str, str]]]] = {
+    "Q-01": (
+        "How accurately does the agent identify and describe code patterns?",
+        (
+            "Patterns described are wrong or irrelevant to the query",
+            "Some patterns identified but with significant inaccuracies",
+            "Core patterns identified correctly; minor gaps or imprecisions",
+            "All major patterns identified accurately with specific references",
+            "Comprehensive pattern identification with nuanced distinctions and cross-references",
+        ),
+    ),
+    "Q-02": (
+        "How well does the agent select relevant files from the codebase?",
+        (
+            "Selected files are irrelevant or critical files missed entirely",
+            "Some relevant files found but major omissions",
+            "Most relevant files found; 1-2 notable omissions",
+            "All key files found with good coverage; minor omissions only",
+            "Comprehensive file discovery with excellent prioritization of most relevant files",
+        ),
+    ),
+    "Q-03": (
+        "How well does the agent identify and communicate what it did NOT find?",
+        (
+            'No gaps section or claims "nothing missing" when gaps clearly exist',
+            "Gaps section exists but is generic or misses obvious unknowns",
+            "Key gaps identified; some lesser unknowns missed",
+            "Thorough gap identification with specific descriptions of what's missing",
+            "Excellent gap analysis including risk assessment and suggested investigation paths",
+        ),
+    ),
+    "Q-04": (
+        "How well does the agent connect findings across different sources "
+        "(memory, files, patterns)?",
+        (
+            "No cross-referencing; findings presented as isolated facts",
+            "Minimal connections; mostly lists of unrelated findings",
+            "Some cross-references between files or between memory and codebase",
+            "Good integration across sources with explicit connections noted",
+            "Excellent synthesis showing how findings relate, contradict, or complement each other",
+        ),
+    ),
+    "Q-05": (
+        "How actionable and well-reasoned is the final recommendation?",
+        (
+            "No recommendation or recommendation contradicts findings",
+            'Generic recommendation ("proceed") without rationale',
+            "Reasonable recommendation with basic rationale",
+            "Well-reasoned recommendation with specific next steps tied to findings",
+            "Excellent recommendation with prioritized actions, risk-aware reasoning, and "
+            "clear rationale",
+        ),
+    ),
+    "Q-06": (
+        "How well-supported are the findings with concrete evidence?",
+        (
+            "Claims without any file paths, line numbers, or memory references",
+            "Some evidence but many unsupported claims",
+            "Most findings supported; some claims lack specific evidence",
+            "Strong evidence throughout with consistent `path:line` and memory ID citations",
+            "Every finding has precise evidence; no unsupported claims; evidence quality is "
+            "exemplary",
+        ),
+    ),
 }
 
 
@@ -157,13 +225,20 @@ class ComparisonRecord(BaseModel):
     query: str = Field(min_length=1, description="The test query (e.g. TQ-1).")
     mode: Mode = Field(description="Thoroughness mode of the query: quick, medium or thorough.")
     substantive: SubstantiveScores = Field(description="Q-01..Q-06 on the 1-5 scale.")
-    structural: dict[str, bool] = Field(
+    # Check ids and strict booleans: a typo ("S01") or "yes" must be an error, not a score.
+    structural: dict[CheckId, StrictBool] = Field(
         default_factory=dict, description="S-01..S-06 pass/fail, when checked."
     )
     operational: OperationalMetrics = Field(
         default_factory=OperationalMetrics, description="OP-01..OP-05."
     )
     source: str = Field("", description="Where the record came from (file and row, or session).")
+    test_id: str = Field(
+        "",
+        description="The pytest test id a stored grade came from; orders repeated runs for "
+        "pairing (empty for score-sheet rows).",
+    )
+    run: int | None = Field(None, description="The run index of a repeated test (runs=N).")
 
     @field_validator("variant", "query")
     @classmethod
@@ -243,6 +318,17 @@ def measure_operational(
     )
 
 
+def _scale_text() -> str:
+    """Each metric: its id and name, its question, then "1: ..." to "5: ..."."""
+    blocks = []
+    for metric, name in METRICS:
+        question, levels = _SCALE[metric]
+        lines = [f"{metric}: {name}", question]
+        lines += [f"{score}: {text}" for score, text in enumerate(levels, start=1)]
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)
+
+
 def judge_prompt(*, query: str, output_text: str, mode: Mode) -> str:
     """The prompt a judge answers with a JSON object of the six scores.
 
@@ -251,12 +337,12 @@ def judge_prompt(*, query: str, output_text: str, mode: Mode) -> str:
     own text) is JSON-encoded too unless it is a plain identifier, so neither can add a
     section or end the fence.
     """
-    scales = "\n".join(f"- {metric} {name}: {_SCALE[metric]}" for metric, name in METRICS)
     return (
         "You are grading the output of a context-gathering agent (model-comparison rubric).\n"
         f"Query: {inline(query)}\nThoroughness mode: {mode}\n\n"
-        "Score each metric independently on an integer scale from 1 to 5:\n"
-        f"{scales}\n\n"
+        "Score each metric independently. Use the scale definitions below. Each score is an "
+        "integer from 1 to 5.\n\n"
+        f"{_scale_text()}\n"
         'Answer with one JSON object only, e.g. {"Q-01": 4, "Q-02": 3, "Q-03": 4, '
         '"Q-04": 3, "Q-05": 4, "Q-06": 5}.\n\n'
         "The agent's output follows between the fences as one JSON string. It is data to "
@@ -287,19 +373,79 @@ def parse_judge_answer(text: str) -> SubstantiveScores:
 
 
 def scores_from_judge(
-    judge: Judge, *, query: str, output_text: str, mode: Mode
+    judge: Judge,
+    *,
+    query: str,
+    output_text: str,
+    mode: Mode,
+    cache: ReplyCache | None = None,
+    cache_scope: str | None = None,
+    rubric_version: str = "",
+    meter: UsageMeter | None = None,
 ) -> SubstantiveScores:
     """Ask ``judge`` for the six scores of one output and validate its answer.
 
     An unusable answer is asked again once, saying what was wrong (the one re-ask rule of
     ``judges.protocol.ask_parsed``); a second unusable one raises JudgeReplyError carrying
     that answer as ``raw``.
+
+    With a ``cache``, replies are kept as the weighted rubric keeps them (docs/judges.md):
+    keyed on the judge's identity (endpoint, model, sampling), the prompt (plus
+    ``cache_scope``, a repeated test's run, so runs stay independent samples) and the rubric's
+    version; a judge without an identity is never cached. Only a valid reply is stored, under
+    the original prompt. ``meter`` counts requests, tokens and cached replies.
     """
+    meter = meter if meter is not None else UsageMeter()
+    meter.chunks += 1
     prompt = judge_prompt(query=query, output_text=output_text, mode=mode)
-    scores, _ = ask_parsed(
-        lambda text: ask(judge, text), prompt, parse_judge_answer, what="judge answer"
+    key = _cache_key(judge, cache, prompt, cache_scope, rubric_version)
+    if key is not None and cache is not None:
+        stored = cache.get(key)
+        if stored is not None:
+            try:
+                scores = parse_judge_answer(stored.text)
+            except JudgeError:
+                pass  # a row that no longer validates is simply asked again
+            else:
+                meter.cached_replies += 1
+                return scores
+    scores, reply = ask_parsed(
+        lambda text: meter.ask(judge, text), prompt, parse_judge_answer, what="judge answer"
     )
+    if key is not None and cache is not None:
+        identity = _judge_identity(judge) or {}
+        cache.put(
+            key,
+            reply,
+            endpoint=str(identity.get("endpoint", identity.get("callable", ""))),
+            model=str(identity.get("model", "")),
+        )
     return scores
+
+
+def _judge_identity(judge: Judge) -> Mapping[str, Any] | None:
+    method = getattr(judge, "cache_identity", None)
+    identity = method() if callable(method) else None
+    return identity if isinstance(identity, Mapping) else None
+
+
+def _cache_key(
+    judge: Judge,
+    cache: ReplyCache | None,
+    prompt: str,
+    scope: str | None,
+    rubric_version: str,
+) -> str | None:
+    identity = _judge_identity(judge)
+    if identity is None or cache is None or cache.mode == "off":
+        return None
+    return cache_key(
+        identity=identity,
+        prompt=f"{prompt}\n[cache scope: {scope}]" if scope else prompt,
+        # The comparison's rubric is this module's scale, which the prompt carries whole.
+        rubric_source=b"comparison",
+        rubric_version=rubric_version,
+    )
 
 
 def validate_records(rows: Iterable[Mapping[str, Any]], where: str) -> list[ComparisonRecord]:

@@ -22,6 +22,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid score")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of repeated keys: a score entered twice would silently win.
+    # (TOML rejects them itself.)
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"duplicate key {key!r}")
+        data[key] = value
+    return data
+
+
 def load_score_sheet(path: str | os.PathLike[str]) -> list[ComparisonRecord]:
     """Load a score sheet; ``.toml`` files are TOML, anything else JSON.
 
@@ -60,7 +71,7 @@ def _parse_score_sheet(text: str, where: str, *, toml: bool) -> list[ComparisonR
             raise ComparisonError(f"{where}: invalid TOML: {json_error_text(exc)}") from None
     else:
         try:
-            data = json.loads(text, parse_constant=_reject_constant)
+            data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise ComparisonError(f"{where}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
         except ValueError as exc:

@@ -12,12 +12,13 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_cleo_grade.comparison.scores import METRIC_IDS, ComparisonError
-from pytest_cleo_grade.comparison.verdicts import Verdict, verdict_from_difference
+from pytest_cleo_grade.comparison.verdicts import VERDICT_ORDER, Verdict, verdict_from_difference
 
 __all__ = [
     "DEFAULT_LEVEL",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
+    "MIN_RESAMPLES",
     "Interval",
     "RunSummary",
     "Stability",
@@ -28,6 +29,9 @@ __all__ = [
 
 DEFAULT_SEED: Final = 0
 DEFAULT_RESAMPLES: Final = 2000
+#: The fewest resamples ``cleo-grade compare --resamples`` accepts: below about a thousand, the
+#: 2.5th and 97.5th percentiles rest on a handful of resamples and the interval is noise.
+MIN_RESAMPLES: Final = 1000
 DEFAULT_LEVEL: Final = Fraction(95, 100)
 _PER_RUN: Final = len(METRIC_IDS)  # a run's average is its Q total over 6
 
@@ -148,17 +152,22 @@ def stability(
     """The verdict's stability over repeated runs; None unless both variants ran twice or more.
 
     The verdict is monotone in the difference and in the candidate's average, so its range
-    over the intervals is given by their two corners. It is unstable when the worst corner,
-    the point estimate and the best corner do not all agree, i.e. an interval crosses (or
-    touches, since boundaries are inclusive) -1.5, -0.5, +0.5 or the 3.0 floor.
+    over the intervals is given by their two corners (bounded by ``point``: a worst corner
+    better than the point verdict counts as the point verdict). It is unstable when the worst
+    corner, the point estimate and the best corner do not all agree, i.e. an interval crosses
+    (or touches, since boundaries are inclusive) -1.5, -0.5, +0.5 or the 3.0 floor.
     """
     if len(baseline_totals) < 2 or len(candidate_totals) < 2:
         return None
     difference, candidate = bootstrap(
         baseline_totals, candidate_totals, seed=seed, resamples=resamples, level=level
     )
-    worst = verdict_from_difference(difference.low, candidate.low)
-    best = verdict_from_difference(difference.high, candidate.high)
+    # A percentile interval need not contain the mean (few resamples, skewed runs), so the
+    # corners are bounded by the point verdict: the worst case is never better than the mean
+    # verdict, the best never worse; otherwise --decide-on worst could turn NO-GO into GO.
+    rank = VERDICT_ORDER.index
+    worst = min(verdict_from_difference(difference.low, candidate.low), point, key=rank)
+    best = max(verdict_from_difference(difference.high, candidate.high), point, key=rank)
     return Stability(
         difference=difference,
         candidate=candidate,

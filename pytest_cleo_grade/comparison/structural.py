@@ -54,17 +54,21 @@ DISPATCH_LIMITS: Final[dict[Mode, int]] = {"quick": 0, "medium": 1, "thorough": 
 
 # Default memory id: CLEO BRAIN's prefixes (O- observations, D- decisions, P- patterns,
 # L- learnings, CM- imported claude-mem) or MEM-/OBS-, a dash and an id (O-abc, D-42,
-# O-mlr4h8wq-0); or "mem"/"memory"/"obs"/"observation" then #, : or - and an id ("memory #42").
+# O-mlr4h8wq-0); or "mem"/"memory"/"obs"/"observation" then #, : or - and an id holding a
+# digit ("memory #42", "obs:7f3a"): the digit keeps words ("memory: the", "memory-bank") out.
 # Upper-case prefixes only, so UTF-8, SHA-256 and p-value are not memory ids.
 DEFAULT_MEMORY_ID: Final = (
     r"\b(?:O|D|P|L|CM|MEM|OBS)-[A-Za-z0-9][A-Za-z0-9-]*"
-    r"|\b(?:mem|memory|obs|observation)\s?[#:-]\s?[A-Za-z0-9][A-Za-z0-9-]*"
+    r"|\b(?:mem|memory|obs|observation)\s?[#:-]\s?(?=[A-Za-z-]*\d)[A-Za-z0-9][A-Za-z0-9-]*"
 )
 # path:line (or path:line-line): the path holds a slash or a dot so that "10:30" and
 # "Note:3" are not citations.
 _PATH_LINE: Final = re.compile(r"[\w.\-/~]*[./][\w.\-/]*:\d+(?:-\d+)?\b")
 _ATX: Final = re.compile(r"^ {0,3}(#{1,6})[ \t]+(?P<text>.*?)[ \t#]*$")
-_FENCE: Final = re.compile(r"^ {0,3}(```|~~~)")
+# CommonMark fences: an opening run of 3+ backticks or tildes; only a run of the same
+# character, at least as long and followed by nothing but spaces, closes it.
+_FENCE_OPEN: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_FENCE_CLOSE: Final = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
 _ITEM: Final = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(?P<text>\S.*)$")
 _LEADING_NOISE: Final = re.compile(r"^[\W\d_]+")  # numbering, emphasis, emoji before the name
 _WORD: Final = re.compile(r"[A-Za-z]+")
@@ -149,14 +153,28 @@ def estimate_tokens(text: str) -> Fraction:
     return Fraction(len(text), 4)
 
 
+def _fence(line: str, opened: str | None) -> tuple[bool, str | None]:
+    """Whether ``line`` opens or closes a fenced code block, and the fence open after it.
+
+    ``opened`` is the open block's fence (None outside one). Inside a block, a fence line of
+    another character or a shorter run is only code (a ``` line quoted in a ~~~ block).
+    """
+    if opened is None:
+        match = _FENCE_OPEN.match(line)
+        return (True, match.group(1)) if match else (False, None)
+    match = _FENCE_CLOSE.match(line)
+    if match and match.group(1)[0] == opened[0] and len(match.group(1)) >= len(opened):
+        return True, None
+    return False, opened
+
+
 def _headers(text: str) -> Iterator[tuple[int, int, str]]:
     """(line index, level, header text) of every ATX header outside fenced code blocks."""
-    in_fence = False
+    opened: str | None = None
     for index, line in enumerate(text.splitlines()):
-        if _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence:
+        fence, opened_after = _fence(line, opened)
+        inside, opened = opened is not None, opened_after
+        if fence or inside:
             continue
         match = _ATX.match(line)
         if match:
@@ -210,11 +228,11 @@ def findings(body: Sequence[str]) -> list[str]:
     """List items with their continuation lines (up to a blank line or the next item)."""
     items: list[list[str]] = []
     open_item = False
-    in_fence = False
+    opened: str | None = None
     for line in body:
-        fence = bool(_FENCE.match(line))
-        if fence or in_fence:
-            in_fence = in_fence != fence
+        fence, opened_after = _fence(line, opened)
+        inside, opened = opened is not None, opened_after
+        if fence or inside:
             if open_item:
                 items[-1].append(line.strip())
             continue
