@@ -148,3 +148,104 @@ def test_a_duration_the_sdk_reports_that_is_no_duration_is_measured_instead(
     (entry,) = session.entries
     assert math.isfinite(entry.result.duration) and 0 <= entry.result.duration < 1000
     assert session.refused == []
+
+
+def run_one(hooks: dict[Any, list[Any]], event: str, data: dict[str, Any]) -> None:
+    use = {"tool_use_id": "toolu_1", **data}
+
+    async def run() -> None:
+        for fired, extra in (("PreToolUse", {}), (event, {})):
+            for matcher in hooks[fired]:
+                for callback in matcher.hooks:
+                    await callback({**base(fired), **use, **extra}, "toolu_1", {"signal": None})
+
+    asyncio.run(run())
+
+
+def test_cleo_params_sent_as_json_text_keep_the_calls_params(session: GradeSession) -> None:
+    # Claude often passes an object argument as its JSON text; CLEO accepts it.
+    params = {"title": "Fix login", "description": "Users cannot log in", "taskId": "T1"}
+    arguments = {"domain": "tasks", "operation": "add", "params": json.dumps(params)}
+    data = {"tool_name": "mcp__cleo__cleo_mutate", "tool_input": arguments}
+    run_one(
+        audit_hooks(), "PostToolUse", {**data, "tool_response": [{"type": "text", "text": "ok"}]}
+    )
+    (entry,) = session.entries
+    assert (entry.operation, entry.params, entry.metadata.task_id) == ("add", params, "T1")
+
+
+ENVELOPE = json.dumps(
+    {
+        "success": False,
+        "error": {
+            "code": "E_VALIDATION",
+            "exitCode": 6,
+            "message": "parentId P1: parent task not found in this epic",
+        },
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("event", "extra"),
+    [
+        # Claude Code reports an MCP isError result through PostToolUseFailure, its text as error.
+        ("PostToolUseFailure", {"error": ENVELOPE}),
+        ("PostToolUseFailure", {"error": ENVELOPE + "\nHint: check the epic"}),
+        (
+            "PostToolUse",
+            {"tool_response": {"content": [{"type": "text", "text": ENVELOPE}], "isError": True}},
+        ),
+    ],
+)
+def test_cleos_envelope_exit_code_wins_over_its_text_in_every_hook(
+    session: GradeSession, event: str, extra: dict[str, Any]
+) -> None:
+    arguments = {"domain": "tasks", "operation": "add", "params": {"parentId": "P1"}}
+    data = {"tool_name": "mcp__cleo__cleo_mutate", "tool_input": arguments, **extra}
+    run_one(audit_hooks(), event, data)
+    (entry,) = session.entries
+    assert (entry.result.success, entry.result.exit_code) == (False, 6)
+
+
+def test_with_otel_capture_on_an_sdk_mcp_tool_is_recorded_once_by_the_hooks(
+    session: GradeSession,
+) -> None:
+    # The SDK's own tools (create_sdk_mcp_server) run in this process on an MCP server the
+    # MCP SDK traces, between PreToolUse and PostToolUse: the hooks record the call, the
+    # tools/call span must not record it again.
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    from claude_agent_sdk import create_sdk_mcp_server, tool
+    from claude_agent_sdk._internal.sdk_mcp_bridge import SdkMcpBridge
+
+    @tool("tasks_show", "Show a task", {"taskId": str})
+    async def tasks_show(args: dict[str, Any]) -> dict[str, Any]:
+        return {"content": [{"type": "text", "text": f"Task {args['taskId']} not found"}]}
+
+    # What the CLI does: it sends the SDK the MCP messages, which its bridge serves.
+    bridge = SdkMcpBridge("cleo", create_sdk_mcp_server("cleo", tools=[tasks_show])["instance"])
+    claude = Claude(audit_hooks())
+    use = {"tool_name": "mcp__cleo__tasks_show", "tool_input": {"taskId": "T9"}}
+
+    async def run() -> None:
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c"}}
+        await bridge.handle({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+        await bridge.handle({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for index in (1, 2):
+            call = {**use, "tool_use_id": f"toolu_{index}"}
+            await claude.fire("PreToolUse", call)
+            params = {"name": "tasks_show", "arguments": use["tool_input"]}
+            answer = await bridge.handle(
+                {"jsonrpc": "2.0", "id": index, "method": "tools/call", "params": params}
+            )
+            assert answer is not None and "result" in answer
+            await claude.fire("PostToolUse", {**call, "tool_response": answer["result"]})
+        await bridge.aclose()
+
+    uninstall = otel.install_otel_capture()
+    try:
+        asyncio.run(run())
+    finally:
+        uninstall()
+    rows = [(e.operation, e.params, e.metadata.source) for e in session.entries]
+    assert rows == [("show", {"taskId": "T9"}, "claude")] * 2

@@ -63,6 +63,28 @@ def no_configured_mapping() -> Iterator[None]:
             id="renamed-mutate-gateway",
         ),
         pytest.param(
+            "cleo_mutate",
+            {
+                "domain": "tasks",
+                "operation": "add",
+                "params": '{"title": "Fix login", "description": "Users cannot log in"}',
+            },
+            (
+                "tasks",
+                "add",
+                "cleo_mutate",
+                {"title": "Fix login", "description": "Users cannot log in"},
+                "cleo",
+            ),
+            id="cleo-params-sent-as-json-text-are-parsed",
+        ),
+        pytest.param(
+            "cleo_query",
+            {"domain": "tasks", "operation": "find", "params": "login"},
+            ("tasks", "find", "cleo_query", {"input": "login"}, "cleo"),
+            id="cleo-params-not-an-object-kept-under-input",
+        ),
+        pytest.param(
             "cleo_query",
             {"q": 1},
             ("tool", "cleo_query", None, {"q": 1}, "fallback"),
@@ -206,6 +228,30 @@ class RpcError(Exception):
         pytest.param(Failure("t", code=404), 4, id="http-404-code"),
         pytest.param(Failure("t", code=500, message="server error"), 1, id="http-500"),
         pytest.param(Failure("t", message="Unknown task T9"), 4, id="unknown-task-text"),
+        # A validation error quotes the agent's arguments: their words decide nothing.
+        pytest.param(
+            Failure(
+                "t",
+                message="Error executing tool tasks_add: 1 validation error for "
+                "tasks_addArguments\ndescription\n  Field required [type=missing, input_value="
+                "{'title': 'Fix the 404 pa...not found', 'desc': 'd'}, input_type=dict]",
+            ),
+            1,
+            id="pydantic-validation-error-quoting-the-arguments",
+        ),
+        pytest.param(
+            Failure(
+                "t",
+                payload=[
+                    {
+                        "type": "text",
+                        "text": "Input validation error: 'Page not found' is not of type 'integer'",
+                    }
+                ],
+            ),
+            1,
+            id="mcp-input-validation-error",
+        ),
     ],
 )
 def test_failures_get_cleos_exit_codes(failure: Failure | BaseException, expected: int) -> None:

@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import logging
+import logging.config
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import BaseModel
 
 pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra (MCP SDK 2.x)")
 
 import anyio
 from mcp import Client, StdioServerParameters
+from mcp.server.mcpserver import MCPServer, Resolve
+from mcp.server.mcpserver.resolve import Elicit
 from mcp.shared.exceptions import MCPError
+from mcp_types import ElicitResult
 
 from pytest_cleo_grade.capture import ToolMapping, exit_code_for, subprocess_env
-from pytest_cleo_grade.capture.mcp import audit_middleware, audited_client, result_failure
+from pytest_cleo_grade.capture.mcp import (
+    AuditMiddleware,
+    audit_middleware,
+    audited_client,
+    result_failure,
+)
 from pytest_cleo_grade.session import GradeSession, SessionSettings
 from tests.capture_scenario import CALLS, assert_same_grade, grade_by_hand
 from tests.capture_servers import mcp_tasks
@@ -122,7 +132,7 @@ def test_the_server_middleware_records_a_crashing_tool_as_not_found(
     assert session.entries[3].error == "Error executing tool tasks_show"
 
 
-@pytest.mark.parametrize("quieted", ["level", "disable"])
+@pytest.mark.parametrize("quieted", ["level", "disable", "dictconfig"])
 def test_a_crash_is_a_not_found_even_with_the_sdks_logger_quieted(
     session: GradeSession, caplog: pytest.LogCaptureFixture, quieted: str
 ) -> None:
@@ -130,6 +140,13 @@ def test_a_crash_is_a_not_found_even_with_the_sdks_logger_quieted(
     # still hear the crash, and the quieted record must stay quiet.
     logger = logging.getLogger("mcp.server.mcpserver.server")
     level = logger.level
+    root = logging.getLogger()
+    kept = (root.level, root.handlers[:])
+    enabled = [
+        each
+        for each in logging.root.manager.loggerDict.values()
+        if isinstance(each, logging.Logger) and not each.disabled
+    ]
     server = mcp_tasks.build(crash=True)
     server.middleware.append(audit_middleware)
 
@@ -142,12 +159,21 @@ def test_a_crash_is_a_not_found_even_with_the_sdks_logger_quieted(
         with caplog.at_level(logging.DEBUG, logger="mcp.server.mcpserver.server"):
             if quieted == "level":
                 logger.setLevel(logging.CRITICAL)
-            else:
+            elif quieted == "disable":
                 logging.disable(logging.CRITICAL)
+            else:
+                # An application configuring logging after its imports: dictConfig disables
+                # the loggers that exist already (disable_existing_loggers defaults to True).
+                logging.config.dictConfig({"version": 1, "root": {"level": "WARNING"}})
+                assert logger.disabled
             anyio.run(main)
     finally:
         logger.setLevel(level)
         logging.disable(logging.NOTSET)
+        root.setLevel(kept[0])
+        root.handlers[:] = kept[1]
+        for each in enabled:
+            each.disabled = False
     assert_same_grade(session.entries, grade_by_hand(session.id))
     assert session.entries[3].result.exit_code == 4
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
@@ -236,3 +262,101 @@ def test_with_otel_capture_on_too_an_audited_client_records_each_call_once(
     # SDK's client and server tools/call spans add nothing.
     sources = [entry.metadata.source for entry in session.entries]
     assert len(sources) == 2 * len(CALLS) and "otel" not in sources
+
+
+class Confirm(BaseModel):
+    ok: bool
+
+
+def ask_to_create(title: str) -> Elicit[Confirm]:
+    return Elicit(f"Create task {title!r}?", Confirm)
+
+
+def asking_server(*, audited: bool) -> MCPServer:
+    """A tool that asks the user to confirm (MCP 2026-07-28: the first ``tools/call`` round is
+    answered with an ``InputRequiredResult``, and the client resends the call with the answer)."""
+    server = MCPServer("tasks", middleware=[AuditMiddleware()] if audited else [])
+
+    @server.tool()
+    def tasks_add(
+        title: str, description: str, confirm: Annotated[Confirm, Resolve(ask_to_create)]
+    ) -> str:
+        return "T7"
+
+    return server
+
+
+def answering(action: str) -> Any:
+    async def on_elicit(context: Any, params: Any) -> ElicitResult:
+        await anyio.sleep(0.2)  # the user thinks: the call's duration includes it
+        if action == "accept":
+            return ElicitResult(action="accept", content={"ok": True})
+        return ElicitResult(action="decline")
+
+    return on_elicit
+
+
+@pytest.mark.parametrize("side", ["server", "session"])
+@pytest.mark.parametrize(("action", "success"), [("accept", True), ("decline", False)])
+def test_a_tool_that_asks_the_user_is_one_call_whatever_its_rounds(
+    session: GradeSession, side: str, action: str, success: bool
+) -> None:
+    async def main() -> None:
+        server = asking_server(audited=side == "server")
+        async with Client(server, elicitation_callback=answering(action)) as client:
+            if side == "session":
+                audited_client(client.session)  # Client.call_tool calls it once per round
+            await client.call_tool("tasks_add", {"title": "Fix login", "description": "d"})
+
+    anyio.run(main)
+    (entry,) = session.entries  # the declined confirmation is the tool's outcome, once
+    assert (entry.domain, entry.operation, entry.result.success) == ("tasks", "add", success)
+    assert entry.params == {"title": "Fix login", "description": "d"}
+    # Timed from the first round: the user's answer is part of the call.
+    assert entry.result.duration >= 200
+
+
+def test_a_validation_error_quoting_a_not_found_title_is_no_not_found(
+    session: GradeSession,
+) -> None:
+    # MCPServer answers a misspelt field with pydantic's text, which quotes the arguments.
+    server = MCPServer("tasks", middleware=[AuditMiddleware()])
+
+    @server.tool()
+    def tasks_add(title: str, description: str) -> str:
+        return "T7"
+
+    async def main() -> None:
+        async with Client(server) as client:
+            result = await client.call_tool(
+                "tasks_add", {"title": "Fix the 404 page not found", "desc": "d"}
+            )
+            assert result.is_error and "not found" in str(result.content)
+
+    anyio.run(main)
+    (entry,) = session.entries
+    assert (entry.operation, entry.result.success, entry.result.exit_code) == ("add", False, 1)
+
+
+@pytest.mark.parametrize("side", ["client", "server"])
+def test_a_call_cancelled_by_the_callers_timeout_is_recorded_once_as_cancelled(
+    session: GradeSession, side: str
+) -> None:
+    server = MCPServer("tasks", middleware=[AuditMiddleware()] if side == "server" else [])
+
+    @server.tool()
+    async def tasks_add(title: str, description: str) -> str:
+        await anyio.sleep(30)
+        return "T7"
+
+    async def main() -> None:
+        async with Client(server) as client:
+            tools = audited_client(client) if side == "client" else client
+            with anyio.move_on_after(0.3):  # the agent bounds the tool and moves on
+                await tools.call_tool("tasks_add", {"title": "Fix login", "description": "d"})
+            await anyio.sleep(0.3)  # the server hears of the cancellation
+
+    anyio.run(main)
+    (entry,) = session.entries
+    assert (entry.operation, entry.result.success, entry.result.exit_code) == ("add", False, 1)
+    assert entry.error is not None and entry.error.startswith("cancelled before it ended")

@@ -219,6 +219,15 @@ def text_blocks(text: str) -> list[dict[str, str]]:
         # A CLEO error envelope returned as a normal (not is_error) result still fails.
         ('{"success": false, "error": {"code": "E_NOT_FOUND", "exitCode": 4}}', False, 4),
         (text_blocks('{"success": false, "error": {"code": "E_NOT_FOUND"}}'), False, 4),
+        # The envelope in one block of several (a hint after it), read as the hooks read it.
+        (
+            [
+                *text_blocks('{"success": false, "error": {"code": "E_NOT_FOUND", "exitCode": 4}}'),
+                *text_blocks("Hint: use tasks.find"),
+            ],
+            False,
+            4,
+        ),
     ],
 )
 def test_a_results_exit_code_follows_the_shared_rules(
@@ -322,3 +331,29 @@ def test_a_line_without_session_id_takes_the_files_name(tmp_path: Path) -> None:
     path = tmp_path / "0b5e-session.jsonl"
     path.write_text(json.dumps(line) + "\n", encoding="utf-8")
     assert [e.session_id for e in load_transcript(path)] == ["0b5e-session"]
+
+
+def test_a_sessions_sub_agent_transcripts_are_imported_with_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Claude Code writes a sub-agent's conversation to <session>/subagents/agent-<id>.jsonl;
+    # the session's own file holds only the Agent call.
+    main_file = write(tmp_path, use("a", "Agent"), result("a", "done", at="2026-03-01T12:00:09Z"))
+    session_file = main_file.rename(tmp_path / "s.jsonl")
+    folder = tmp_path / "s" / "subagents"
+    folder.mkdir(parents=True)
+    side = {"isSidechain": True, "agentId": "a1"}
+    lines = [
+        {**use("s1", "mcp__cleo__cleo_query", at="2026-03-01T12:00:01Z"), **side},
+        {**result("s1", "[]", at="2026-03-01T12:00:02Z"), **side},
+        {**use("s2", "mcp__tasks__tasks_find", at="2026-03-01T12:00:03Z"), **side},
+        {**result("s2", "T1", at="2026-03-01T12:00:04Z"), **side},
+    ]
+    lines[0]["message"]["content"][0]["input"] = {"domain": "session", "operation": "list"}
+    (folder / "agent-a1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (folder / "notes.txt").write_text("not a transcript")
+    rows = [(e.domain, e.operation, e.session_id) for e in load_transcript(session_file)]
+    assert rows == [("tool", "Agent", "s"), ("session", "list", "s"), ("tasks", "find", "s")]
+    db = tmp_path / "audit.db"
+    assert main(["import", "--format", "claude-code", str(session_file), "--db", str(db)]) == 0
+    assert "Imported 3 entries" in capsys.readouterr().out

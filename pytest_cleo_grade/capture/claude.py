@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[claude]'"
     ) from exc
 
+from pytest_cleo_grade.capture.direct import expect_call, expected_call_ended
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -36,6 +37,7 @@ from pytest_cleo_grade.capture.mapping import (
     injected_fault,
     record_call,
     record_injected,
+    texts_envelope_failure,
 )
 
 __all__ = ["audit_hooks", "response_failure"]
@@ -62,15 +64,22 @@ def response_failure(tool: str, response: Any) -> Failure | None:
         blocks = response.get("content")
         response = blocks if isinstance(blocks, list) else None
     if isinstance(response, str):
-        return envelope_failure(tool, response)
+        return texts_envelope_failure(tool, [response])
     if isinstance(response, list):
-        for block in response:
-            text = block.get("text") if isinstance(block, Mapping) else None
-            if isinstance(text, str):
-                found = envelope_failure(tool, text)
-                if found is not None:
-                    return found
+        return texts_envelope_failure(
+            tool, [block.get("text") for block in response if isinstance(block, Mapping)]
+        )
     return None
+
+
+def _server_tool(tool: str) -> str:
+    """The MCP server's own name of a tool Claude names ``mcp__<server>__<tool>``."""
+    if tool.startswith("mcp__"):
+        server_and_tool = tool[len("mcp__") :]
+        _, separator, name = server_and_tool.partition("__")
+        if separator and name:
+            return name
+    return tool
 
 
 def _sdk_duration(value: Any) -> float | None:
@@ -88,9 +97,12 @@ def audit_hooks(
     """The ``hooks=`` mapping for ``ClaudeAgentOptions`` recording every tool call."""
     started: dict[str, tuple[datetime, int]] = {}
     lock = threading.Lock()
+    # These hooks' own calls, told apart from another audit_hooks()'s with the same ids.
+    own = object()
 
     def record(data: Mapping[str, Any], tool_use_id: str | None, failure: Failure | None) -> None:
         key = str(data.get("tool_use_id") or tool_use_id or "")
+        expected_call_ended((own, key))
         with lock:
             begun = started.pop(key, None)
         when, clock = begun if begun is not None else (datetime.now(UTC), time.perf_counter_ns())
@@ -124,6 +136,10 @@ def audit_hooks(
                 }
             }
         key = str(data.get("tool_use_id") or tool_use_id or "")
+        # An SDK MCP tool (create_sdk_mcp_server) runs in this process before PostToolUse,
+        # traced by the MCP SDK: --cleo-grade-capture=otel leaves that span to these hooks.
+        # By tool and arguments: the span knows nothing of Claude's tool_use_id.
+        expect_call((own, key), _server_tool(tool), arguments=arguments)
         with lock:
             started[key] = (datetime.now(UTC), time.perf_counter_ns())
         return {}
@@ -140,7 +156,11 @@ def audit_hooks(
     ) -> dict[str, Any]:
         tool = str(data.get("tool_name"))
         error = data.get("error")
-        record(data, tool_use_id, Failure(tool=tool, message=str(error) if error else None))
+        # Claude Code reports an MCP isError result here with its text as the error: CLEO's
+        # envelope in it gives its exitCode, as in PostToolUse, before any text rule.
+        text = str(error) if error else None
+        failure = texts_envelope_failure(tool, [text]) if text else None
+        record(data, tool_use_id, failure or Failure(tool=tool, message=text))
         return {}
 
     # The SDK types each callback for every hook input; ours read the tool events' keys.

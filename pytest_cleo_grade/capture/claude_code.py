@@ -31,13 +31,13 @@ from pytest_cleo_grade.capture.mapping import (
     Failure,
     ToolMapping,
     build_entry,
-    envelope_failure,
+    texts_envelope_failure,
 )
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import iter_lines, open_regular, parse_json_strict
 from pytest_cleo_grade.models import AuditEntry
 
-__all__ = ["SOURCE", "TranscriptError", "load_transcript"]
+__all__ = ["SOURCE", "TranscriptError", "load_transcript", "subagent_transcripts"]
 
 SOURCE: Final = "claude-code"
 UNANSWERED: Final = "no tool_result in the transcript (the session was interrupted)"
@@ -80,13 +80,17 @@ def _blocks(line: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     )
 
 
-def _text(content: Any) -> str | None:
+def _texts(content: Any) -> list[str]:
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
         texts = [b.get("text") for b in content if isinstance(b, Mapping)]
-        return "\n".join(t for t in texts if isinstance(t, str)) or None
-    return None
+        return [t for t in texts if isinstance(t, str)]
+    return []
+
+
+def _text(content: Any) -> str | None:
+    return "\n".join(_texts(content)) or None
 
 
 def _failure(tool: str, block: Mapping[str, Any]) -> Failure | None:
@@ -94,7 +98,8 @@ def _failure(tool: str, block: Mapping[str, Any]) -> Failure | None:
     text = _text(content)
     if block.get("is_error") is True:
         return Failure(tool=tool, payload=content, message=text)
-    return envelope_failure(tool, text) if text else None
+    # Each block on its own (the envelope, then a hint), as the hooks and MCP adapters read it.
+    return texts_envelope_failure(tool, _texts(content))
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
@@ -137,12 +142,38 @@ def load_transcript(
     """The tool calls of a Claude Code transcript as entries, in the order they started.
 
     ``session_id`` replaces the transcript's own (a line without ``sessionId`` takes the
-    file's name, ``<session id>.jsonl``). Errors name the file and line; a transcript
-    with no tool call is an error (it would grade as an agent that did nothing).
+    file's name, ``<session id>.jsonl``). The session's sub-agents' transcripts, which Claude
+    Code writes to ``<session id>/subagents/agent-*.jsonl`` next to it, are read with it: their
+    calls are the session's too. Errors name the file and line; a transcript with no tool
+    call is an error (it would grade as an agent that did nothing).
     """
     source = Path(path)
     # Claude Code names the file after the session: the id of a line that lacks sessionId.
     fallback = source.stem or None
+    entries: list[tuple[datetime, int, int, AuditEntry]] = []
+    for index, file in enumerate([source, *subagent_transcripts(source)]):
+        for started, order, entry in _file_entries(file, session_id, fallback, mapping):
+            entries.append((started, index, order, entry))
+    if not entries:
+        raise TranscriptError(f"{source}: no tool calls in this transcript")
+    entries.sort(key=lambda item: item[:3])
+    return [entry for *_, entry in entries]
+
+
+def subagent_transcripts(path: str | os.PathLike[str]) -> list[Path]:
+    """The sub-agents' transcripts of the session whose main transcript is ``path``
+    (``<session id>/subagents/agent-*.jsonl`` beside ``<session id>.jsonl``), by name."""
+    source = Path(path)
+    folder = source.parent / source.stem / "subagents"
+    if not source.stem or not folder.is_dir():
+        return []
+    return sorted(folder.glob("agent-*.jsonl"))
+
+
+def _file_entries(
+    source: Path, session_id: str | None, fallback: str | None, mapping: ToolMapping | None
+) -> list[tuple[datetime, int, AuditEntry]]:
+    """One transcript file's calls: (start, order in the file, entry)."""
     waiting: dict[str, _Use] = {}
     # Every id seen once: a tool_use written twice is one call, not a second unanswered one.
     seen: set[str] = set()
@@ -198,7 +229,4 @@ def load_transcript(
                     add(use, _failure(use.tool, block), stamp, str(answered))
     for key, use in waiting.items():
         add(use, Failure(tool=use.tool, message=UNANSWERED), None, key)
-    if not entries:
-        raise TranscriptError(f"{source}: no tool calls in this transcript")
-    entries.sort(key=lambda item: item[:2])
-    return [entry for _, _, entry in entries]
+    return entries

@@ -25,6 +25,9 @@ __all__ = [
     "add_listener",
     "current_direct_call",
     "direct_call",
+    "expect_call",
+    "expected_call_ended",
+    "is_expected_call",
     "is_own_tool_run",
     "remove_listener",
     "same_call",
@@ -153,3 +156,39 @@ def add_listener(listener: Callable[[DirectCall], None]) -> None:
 def remove_listener(listener: Callable[[DirectCall], None]) -> None:
     if listener in _listeners:
         _listeners.remove(listener)
+
+
+# Calls an adapter records although the tool runs outside the adapter's context: the Claude
+# Agent SDK's hooks see a call in PreToolUse and PostToolUse, and the SDK's in-process MCP
+# server runs the tool in between, in its own task, traced by the MCP SDK. While such a call
+# is open, a tool span that is that call is left to the adapter.
+_expected: dict[object, CallIdentity] = {}
+_expected_lock = threading.Lock()
+#: Calls that never end (a tool the user's own hook denied): the oldest are forgotten.
+_EXPECTED_LIMIT: Final = 1024
+
+
+def expect_call(
+    key: object, tool: str | None, *, call_id: Any = None, arguments: Any = None
+) -> None:
+    """Note that an adapter records the call ``key`` itself until :func:`expected_call_ended`."""
+    with _expected_lock:
+        _expected[key] = CallIdentity.of(tool, call_id, arguments)
+        while len(_expected) > _EXPECTED_LIMIT:
+            del _expected[next(iter(_expected))]
+
+
+def expected_call_ended(key: object) -> None:
+    with _expected_lock:
+        _expected.pop(key, None)
+
+
+def is_expected_call(identity: CallIdentity) -> bool:
+    """Whether a layer's call is one an adapter records itself outside the layer's context
+    (see :func:`expect_call`): the same call id, else the same tool and arguments."""
+    with _expected_lock:
+        expected = list(_expected.values())
+    return any(
+        call.tool is not None and identity.tool is not None and same_call(identity, call)
+        for call in expected
+    )

@@ -75,6 +75,7 @@ __all__ = [
     "record_call",
     "says_not_found",
     "subprocess_env",
+    "texts_envelope_failure",
 ]
 
 #: CLEO's canonical domains (plus ``skills``, which its progressive-disclosure rule names).
@@ -110,6 +111,12 @@ _NOT_FOUND_TEXT: Final = re.compile(
     # LangGraph's handle_tool_errors sends "Error: KeyError('T9')" to the model.
     r"|\b(?:Key|Index|Lookup)Error\b",
     re.IGNORECASE,
+)
+#: An argument validation error (pydantic's "1 validation error for tasks_addArguments ...
+#: [type=missing, input_value={...}]", the MCP SDK's "Input validation error: ..."): it quotes
+#: the agent's own arguments, whose words ("Fix the 404 page not found") say nothing of the call.
+_VALIDATION_TEXT: Final = re.compile(
+    r"\bvalidation errors?\b|\[type=\w+,\s*input_value=", re.IGNORECASE
 )
 _GATEWAY_OF_HINT: Final = {True: "cleo_query", False: "cleo_mutate"}
 
@@ -325,9 +332,9 @@ def _cleo_shape(tool: str, params: dict[str, Any]) -> Target | None:
         return None
     if not operation:
         return None
-    inner = params.get("params")
-    inner_params = dict(inner) if isinstance(inner, Mapping) else {}
-    return Target(domain, operation, tool, inner_params, "cleo")
+    # Claude often sends an object argument as its JSON text ("params": "{\"title\": ...}"),
+    # and CLEO accepts it: parsed like the call's own arguments, a non-object kept under input.
+    return Target(domain, operation, tool, parse_arguments(params.get("params")), "cleo")
 
 
 def parse_arguments(arguments: Any) -> dict[str, Any]:
@@ -402,8 +409,14 @@ def _compact(value: Any) -> str:
 
 
 def says_not_found(text: str | None) -> bool:
-    """Whether an error text says "not found" (E_NOT_FOUND, no such ..., does not exist)."""
-    return bool(text) and _NOT_FOUND_TEXT.search(text or "") is not None
+    """Whether an error text says "not found" (E_NOT_FOUND, no such ..., does not exist).
+
+    The text of an argument validation error is never read: it quotes the agent's arguments,
+    and a title that says "not found" does not make a missing field a miss.
+    """
+    if not text or _VALIDATION_TEXT.search(text) is not None:
+        return False
+    return _NOT_FOUND_TEXT.search(text) is not None
 
 
 def _int_code(value: Any) -> int | None:
@@ -542,6 +555,26 @@ def envelope_failure(tool: str, result: Any) -> Failure | None:
         elif isinstance(error, str):
             message = error
         return Failure(tool=tool, payload=dict(value), message=message)
+    return None
+
+
+def texts_envelope_failure(tool: str, texts: Iterable[Any]) -> Failure | None:
+    """CLEO's error envelope in a tool's text output, read alike by every adapter: each text
+    (a content block; a hook's error text) is tried whole, then line by line, because a
+    client may join the blocks (the envelope, then a hint) into one text. None if none."""
+    for text in texts:
+        if not isinstance(text, str):
+            continue
+        found = envelope_failure(tool, text)
+        if found is not None:
+            return found
+        if "\n" not in text:
+            continue
+        for line in text.splitlines():
+            if line.lstrip().startswith("{"):
+                found = envelope_failure(tool, line)
+                if found is not None:
+                    return found
     return None
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
@@ -82,6 +84,55 @@ def result_failure(tool: str, result: Any) -> Failure | None:
     return None
 
 
+def _input_required(result: Any) -> bool:
+    """Whether a ``tools/call`` answer is a round asking the client for input (MCP 2026-07-28's
+    ``InputRequiredResult``: an elicitation, a sampling), not the tool's outcome: the client
+    answers and resends the same call, whose last round is the outcome."""
+    return bool(_field(result, "result_type", "resultType") == "input_required")
+
+
+_Begun = tuple[datetime, int]
+
+
+class _Rounds:
+    """When each call still asking for input began, by the ``request_state`` its client echoes
+    in the next round: one tool call is one entry, timed from its first round, however many
+    rounds it takes. A round whose answer carries no state starts its own clock."""
+
+    #: Calls whose client never came back: the oldest are forgotten past this many.
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._begun: OrderedDict[str, _Begun] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def begin(self, state: Any) -> _Begun:
+        """The start of the call this round continues (``state``: the round's request state)."""
+        if isinstance(state, str):
+            with self._lock:
+                found = self._begun.pop(state, None)
+            if found is not None:
+                return found
+        return datetime.now(UTC), time.perf_counter_ns()
+
+    def pending(self, result: Any, begun: _Begun) -> bool:
+        """Whether ``result`` only asks for input (then it is no outcome: nothing to record)."""
+        if not _input_required(result):
+            return False
+        state = _field(result, "request_state", "requestState")
+        if isinstance(state, str):
+            with self._lock:
+                self._begun[state] = begun
+                while len(self._begun) > self.LIMIT:
+                    self._begun.popitem(last=False)
+        return True
+
+
+def _continues(request_state: Any, input_responses: Any) -> bool:
+    """Whether a ``tools/call`` round resends a call that asked for input (not a new call)."""
+    return request_state is not None or input_responses is not None
+
+
 def _read_only_hints(listing: Any) -> dict[str, bool | None]:
     tools = _field(listing, "tools")
     if tools is None and isinstance(listing, list):
@@ -103,15 +154,18 @@ def audited_client(
 
     The same object comes back (its ``call_tool`` and ``list_tools`` wrapped), so it can be
     wrapped before or after ``async with``. A call that raises (a JSON-RPC error, a timeout)
-    is recorded as a failure and the exception propagates unchanged; a result is returned
-    unchanged. Tools listed through the client lend their ``readOnlyHint`` to the gateway.
-    Wrapping twice records once.
+    or is cancelled (the caller's ``move_on_after``) is recorded as a failure and the exception
+    propagates unchanged; a result is returned unchanged. Tools listed through the client lend
+    their ``readOnlyHint`` to the gateway. Wrapping twice records once. A call that asks the
+    user for input is one entry: a session's rounds that return an ``InputRequiredResult`` are
+    not recorded, its last round is.
     """
     if getattr(client, _AUDITED, False):
         return client
     original_call: Callable[..., Awaitable[Any]] = client.call_tool  # type: ignore[attr-defined]
     original_list: Callable[..., Awaitable[Any]] = client.list_tools  # type: ignore[attr-defined]
     hints: dict[str, bool | None] = {}
+    rounds = _Rounds()
 
     async def list_tools(*args: Any, **kwargs: Any) -> Any:
         listing = await original_list(*args, **kwargs)
@@ -119,21 +173,27 @@ def audited_client(
         return listing
 
     async def call_tool(name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
-        fault = injected_fault(name, arguments, mapping=mapping)
+        state = kwargs.get("request_state")
+        fault = None
+        if not _continues(state, kwargs.get("input_responses")):
+            fault = injected_fault(name, arguments, mapping=mapping)
         if fault is not None:
             # The server is never asked: the client sees the tool error a server would send.
             record_injected(
                 fault, name, arguments, read_only=hints.get(name), source=source, mapping=mapping
             )
             return _error_result(fault)
-        started, clock = datetime.now(UTC), time.perf_counter_ns()
+        begun = rounds.begin(state)
+        started, clock = begun
         try:
             with direct_call():
                 result = await original_call(name, arguments, *args, **kwargs)
-        except Exception as exc:
-            failure: Failure | None = Failure(tool=name, exception=exc)
+        except BaseException as exc:
+            failure: Failure | None = _raised(name, exc)
             _record(name, arguments, failure, hints.get(name), started, clock, source, mapping)
             raise
+        if rounds.pending(result, begun):
+            return result
         failure = result_failure(name, result)
         _record(name, arguments, failure, hints.get(name), started, clock, source, mapping)
         return result
@@ -146,6 +206,15 @@ def audited_client(
         # object.__setattr__: Client is a dataclass and may refuse plain assignment later.
         object.__setattr__(client, attribute, value)
     return client
+
+
+def _raised(name: str, exc: BaseException) -> Failure:
+    """The failure of a call that raised. A cancellation (the caller's timeout, a
+    ``move_on_after``, a cancelled task) is no Exception, but the call was made and may have
+    acted: it is a failure saying it was cancelled."""
+    if isinstance(exc, Exception):
+        return Failure(tool=name, exception=exc)
+    return Failure(tool=name, message=f"cancelled before it ended ({type(exc).__name__})")
 
 
 def _error_result(fault: Fault) -> BaseModel:
@@ -186,46 +255,43 @@ _crash: contextvars.ContextVar[list[BaseException] | None] = contextvars.Context
 )
 
 
-class _CrashFilter(logging.Filter):
-    """Takes the crash from the SDK's record, which then goes on only where the logger's own
-    settings would have let it (see :func:`_listen_for_crashes`)."""
-
-    def __init__(self, enabled: Callable[[int], bool]) -> None:
-        super().__init__()
-        self._enabled = enabled
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        slot = _crash.get()
-        if slot is not None and record.exc_info and record.exc_info[1] is not None:
-            error = record.exc_info[1]
-            slot.append(error.__cause__ or error)
-        return self._enabled(record.levelno)
-
-
 _SERVER_LOGGER = "mcp.server.mcpserver.server"
-_filter_installed = False
+_listening = False
 
 
 def _listen_for_crashes() -> None:
-    """Hear the SDK's crash records during an audited call, whatever the logger's level.
+    """Hear the SDK's crash records during an audited call, whatever the logger's settings.
 
-    A user who quiets the SDK's logger (``setLevel(CRITICAL)``, ``logging.disable``) would
-    otherwise stop the record being made at all, and a KeyError would count as exit 1. So
-    during an audited call the logger makes its error records; the filter passes each on
-    only where the logger's own level would have.
+    A user who quiets the SDK's logger (``setLevel(CRITICAL)``, ``logging.disable``, or
+    ``logging.config.dictConfig``, which disables the loggers that exist already) would
+    otherwise stop the record being made or handled (a disabled logger runs no filters), and
+    a KeyError would count as exit 1. So during an audited call the logger makes its error
+    records, its ``handle`` takes the crash first, and then passes each record on only where
+    the logger's own settings would have.
     """
-    global _filter_installed
-    if _filter_installed:
+    global _listening
+    if _listening:
         return
     logger = logging.getLogger(_SERVER_LOGGER)
     enabled = logger.isEnabledFor
+    handle = logger.handle
 
     def enabled_while_audited(level: int) -> bool:
         return (level >= logging.ERROR and _crash.get() is not None) or enabled(level)
 
+    def handle_while_audited(record: logging.LogRecord) -> None:
+        slot = _crash.get()
+        if slot is not None and record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            slot.append(error.__cause__ or error)
+        # The original isEnabledFor reads the level, logging.disable and `disabled` as they
+        # are now: a record the logger would not have made goes nowhere.
+        if enabled(record.levelno):
+            handle(record)
+
     logger.isEnabledFor = enabled_while_audited  # type: ignore[method-assign]
-    logger.addFilter(_CrashFilter(enabled))
-    _filter_installed = True
+    logger.handle = handle_while_audited  # type: ignore[method-assign]
+    _listening = True
 
 
 class AuditMiddleware:
@@ -246,6 +312,7 @@ class AuditMiddleware:
         self.mapping = mapping
         self.source = source
         self._hints: dict[str, bool | None] | None = None
+        self._rounds = _Rounds()
 
     async def _hint(self, name: str) -> bool | None:
         if self.server is None:
@@ -263,9 +330,13 @@ class AuditMiddleware:
         if not isinstance(name, str):
             return await call_next(ctx)
         arguments = ctx.params.get("arguments")
+        state = ctx.params.get("requestState")
         # Only the domain and operation decide a fault: no hint (a tool listing) is needed
-        # before the call, and none is fetched unless a fault is recorded.
-        fault = injected_fault(name, arguments, mapping=self.mapping)
+        # before the call, and none is fetched unless a fault is recorded. A round that
+        # resends a call asking for input is that call, already past its fault check.
+        fault = None
+        if not _continues(state, ctx.params.get("inputResponses")):
+            fault = injected_fault(name, arguments, mapping=self.mapping)
         if fault is not None:
             read_only = await self._hint(name)
             record_injected(
@@ -280,17 +351,24 @@ class AuditMiddleware:
         _listen_for_crashes()
         crashes: list[BaseException] = []
         token = _crash.set(crashes)
-        started, clock = datetime.now(UTC), time.perf_counter_ns()
+        begun = self._rounds.begin(state)
+        started, clock = begun
         try:
             with direct_call():
                 result = await call_next(ctx)
-        except Exception as exc:
-            read_only = await self._hint(name)
-            raised = Failure(tool=name, exception=exc)
+        except BaseException as exc:
+            # A cancelled task cannot wait for the tool listing: the hint known so far.
+            if isinstance(exc, Exception):
+                read_only = await self._hint(name)
+            else:
+                read_only = (self._hints or {}).get(name)
+            raised = _raised(name, exc)
             _record(name, arguments, raised, read_only, started, clock, self.source, self.mapping)
             raise
         finally:
             _crash.reset(token)
+        if self._rounds.pending(result, begun):
+            return result
         failure = result_failure(name, result)
         if failure is not None and crashes:
             failure = Failure(

@@ -186,7 +186,7 @@ class AuditSpanProcessor(SpanProcessor):
             if around is not None and same_call(identity, around):
                 recorded_directly = True
             nested = entry is not None and self._same_call_as_around(entry, identity)
-        if nested or recorded_directly:
+        if nested or recorded_directly or direct.is_expected_call(identity):
             return
         call = tool_call_of(span_data(span), source=self.source)
         if call is None:
