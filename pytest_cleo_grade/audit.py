@@ -25,6 +25,7 @@ from pytest_cleo_grade.errors import (
     warnings_shown_not_raised,
 )
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
+from pytest_cleo_grade.not_found import exception_exit_code
 from pytest_cleo_grade.store import AuditStore
 
 __all__ = [
@@ -366,17 +367,14 @@ def _deliver(entry: AuditEntry, session_id: str, path: Path) -> AuditEntry | Non
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """The exit code a failed call is recorded with: the one mapping every adapter shares
-    (:func:`pytest_cleo_grade.capture.mapping.exit_code_for`).
+    """The exit code a failed call is recorded with: the rules every adapter shares
+    (:mod:`pytest_cleo_grade.not_found`).
 
     An integer ``exit_code`` attribute wins; a not-found is CLEO's E_NOT_FOUND (4):
     LookupError (KeyError, IndexError), FileNotFoundError, a class named ``...NotFound``/
     ``...NotFoundError``, HTTP 404, or a message that says not found; anything else is 1.
     """
-    # Imported here: the mapping module imports this one (and only failures need it).
-    from pytest_cleo_grade.capture.mapping import exit_code_for as shared_exit_code_for
-
-    return shared_exit_code_for(exc)
+    return exception_exit_code(exc)
 
 
 def _error_text(exc: BaseException) -> str:

@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     f"{PKG}.faults": 3,
     f"{PKG}.expectations": 0,
     f"{PKG}.models": 1,
+    f"{PKG}.not_found": 1,
     f"{PKG}.verdict": 2,
     f"{PKG}.display": 2,
     f"{PKG}.schemas": 2,

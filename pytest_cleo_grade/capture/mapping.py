@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import threading
 import time
 import warnings
@@ -48,6 +47,15 @@ from pytest_cleo_grade.errors import (
 )
 from pytest_cleo_grade.files import MAX_NESTING
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
+from pytest_cleo_grade.not_found import (
+    E_NOT_FOUND,
+    NOT_FOUND_CODES,
+    NOT_FOUND_TYPES,
+    exception_code,
+    int_code,
+    names_not_found,
+    says_not_found,
+)
 
 __all__ = [
     "CLEO_DOMAINS",
@@ -96,28 +104,9 @@ CLEO_DOMAINS: Final = frozenset(
 )
 #: CLEO's MCP gateway tools: each is its own gateway (CLEO renamed cleo_query to query).
 CLEO_TOOLS: Final = frozenset({"cleo_query", "cleo_mutate", "query", "mutate"})
-E_NOT_FOUND: Final = 4
-#: Numeric codes that say "not found": HTTP 404, MCP's resource-not-found (-32002) and
-#: JSON-RPC's method-not-found (-32601).
-NOT_FOUND_CODES: Final = frozenset({404, -32002, -32601})
-#: Exception class names that mean "not found" when only the name is known (spans).
-NOT_FOUND_TYPES: Final = frozenset({"LookupError", "KeyError", "IndexError", "FileNotFoundError"})
 #: The variable a child process reads the user's mapping from (JSON, see ToolMapping.to_json).
 ENV_TOOL_MAP: Final = "CLEO_GRADE_TOOL_MAP"
 
-_NOT_FOUND_TEXT: Final = re.compile(
-    r"not[\s_-]?found|e_not_found|no such|does not exist|doesn't exist|unknown (task|id)"
-    # A not-found exception named in the text, as frameworks that catch one write it:
-    # LangGraph's handle_tool_errors sends "Error: KeyError('T9')" to the model.
-    r"|\b(?:Key|Index|Lookup)Error\b",
-    re.IGNORECASE,
-)
-#: An argument validation error (pydantic's "1 validation error for tasks_addArguments ...
-#: [type=missing, input_value={...}]", the MCP SDK's "Input validation error: ..."): it quotes
-#: the agent's own arguments, whose words ("Fix the 404 page not found") say nothing of the call.
-_VALIDATION_TEXT: Final = re.compile(
-    r"\bvalidation errors?\b|\[type=\w+,\s*input_value=", re.IGNORECASE
-)
 _GATEWAY_OF_HINT: Final = {True: "cleo_query", False: "cleo_mutate"}
 
 Rule = Literal["mapping", "cleo", "dotted", "prefix", "fallback"]
@@ -408,23 +397,6 @@ def _compact(value: Any) -> str:
 # -- exit codes ---------------------------------------------------------------------------
 
 
-def says_not_found(text: str | None) -> bool:
-    """Whether an error text says "not found" (E_NOT_FOUND, no such ..., does not exist).
-
-    The text of an argument validation error is never read: it quotes the agent's arguments,
-    and a title that says "not found" does not make a missing field a miss.
-    """
-    if not text or _VALIDATION_TEXT.search(text) is not None:
-        return False
-    return _NOT_FOUND_TEXT.search(text) is not None
-
-
-def _int_code(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
-
-
 def _envelope_code(payload: Any, depth: int = 0) -> int | None:
     """An exit code read from CLEO's error envelope or a JSON-RPC error object, if any."""
     if depth > 3:
@@ -443,17 +415,17 @@ def _envelope_code(payload: Any, depth: int = 0) -> int | None:
     if not isinstance(payload, Mapping):
         return None
     for key in ("exitCode", "exit_code"):
-        code = _int_code(payload.get(key))
+        code = int_code(payload.get(key))
         if code:
             return code
     code_value = payload.get("code")
     if isinstance(code_value, str) and code_value.upper() == "E_NOT_FOUND":
         return E_NOT_FOUND
-    numeric = _int_code(code_value)
+    numeric = int_code(code_value)
     if numeric in NOT_FOUND_CODES:
         return E_NOT_FOUND
     for key in ("status", "status_code", "statusCode"):
-        if _int_code(payload.get(key)) == 404:
+        if int_code(payload.get(key)) == 404:
             return E_NOT_FOUND
     for key in ("error", "content", "structuredContent", "structured_content"):
         if key in payload:
@@ -469,29 +441,6 @@ def _content_text(item: Any) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def _exception_code(exc: BaseException) -> int | None:
-    code = _int_code(getattr(exc, "exit_code", None))
-    if code:
-        return code
-    if isinstance(exc, LookupError | FileNotFoundError):
-        return E_NOT_FOUND
-    # The class-name rule spans get from error.type: the same exception must map alike
-    # whether an adapter holds it or only its span's name reached the grader.
-    if any(_names_not_found(klass.__name__) for klass in type(exc).__mro__):
-        return E_NOT_FOUND
-    statuses = [getattr(exc, "status_code", None), getattr(exc, "status", None)]
-    response = getattr(exc, "response", None)
-    if response is not None:
-        statuses.append(getattr(response, "status_code", None))
-    if any(_int_code(status) == 404 for status in statuses):
-        return E_NOT_FOUND
-    # A JSON-RPC error carried by the exception (the MCP SDK's McpError holds ``error``).
-    error = getattr(exc, "error", None)
-    if error is not None and _int_code(getattr(error, "code", None)) in NOT_FOUND_CODES:
-        return E_NOT_FOUND
-    return None
-
-
 def exit_code_for(failure: Failure | BaseException) -> int:
     """The exit code of a failed call (never 0).
 
@@ -504,17 +453,17 @@ def exit_code_for(failure: Failure | BaseException) -> int:
     if isinstance(failure, BaseException):
         failure = Failure(tool="", exception=failure)
     if failure.exception is not None:
-        code = _exception_code(failure.exception)
+        code = exception_code(failure.exception)
         if code is not None:
             return code
     code = _envelope_code(failure.payload)
     if code is not None:
         return code
-    if failure.error_type is not None and _names_not_found(failure.error_type):
+    if failure.error_type is not None and names_not_found(failure.error_type):
         return E_NOT_FOUND
     if isinstance(failure.code, str) and failure.code.upper() == "E_NOT_FOUND":
         return E_NOT_FOUND
-    if _int_code(failure.code) in NOT_FOUND_CODES:
+    if int_code(failure.code) in NOT_FOUND_CODES:
         return E_NOT_FOUND
     texts = [failure.message, _payload_text(failure.payload)]
     if failure.exception is not None:
@@ -522,12 +471,6 @@ def exit_code_for(failure: Failure | BaseException) -> int:
     if any(says_not_found(text) for text in texts):
         return E_NOT_FOUND
     return 1
-
-
-def _names_not_found(type_name: str) -> bool:
-    """Whether an exception class name (``builtins.KeyError``, ``TaskNotFound``) is a miss."""
-    short = type_name.rsplit(".", 1)[-1]
-    return short in NOT_FOUND_TYPES or short.endswith(("NotFound", "NotFoundError"))
 
 
 def _payload_text(payload: Any) -> str | None:
