@@ -232,7 +232,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("cleo_grade") is not None:
                 item.stash[MARKER_KEY] = marker_options(item)
                 _check_marker(item, item.stash[MARKER_KEY])
-                _warn_if_never_graded(item)
             if run_problem is not None and "graded_session" in getattr(item, "fixturenames", ()):
                 raise pytest.UsageError(run_problem)
         except pytest.UsageError as exc:
@@ -244,16 +243,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _warn_if_never_graded(item: pytest.Item) -> None:
-    """A cleo_grade marker on the test itself that no graded_session will ever apply: the
-    author believes the test is gated, and it is not. (A module's or class's marker covers
-    tests that do not grade too: only the test's own marker is a mistake.)"""
+    """A cleo_grade marker on the test itself that no graded_session applied: the author
+    believes the test is gated, and it is not. Told once the body ran, so a test that asks
+    for the session itself (``request.getfixturevalue``) is not wrongly warned about. (A
+    module's or class's marker covers tests that do not grade too: only the test's own
+    marker is a mistake.)"""
     own = any(mark.name == "cleo_grade" for mark in getattr(item, "own_markers", ()))
     if own and "graded_session" not in getattr(item, "fixturenames", ("graded_session",)):
         with warnings_shown_not_raised():
             item.warn(
                 CleoGradeWarning(
-                    f"cleo-grade: {item.nodeid}: @pytest.mark.cleo_grade on a test that does "
-                    "not use the graded_session fixture: nothing is graded, the marker has "
+                    f"cleo-grade: {item.nodeid}: @pytest.mark.cleo_grade on a test that did "
+                    "not use the graded_session fixture: nothing was graded, the marker had "
                     "no effect"
                 )
             )
@@ -648,6 +649,8 @@ def pytest_runtest_makereport(
         setattr(report, REPEAT_ATTRIBUTE, encode_repeat(repeat))
     graded = item.stash.get(GRADED_KEY, None)
     problem = item.stash.get(GRADE_ERROR_KEY, None)
+    if call.when == "call" and graded is None and problem is None and MARKER_KEY in item.stash:
+        _warn_if_never_graded(item)
     if call.when == "call" and problem is not None and report.failed:
         report.sections.append(("CLEO grade", problem))
     if call.when == "call" and graded is not None:

@@ -556,10 +556,27 @@ def test_also_plain():
     result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines(
         [
-            "*test_agent.py::test_plain: @pytest.mark.cleo_grade on a test that does not use "
-            "the graded_session fixture: nothing is graded, the marker has no effect"
+            "*test_agent.py::test_plain: @pytest.mark.cleo_grade on a test that did not use "
+            "the graded_session fixture: nothing was graded, the marker had no effect"
         ]
     )
+
+
+def test_a_marked_test_that_asks_for_its_session_itself_is_not_warned_about(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.mark.cleo_grade(fail_under="C")
+def test_dynamic(request):
+    perfect(request.getfixturevalue("graded_session"))
+""",
+    )
+    result = pytester.runpytest("-W", "error", "-n", "2")
+    result.assert_outcomes(passed=1)
+    assert "graded_session fixture" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_dynamic *100/100*"])
 
 
 def test_a_session_the_body_asks_for_is_graded_like_a_requested_one(
