@@ -187,6 +187,26 @@ def test_blank_description_counts_as_missing() -> None:
     assert dim(result, "taskHygiene")[0] == 15
 
 
+@pytest.mark.parametrize(
+    ("description", "described"),
+    [
+        ("\ufeff", False),  # JavaScript's trim() removes a BOM; Python's strip() keeps it
+        ("\u3000\u2028 ", False),
+        ("\x1c", True),  # strip() removes U+001C-U+001F and U+0085; trim() keeps them
+        ("\x85", True),
+    ],
+    ids=["bom", "ideographic-space-line-separator", "file-separator", "next-line"],
+)
+def test_a_blank_description_is_what_cleos_trim_finds_blank(
+    description: str, described: bool
+) -> None:
+    result = grade(sequence(add("A", description=description), add(" B\ufeff", description="d"),
+                            add("\ufeffb", description="d")))  # fmt: skip
+    assert dim(result, "taskHygiene")[0] == (20 if described else 15)
+    # Titles trim alike: " B\ufeff" and "\ufeffb" are one title (grade() checks the rules too).
+    assert "1 potentially duplicate task create(s) detected" in result.flags
+
+
 def test_failed_add_without_description_is_not_penalised() -> None:
     bad = failed("tasks", "add", exit_code=1, params={"title": "x"})
     result = grade(sequence(bad))

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from pytest_cleo_grade.models import AuditEntry
 
@@ -40,6 +40,15 @@ GradedCall = tuple[
 ]
 
 
+#: What JavaScript's ``String.prototype.trim`` removes (CLEO's grader is TypeScript): the
+#: WhiteSpace and LineTerminator code points. Python's ``str.strip()`` differs: it keeps
+#: U+FEFF and removes U+001C-U+001F and U+0085, so "\ufeff" would count as a description.
+JS_WHITESPACE: Final = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
 def add_facts(params: Mapping[str, Any]) -> AddFacts:
     """What S3 and S4 read from the parameters of one successful tasks.add.
 
@@ -49,12 +58,12 @@ def add_facts(params: Mapping[str, Any]) -> AddFacts:
     """
     get = params.get
     description = get("description")
-    described = description.strip() if isinstance(description, str) else description
+    described = description.strip(JS_WHITESPACE) if isinstance(description, str) else description
     title = get("title")
     key = None
     if title is not None:
         # A blank title is no title: untitled adds are not duplicates.
-        key = (title if type(title) is str else str(title)).strip().lower() or None
+        key = (title if type(title) is str else str(title)).strip(JS_WHITESPACE).lower() or None
     return (bool(described), bool(get("parent")), key)
 
 

@@ -26,6 +26,7 @@ from pytest_cleo_grade.models import (
     coerce_entries,
     order_entries,
 )
+from pytest_cleo_grade.rubrics.cleo_calls import JS_WHITESPACE
 from pytest_cleo_grade.rubrics.document import parse_document, read_document, validate_document
 from pytest_cleo_grade.rubrics.points import balance, per_violation, point
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
@@ -115,7 +116,7 @@ def cleo_rules() -> RuleSpec:
 
 def _blank(value: object) -> bool:
     """CLEO's ``!value || !value.trim()``: missing, blank or another falsy value."""
-    return not value.strip() if isinstance(value, str) else not value
+    return not value.strip(JS_WHITESPACE) if isinstance(value, str) else not value
 
 
 def _compile(pattern: CallPattern) -> _Match:
@@ -335,7 +336,7 @@ def _duplicates(entries: Sequence[AuditEntry], rule: Duplicates, dim: _Dimension
         value = entries[index].params.get(rule.param)
         if value is None:
             continue
-        key = (value if isinstance(value, str) else str(value)).strip().lower()
+        key = (value if isinstance(value, str) else str(value)).strip(JS_WHITESPACE).lower()
         if not key:
             continue  # a blank value is no value: it repeats nothing
         if key in seen:
