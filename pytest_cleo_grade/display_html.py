@@ -114,8 +114,10 @@ class HtmlReport:
     title: str = "cleo-grade report"
     #: Where the grades came from (a path, "this pytest run"), shown under the title.
     source: str = ""
-    #: Other gates of the run, each (failed, its verdict line): the baseline gate's.
-    gates: tuple[tuple[bool, str], ...] = ()
+    #: Other gates of the run, each (failed, its verdict line): the baseline gate's. Failed
+    #: is None for a line that decided nothing (a note: "no baseline at ...: nothing
+    #: compared", a comparison without tolerances): drawn neutral, never as a passed gate.
+    gates: tuple[tuple[bool | None, str], ...] = ()
 
 
 def build_report(
@@ -127,14 +129,15 @@ def build_report(
     title: str = "cleo-grade report",
     source: str = "",
     decisions: Mapping[str, str] | None = None,
-    gates: Sequence[tuple[bool, str]] = (),
+    gates: Sequence[tuple[bool | None, str]] = (),
 ) -> HtmlReport:
     """Group the run's tests with their history (one pass over it).
 
     ``baseline`` maps a test id to its baseline percentages (their mean is compared with);
     without one, a test is compared with its latest grades before this run. ``calls`` maps
     a session id to its entries' call names; ``decisions`` a repeated test's id to its
-    decision line; ``gates`` the run's other gates (failed, verdict line).
+    decision line; ``gates`` the run's other gates (failed, verdict line; failed None for
+    a note that decided nothing).
     """
     current: dict[str, list[GradedTest]] = {}
     for test in run.tests:
@@ -226,8 +229,9 @@ def _verdict(run: RunGrade) -> str:
     )
 
 
-def _gate(failed: bool, line: str) -> str:
-    state = "fail" if failed else "pass"
+def _gate(failed: bool | None, line: str) -> str:
+    # A note is neither: green would say a gate passed that compared nothing.
+    state = "none" if failed is None else "fail" if failed else "pass"
     return (
         f"<div class='verdict gate {state}' data-state='{state}'><strong>{_e(line)}</strong>"
         "</div>\n"

@@ -19,7 +19,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -42,6 +42,7 @@ __all__ = [
     "parse_json_strict",
     "read_regular_bytes",
     "refuse_symlink",
+    "replaced_input",
     "write_atomically",
 ]
 
@@ -416,3 +417,41 @@ def write_atomically(target: Path, data: bytes) -> None:
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)
         raise
+
+
+def _entries_behind(path: str | os.PathLike[str]) -> set[str]:
+    """Every directory entry that reading ``path`` goes through: the path's own (its
+    directories resolved) and, if it is a link, each link's target in turn."""
+    entries: set[str] = set()
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        head, name = os.path.split(current)
+        entry = os.path.join(os.path.realpath(head), name)
+        if entry in entries:
+            break
+        entries.add(entry)
+        try:
+            link = os.readlink(entry)
+        except OSError:  # not a link (or not there): the chain ends here
+            break
+        current = os.path.abspath(os.path.join(os.path.dirname(entry), link))
+    return entries
+
+
+def replaced_input(
+    target: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]]
+) -> str | os.PathLike[str] | None:
+    """The first of ``inputs`` (files a command reads) that writing ``target`` with
+    :func:`write_atomically` would replace, or None.
+
+    The rename replaces the entry ``target`` names (a link there is replaced, not followed),
+    so ``target`` collides with an input when that entry is the input's own or one its links
+    lead to: ``out/../grades.jsonl``, a link to the history, or the history reached through a
+    linked directory are all the history.
+    """
+    head, name = os.path.split(os.path.abspath(target))
+    written = os.path.join(os.path.realpath(head), name)
+    for source in inputs:
+        if written in _entries_behind(source):
+            return source
+    return None

@@ -11,12 +11,28 @@ from pathlib import Path
 
 from pytest_cleo_grade.display_html import build_report, grade_test_id, render_html
 from pytest_cleo_grade.errors import CleoGradeError
-from pytest_cleo_grade.files import write_atomically
+from pytest_cleo_grade.files import replaced_input, write_atomically
 from pytest_cleo_grade.models import GradeResult, collector_paused, order_entries
 from pytest_cleo_grade.runs import latest_series
 from pytest_cleo_grade.verdict import GradedTest, RunGrade
 
-__all__ = ["ReportError", "latest_run", "session_calls", "write_html_report", "write_report"]
+__all__ = [
+    "EXCLUDED_KEY",
+    "ReportError",
+    "inputs_of",
+    "latest_run",
+    "refuse_replacing_inputs",
+    "session_calls",
+    "write_html_report",
+    "write_report",
+]
+
+#: The extra a history line of an expected failure carries (``xfailed`` or ``xpassed``): such
+#: a test is shown with its grade but left out of the gate's mean (DESIGN §6), as in the run.
+EXCLUDED_KEY = "excluded"
+
+#: The files SQLite keeps beside a database: replacing one loses the database's last writes.
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 class ReportError(CleoGradeError):
@@ -31,11 +47,18 @@ def latest_run(
     latest = latest_series(history, grade_test_id)
     source = "--fail-under" if threshold is not None else None
     tests = [
-        GradedTest(key, result, threshold, source, "fail")
+        GradedTest(key, result, threshold, source, "fail", excluded=_excluded(result))
         for key, series in reversed(latest.items())
         for result in reversed(series)
     ]
     return RunGrade(tuple(tests), gate)
+
+
+def _excluded(result: GradeResult) -> str | None:
+    """Why the run left this grade out of its mean (its history line says), or None."""
+    value = (result.model_extra or {}).get(EXCLUDED_KEY)
+    # A history line is input: only the run's own two words count.
+    return value if value in ("xfailed", "xpassed") else None
 
 
 def session_calls(db: Path, sessions: Sequence[str]) -> dict[str, dict[int, str]] | None:
@@ -55,6 +78,33 @@ def session_calls(db: Path, sessions: Sequence[str]) -> dict[str, dict[int, str]
     except CleoGradeError:
         return None
     return calls
+
+
+def inputs_of(
+    *, history: Path | None = None, db: Path | None = None, baseline: Path | None = None
+) -> dict[Path, str]:
+    """The files a report (or ``cleo-grade junit``) reads, each with what it is, for
+    :func:`refuse_replacing_inputs`; a database comes with SQLite's side files."""
+    reads: dict[Path, str] = {}
+    if history is not None:
+        reads[history] = "grade history"
+    if db is not None:
+        reads[db] = "audit store"
+        for suffix in SQLITE_SIDE_FILES:
+            reads[db.with_name(db.name + suffix)] = "audit store's SQLite file"
+    if baseline is not None:
+        reads[baseline] = "baseline"
+    return reads
+
+
+def refuse_replacing_inputs(path: Path, reads: Mapping[Path, str], *, what: str) -> None:
+    """Raise ReportError when writing ``path`` would replace one of the files the command
+    reads (DESIGN §9: grading never loses data): one line naming both, before anything is
+    written. ``what`` starts the line (``HTML report``)."""
+    source = replaced_input(path, reads)
+    if source is not None:
+        role = reads[Path(source)]
+        raise ReportError(f"{what} {path}: would replace the {role} {source}: nothing written")
 
 
 def write_report(path: Path, text: str) -> None:
@@ -88,10 +138,13 @@ def write_html_report(
     baseline: Mapping[str, Sequence[float]] | None = None,
     source: str = "",
     decisions: Mapping[str, str] | None = None,
-    gates: Sequence[tuple[bool, str]] = (),
+    gates: Sequence[tuple[bool | None, str]] = (),
+    reads: Mapping[Path, str] | None = None,
 ) -> None:
     """Render the run with its history (entries named from the store at ``db``) to ``path``;
-    ``decisions`` and ``gates`` as :func:`build_report` takes them."""
+    ``decisions`` and ``gates`` as :func:`build_report` takes them. ``path`` may not be
+    ``db`` or one of ``reads`` (:func:`inputs_of`: the history, a baseline file): ReportError."""
+    refuse_replacing_inputs(path, {**inputs_of(db=db), **(reads or {})}, what="HTML report")
     calls = None
     if db is not None:
         calls = session_calls(db, [test.result.session_id for test in run.tests])

@@ -174,3 +174,37 @@ def test_junit_without_a_threshold_passes_and_can_write_to_stdout(
     root = ET.fromstring(capsys.readouterr().out)
     assert [c.get("name") for c in root.iter("testcase")] == ["poor"]
     assert root.find(".//failure") is None
+
+
+@pytest.mark.parametrize(
+    ("output", "history", "kept"),
+    [
+        (".cleo/grades.jsonl", ".cleo/grades.jsonl", ".cleo/grades.jsonl"),  # the history read
+        (
+            "out/../.cleo/grades.jsonl",
+            ".cleo/grades.jsonl",
+            ".cleo/grades.jsonl",
+        ),  # spelt otherwise
+        ("linked/grades.jsonl", ".cleo/grades.jsonl", ".cleo/grades.jsonl"),  # a linked directory
+        ("history-link", "history-link", "history-link"),  # the link the history is read through
+        (".cleo/grades.jsonl", "history-link", "history-link"),  # the file behind that link
+        (".cleo/audit.db", ".cleo/grades.jsonl", ".cleo/audit.db"),  # the project's audit store
+        (".cleo/audit.db-wal", ".cleo/grades.jsonl", ".cleo/audit.db-wal"),  # SQLite file beside it
+    ],
+)
+def test_junit_never_replaces_the_history_or_the_store(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, output: str, history: str, kept: str
+) -> None:
+    store_session("good", *GOOD)
+    assert main(["grade", "good"]) == 0
+    (in_tmp / "linked").symlink_to(in_tmp / ".cleo")
+    (in_tmp / "history-link").symlink_to(in_tmp / ".cleo" / "grades.jsonl")
+    (in_tmp / ".cleo" / "audit.db-wal").write_bytes(b"")
+    before = {p: p.read_bytes() for p in (in_tmp / ".cleo").iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main(["junit", output, "--history", history]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cleo-grade junit: {output}: would replace the ")
+    assert err.endswith(f"{kept}: nothing written\n") and err.count("\n") == 1
+    assert {p: p.read_bytes() for p in (in_tmp / ".cleo").iterdir() if p.is_file()} == before
+    assert (in_tmp / "history-link").is_symlink()

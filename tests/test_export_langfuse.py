@@ -4,7 +4,9 @@ once from the rubric, one score per dimension and the overall score per graded s
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -14,10 +16,11 @@ pytest.importorskip("langfuse", reason="needs the langfuse extra (the Langfuse S
 from pytest_cleo_grade import append_grade, grade_entries
 from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.errors import CleoGradeWarning
-from pytest_cleo_grade.exports.langfuse import export_grades, plan
+from pytest_cleo_grade.exports.langfuse import ExportDeadlineError, export_grades, plan
 from pytest_cleo_grade.models import DimensionScore, GradeResult
 from tests.entries import NOW, sequence
 from tests.fake_langfuse import FakeLangfuse
+from tests.local_http import ScriptedServer, status
 
 GRADE = grade_entries(sequence(("session", "list"), ("tasks", "find")), session_id="s1", now=NOW)
 
@@ -142,7 +145,7 @@ def test_the_cli_reports_a_refusing_server_in_one_line(
 ) -> None:
     assert cli_export(fake, tmp_path, monkeypatch, LANGFUSE_SECRET_KEY="wrong") == 1
     err = capsys.readouterr().err
-    assert f"cleo-grade export langfuse export to {fake.base_url} failed: " in err
+    assert f"cleo-grade: langfuse export to {fake.base_url} failed: HTTP 401: Unauthorized\n" == err
     assert err.count("\n") == 1 and "wrong" not in err
 
 
@@ -196,8 +199,12 @@ def test_the_plugin_exports_at_the_end_of_the_run(
     result = pytester.runpytest("--cleo-grade-export=langfuse")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["cleo-grade: langfuse: 7 scores for 1 session sent to *"])
-    assert {s["metadata"]["testId"] for s in fake.scores()} == {
-        "test_the_plugin_exports_at_the_end_of_the_run.py::test_agent"
+    # The default rubric is named too, as with any other rubric (its configs say cleo_*).
+    assert {tuple(sorted(s["metadata"].items())) for s in fake.scores()} == {
+        (
+            ("rubric", "cleo"),
+            ("testId", "test_the_plugin_exports_at_the_end_of_the_run.py::test_agent"),
+        )
     }
 
 
@@ -380,3 +387,138 @@ def test_in_pytest_a_rejected_score_is_a_warning_that_never_fails_the_run(
         ]
     )
     assert "\x1b" not in result.stdout.str()
+
+
+def trickle(handler: BaseHTTPRequestHandler) -> None:
+    """Headers promising a long body, then a byte now and then (a stalled upstream behind a
+    proxy): every byte resets a per-read timeout."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", "100000")
+    handler.end_headers()
+    for _ in range(100):  # until the client hangs up (or 20 s)
+        handler.wfile.write(b" ")
+        handler.wfile.flush()
+        time.sleep(0.2)
+
+
+def test_a_server_trickling_its_answer_stops_the_export_at_its_deadline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    append_grade(GRADE, history)
+    with ScriptedServer(trickle) as server:
+        monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-test")
+        monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-test")
+        monkeypatch.setenv("LANGFUSE_HOST", server.base_url)
+        started = time.monotonic()
+        argv = ["export", "langfuse", "--history", str(history), "--deadline", "1"]
+        assert main(argv) == 1
+        assert time.monotonic() - started < 3
+    assert capsys.readouterr().err == (
+        f"cleo-grade: langfuse export to {server.base_url} stopped at its 1 s deadline: "
+        "0 of 7 scores sent (0 score configs created), the rest not sent (the server "
+        "answered too slowly)\n"
+    )
+
+
+def test_a_long_retry_after_stops_the_export_at_its_deadline_having_sent_nothing_more() -> None:
+    # Listing the configs is answered 429, retry in a minute (the SDK would wait, twice).
+    busy = status(429, '{"message": "slow down"}', {"Retry-After": "60"})
+    with ScriptedServer(busy) as server:
+        started = time.monotonic()
+        with pytest.raises(ExportDeadlineError) as raised:
+            export_grades(
+                [GRADE],
+                public_key="pk-test",
+                secret_key="sk-test",
+                base_url=server.base_url,
+                deadline=1.0,
+            )
+        assert time.monotonic() - started < 3
+        time.sleep(0.2)
+        assert len(server.seen) == 1  # the SDK's retry, after the deadline, never left
+    assert raised.value.summary.scores_sent == 0
+    assert "stopped at its 1 s deadline: 0 of 7 scores sent" in str(raised.value)
+
+
+def test_a_refused_request_says_its_status_and_the_servers_message_not_its_headers() -> None:
+    from pytest_cleo_grade.exports.langfuse import failure_line
+
+    headers = {"Vary": "RSC, Next-Router-State-Tree", "x-vercel-id": "fra1::iad1::" + "a" * 300}
+    body = '{"message": "Invalid request data", "error": ["name: too long"]}'
+    with ScriptedServer(status(400, body, headers)) as server, pytest.raises(Exception) as raised:
+        export_grades([GRADE], public_key="pk", secret_key="sk", base_url=server.base_url)
+    line = failure_line(raised.value, server.base_url, "sk", "pk")
+    assert line == (
+        f"langfuse export to {server.base_url} failed: HTTP 400: Invalid request data - "
+        "['name: too long']"
+    )
+
+
+def weighted_file_grade(tmp_path: Path, name: str) -> GradeResult:
+    """A real grade of the rubric file of docs/judges.md (named ``name``): the judge says
+    shipped=broken (categorical), care=0.5 (0..1), speed=4 (1..5)."""
+    from pytest_cleo_grade.rubrics.protocol import RubricConfig
+    from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
+    from tests.test_weighted_file import RUBRIC_TOML
+
+    path = tmp_path / "release.toml"
+    path.write_text(RUBRIC_TOML.replace('name = "release-review"', f'name = "{name}"'))
+    reply = (
+        '{"shipped": {"score": "broken", "evidence": ["tag only"]}, '
+        '"care": {"score": 0.5, "evidence": []}, "speed": {"score": 4, "evidence": []}}'
+    )
+    rubric = WeightedJudgeRubric().configure(RubricConfig(rubric_file=path, judge=lambda _: reply))
+    return rubric.grade(sequence(("tasks", "add")), session_id="s1", now=NOW)
+
+
+def shown(result: GradeResult) -> dict[str, tuple[str, object, object]]:
+    return {
+        s.config.name: (
+            s.config.data_type,
+            s.value,
+            s.config.categories or (s.config.min_value, s.config.max_value),
+        )
+        for s in plan(result)
+    }
+
+
+@pytest.mark.parametrize("name", ["release-review", "weighted"])
+def test_a_weighted_rubric_file_is_exported_as_the_weighted_rubric_whatever_its_name(
+    tmp_path: Path, name: str
+) -> None:
+    result = weighted_file_grade(tmp_path, name)
+    # Without its dimensions' shapes in the grade, each is sent as its points: never dropped
+    # (a categorical dimension of its own), never outside its config (speed 4 on 0..1).
+    assert shown(result) == {
+        "shipped": ("NUMERIC", 25.0, (0.0, 50.0)),
+        "care": ("NUMERIC", 15.0, (0.0, 30.0)),
+        "speed": ("NUMERIC", 15.0, (0.0, 20.0)),
+        "overall_quality": ("NUMERIC", 0.55, (0.0, 1.0)),
+    }
+
+
+def test_a_weighted_grade_carrying_its_dimensions_shapes_gets_the_designs_configs(
+    tmp_path: Path,
+) -> None:
+    from pytest_cleo_grade.exports.langfuse import DIMENSIONS_KEY
+
+    shapes = {
+        "shipped": {"type": "categorical", "categories": {"no": 0, "broken": 1, "yes": 2}},
+        "care": {"type": "numeric", "min": 0, "max": 1},
+        "speed": {"type": "numeric", "min": 1, "max": 5},
+    }
+    result = weighted_file_grade(tmp_path, "release-review")
+    result = result.model_copy(update={DIMENSIONS_KEY: shapes})
+    assert shown(result) == {
+        "shipped": ("CATEGORICAL", "broken", (("no", 0), ("broken", 1), ("yes", 2))),
+        "care": ("NUMERIC", 0.5, (0.0, 1.0)),
+        "speed": ("NUMERIC", 4.0, (1.0, 5.0)),
+        "overall_quality": ("NUMERIC", 0.55, (0.0, 1.0)),
+    }
+    # Shapes are input (a history line): one that makes no sense is ignored.
+    broken = {"shipped": {"type": "categorical", "categories": []}, "speed": {"type": "numeric"}}
+    result = result.model_copy(update={DIMENSIONS_KEY: broken})
+    assert shown(result)["shipped"] == ("NUMERIC", 25.0, (0.0, 50.0))
+    assert shown(result)["speed"] == ("NUMERIC", 15.0, (0.0, 20.0))

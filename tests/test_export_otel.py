@@ -136,3 +136,20 @@ def test_a_bad_export_name_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--cleo-grade-export=datadog")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "invalid export 'datadog': expected langfuse, otel or none" in result.stderr.str()
+
+
+def test_a_span_the_sampler_drops_is_said_to_be_unsampled_not_missing_an_sdk() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    from pytest_cleo_grade.exports.otel import NO_SDK, NOT_SAMPLED, unrecorded_reason
+
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    try:
+        assert export_grade(RESULT, "t::a", tracer_provider=provider) is False
+        assert unrecorded_reason(provider) == NOT_SAMPLED
+    finally:
+        provider.shutdown()
+    # No SDK provider (the API's default proxy): nothing records it.
+    from opentelemetry.trace import NoOpTracerProvider
+
+    assert unrecorded_reason(NoOpTracerProvider()) == NO_SDK

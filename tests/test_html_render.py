@@ -132,6 +132,21 @@ def test_the_verdict_comes_first_and_says_what_the_gate_decided() -> None:
     assert "data-state='none'" in render_html(build_report(run_of(grade("t::a", 90)), []))
 
 
+def test_a_baseline_note_is_drawn_neutral_never_as_a_passed_gate() -> None:
+    gates = [
+        (None, "no baseline at /ci/nope.json: nothing compared"),
+        (False, "baseline gate passed: no drop beyond the tolerances"),
+        (True, "baseline gate FAILED: 1 regression"),
+    ]
+    page = render_html(build_report(run_of(grade("t::a", 90)), [], gates=gates))
+    states = re.findall(r"<div class='verdict gate (\w+)' data-state='(\w+)'><strong>([^<]*)", page)
+    assert states == [
+        ("none", "none", "no baseline at /ci/nope.json: nothing compared"),
+        ("pass", "pass", "baseline gate passed: no drop beyond the tolerances"),
+        ("fail", "fail", "baseline gate FAILED: 1 regression"),
+    ]
+
+
 def test_the_radar_axes_are_fixed_at_each_dimensions_max() -> None:
     full = grade("t::a", 100, dims={"a": (20, 20), "b": (10, 10), "c": (5, 5), "d": (7, 7)})
     half = grade("t::a", 50, dims={"a": (10, 20), "b": (5, 10), "c": (2.5, 5), "d": (3.5, 7)})

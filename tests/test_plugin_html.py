@@ -220,3 +220,75 @@ def test_bad_paths_are_one_line_errors(
     err = capsys.readouterr().err
     assert err == message + "\n"
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("html", "kept"),
+    [
+        ("h.jsonl", "h.jsonl"),  # the history it renders
+        ("site/../h.jsonl", "h.jsonl"),  # the same, spelt otherwise
+        ("linked/h.jsonl", "h.jsonl"),  # through a linked directory
+        ("store.db", "store.db"),  # the audit store it names entries from
+        ("store.db-wal", "store.db-wal"),  # SQLite's file beside it
+        ("base.json", "base.json"),  # the baseline it compares with
+    ],
+)
+def test_the_report_command_never_replaces_a_file_it_reads(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    html: str,
+    kept: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    append_grades([grade("t::a", 50, 0)], tmp_path / "h.jsonl")
+    assert main(["baseline", "save", "base.json", "--history", "h.jsonl"]) == 0
+    (tmp_path / "store.db").write_bytes(b"SQLite format 3\0")
+    (tmp_path / "store.db-wal").write_bytes(b"wal")
+    (tmp_path / "linked").symlink_to(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    capsys.readouterr()
+    argv = ["report", "--html", html, "--history", "h.jsonl", "--db", "store.db"]
+    assert main([*argv, "--baseline", "base.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cleo-grade: error: HTML report {html}: would replace the ")
+    assert err.endswith(f" {kept}: nothing written\n") and err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_a_run_never_writes_its_report_over_the_audit_store(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, SUITE)
+    pytester.runpytest().assert_outcomes(passed=6)
+    store = pytester.path / ".cleo" / "audit.db"
+    result = pytester.runpytest("--cleo-grade-html=.cleo/x/../audit.db", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=6, warnings=1)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*CleoGradeWarning: cleo-grade: HTML report *audit.db: would replace the audit store "
+            f"{store}: nothing written"
+        ]
+    )
+    assert store.read_bytes().startswith(b"SQLite format 3\0")  # still the store
+
+
+def test_the_report_command_leaves_an_expected_failure_out_of_the_gate_as_the_run_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    # The run marks an xfailed (or xpassed) test's history line; its mean left it out.
+    append_grades(
+        [
+            grade("t::good", 100, 0),
+            grade("t::known_bad", 40, 0, excluded="xfailed"),
+            grade("t::forged", 10, 0, excluded="<b>not a reason</b>"),  # counted
+        ],
+        history,
+    )
+    out = tmp_path / "report.html"
+    args = ["report", "--html", str(out), "--history", str(history), "--gate", "B"]
+    assert main([*args, "--db", str(tmp_path / "none.db")]) == 0
+    page = out.read_text()
+    assert "gate FAILED: mean 55% is below 75% (B)" in page  # (100 + 10) / 2, not / 3
+    assert page.count(">xfailed, not counted<") == 1
+    assert "not a reason" not in page

@@ -20,7 +20,7 @@ from pytest_cleo_grade.cli.common import (
 from pytest_cleo_grade.cli.grade import grade_from_store, refuse_empty, save_grade
 from pytest_cleo_grade.cli.record import add_db_option, db_path
 from pytest_cleo_grade.display import render_grade, score_text, terminal_text
-from pytest_cleo_grade.files import write_atomically
+from pytest_cleo_grade.files import replaced_input, write_atomically
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.models import GradeResult, format_timestamp
 from pytest_cleo_grade.sources import parse_json_strict
@@ -102,8 +102,11 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
 
 
 def run_junit(args: argparse.Namespace) -> int:
+    history = history_path(args)
+    if args.output != "-":
+        refuse_replacing(Path(args.output), history, db_path(args), where="cleo-grade junit")
     with warnings_to_stderr():
-        grades = latest_by_session(read_grades(history_path(args)))
+        grades = latest_by_session(read_grades(history))
     threshold: float | None = args.fail_under
     cases = [_testcase(grade, threshold) for grade in grades]
     xml = to_xml_report_string([TestSuite(args.suite_name, cases)], prettyprint=True)
@@ -115,6 +118,19 @@ def run_junit(args: argparse.Namespace) -> int:
         failed = sum(1 for case in cases if case.is_failure())
         print(terminal_text(f"{target}: {len(cases)} session(s), {failed} below the threshold"))
     return 1 if any(case.is_failure() for case in cases) else 0
+
+
+def refuse_replacing(target: Path, history: Path, db: Path, *, where: str) -> None:
+    """A one-line error, before anything is written, when ``target`` is the history read or
+    the project's audit store (or one of SQLite's files beside it): DESIGN §9, no data loss."""
+    from pytest_cleo_grade.html_report import inputs_of
+
+    kept = inputs_of(history=history, db=db)
+    source = replaced_input(target, kept)
+    if source is not None:
+        raise CommandError(
+            f"{where}: {target}: would replace the {kept[Path(source)]} {source}: nothing written"
+        )
 
 
 def write_replacing(target: Path, data: bytes, *, where: str) -> None:

@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.history import read_grades
-    from pytest_cleo_grade.html_report import latest_run, write_html_report
+    from pytest_cleo_grade.html_report import inputs_of, latest_run, write_html_report
 
     where = "cleo-grade report"
     history = history_path(args)
@@ -72,8 +72,18 @@ def run_report(args: argparse.Namespace) -> int:
         raise CommandError(f"{where}: {history}: no grades in the history")
     run = latest_run(results, threshold=args.fail_under, gate=args.gate)
     target = Path(args.html)
+    # The page may not replace what it is made from (the store is checked with ``db``).
+    reads = inputs_of(
+        history=history, baseline=None if args.baseline is None else Path(args.baseline)
+    )
     write_html_report(
-        target, run, results, db=db_path(args), baseline=baseline, source=str(history)
+        target,
+        run,
+        results,
+        db=db_path(args),
+        baseline=baseline,
+        source=str(history),
+        reads=reads,
     )
     print(terminal_text(f"cleo-grade: wrote {target} ({len(run.tests)} grades)"))
     return 0

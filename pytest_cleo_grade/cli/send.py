@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 from typing import Any
 
@@ -40,8 +41,26 @@ def register(subparsers: Any) -> None:
     export.add_argument(
         "--all", action="store_true", help="every grade, not only each session's latest"
     )
+    export.add_argument(
+        "--deadline",
+        type=positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop the whole export after SECONDS (default: 60)",
+    )
     add_history_option(export)
     export.set_defaults(handler=run_export)
+
+
+def positive_seconds(text: str) -> float:
+    """--deadline: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -62,16 +81,19 @@ def run_export(args: argparse.Namespace) -> int:
             "cleo-grade export langfuse: needs the langfuse extra "
             "(pip install 'pytest-cleo-grade[langfuse]')"
         )
-    from pytest_cleo_grade.exports.langfuse import export_grades
+    from pytest_cleo_grade.exports.langfuse import DEADLINE, export_grades
 
     public, secret, base = keys
+    deadline = DEADLINE if args.deadline is None else args.deadline
     try:
-        summary = export_grades(grades, public_key=public, secret_key=secret, base_url=base)
+        summary = export_grades(
+            grades, public_key=public, secret_key=secret, base_url=base, deadline=deadline
+        )
     except Exception as exc:  # the SDK's HTTP and API errors: one line, never a traceback
         from pytest_cleo_grade.exports.langfuse import failure_line
 
         raise CommandError(
-            f"cleo-grade export {failure_line(exc, base, secret, public)}", status=1
+            f"cleo-grade: {failure_line(exc, base, secret, public)}", status=1
         ) from None
     sessions = len({grade.session_id for grade in grades})
     print(terminal_text(summary.line(sessions, base)))

@@ -7,6 +7,13 @@ rejected score is reported, not lost in a background thread, and nothing outlive
 Score ids are derived from the session, the grade's time and the score's name, so exporting
 the same history twice writes each score once.
 
+The whole export has a deadline (:data:`DEADLINE`): it runs at the end of every pytest run,
+and a server that trickles its answer a byte at a time, or asks to be retried a minute later,
+must not hold a finished run (a CI job killed by its own timeout is a failed run). httpx's
+timeouts are per read, so they cannot give that bound: the requests are made on a worker
+thread the call waits for at most the deadline; past it no further request leaves (an httpx
+request hook refuses it) and the call raises :class:`ExportDeadlineError`, saying what was sent.
+
 A config is found by name but reused only when its type and range (or categories) are the
 ones the scores need: two rubrics of one kind (two rule files) can give a dimension or
 ``rules_total`` another range, and Langfuse refuses a score outside its config's range. Such a
@@ -15,8 +22,11 @@ config gets the name suffixed with its range, ``rules_total (0-50)``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import math
 import re
+import threading
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +37,19 @@ from pytest_cleo_grade.models import GradeResult, format_timestamp
 from pytest_cleo_grade.rubrics.weighted.spec import DEFAULT_SPEC, CategoricalDimension
 from pytest_cleo_grade.scale import LETTER_CUTOFFS
 
-__all__ = ["ConfigSpec", "ExportSummary", "ScoreSpec", "export_grades", "keys_from", "plan"]
+__all__ = [
+    "DEADLINE",
+    "ConfigSpec",
+    "ExportDeadlineError",
+    "ExportSummary",
+    "ScoreSpec",
+    "export_grades",
+    "keys_from",
+    "plan",
+]
+
+#: Seconds the whole export may take (every request, every retry the SDK makes).
+DEADLINE: Final = 60.0
 
 #: Langfuse allows letters, digits, ``_``, `` ``, ``.``, ``(``, ``)``, ``-`` in a config name.
 _NAME_LIMIT: Final = 35
@@ -111,13 +133,43 @@ class ExportSummary:
         )
 
 
+class ExportDeadlineError(RuntimeError):
+    """The export's deadline passed: what was sent by then is in ``summary``."""
+
+    def __init__(self, summary: ExportSummary, scores: int, deadline: float) -> None:
+        self.summary = summary
+        configs = len(summary.configs_created)
+        super().__init__(
+            f"stopped at its {deadline:g} s deadline: {summary.scores_sent} of {scores} scores "
+            f"sent ({configs} score config{'s' if configs != 1 else ''} created), the rest not "
+            "sent (the server answered too slowly)"
+        )
+
+
 def failure_line(exc: BaseException, base_url: str, secret_key: str, public_key: str = "") -> str:
     """One line for an export that failed: where it went (without credentials), what failed,
     and the SDK's text on one line, with any credential it echoes masked (the keys also as
     the Basic authorization the SDK sends)."""
     secrets = [*url_secrets(base_url), secret_key, basic_token(public_key, secret_key)]
-    text = mask(" ".join(str(exc).split()), secrets)[:300]
-    return f"langfuse export to {redact_url(base_url)} failed: {type(exc).__name__}: {text}"
+    where = redact_url(base_url)
+    if isinstance(exc, ExportDeadlineError):
+        return f"langfuse export to {where} {exc}"
+    text = mask(" ".join(_error_text(exc).split()), secrets)[:300]
+    return f"langfuse export to {where} failed: {text}"
+
+
+def _error_text(exc: BaseException) -> str:
+    """What went wrong, first: a refused request (the SDK's ApiError, whose own text starts
+    with every response header) is its HTTP status and the server's message."""
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int):
+        return f"{type(exc).__name__}: {exc}"
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping):
+        # Langfuse answers {"message": ..., "error": ...}; either says why.
+        parts = [str(body[key]) for key in ("message", "error") if body.get(key)]
+        body = " - ".join(dict.fromkeys(parts)) or body
+    return f"HTTP {status}: {body}" if body not in (None, "") else f"HTTP {status}"
 
 
 def keys_from(env: Mapping[str, str]) -> tuple[str, str, str] | None:
@@ -153,31 +205,105 @@ def _comment(lines: Sequence[str]) -> str | None:
 _Part = tuple[ConfigSpec, float | str, str | None]
 
 
+#: The extra a weighted grade may carry with each dimension's shape, as its rubric (file)
+#: defines it: ``{"name": {"type": "categorical", "categories": {"label": value, ...}}}`` or
+#: ``{"name": {"type": "numeric", "min": 1, "max": 5}}``.
+DIMENSIONS_KEY: Final = "judgeDimensions"
+
+
+def _is_weighted(extra: Mapping[str, Any]) -> bool:
+    """A grade of the weighted judge rubric, whatever its rubric file named it: it carries
+    the judge's own scores and the overall quality (its ``rubric`` is the file's name)."""
+    overall = extra.get("overallQuality")
+    return isinstance(extra.get("judgeScores"), Mapping) and (
+        isinstance(overall, int | float) and not isinstance(overall, bool)
+    )
+
+
+def _shapes(extra: Mapping[str, Any]) -> dict[str, ConfigSpec]:
+    """The config each judged dimension's raw score needs, by dimension name: from the
+    grade's :data:`DIMENSIONS_KEY` when it has one, else (a grade of the built-in rubric) from
+    :data:`DEFAULT_SPEC`. A dimension whose shape is unknown gets none."""
+    shapes: dict[str, ConfigSpec] = {}
+    recorded = extra.get(DIMENSIONS_KEY)
+    if isinstance(recorded, Mapping):
+        for name, shape in recorded.items():
+            config = _shape_config(str(name), shape)
+            if config is not None:
+                shapes[str(name)] = config
+        return shapes
+    if extra.get("rubric") != DEFAULT_SPEC.name:
+        return shapes
+    for dimension in DEFAULT_SPEC.dimensions:
+        if isinstance(dimension, CategoricalDimension):
+            categories = tuple((c.label, c.value) for c in dimension.categories)
+            shapes[dimension.name] = ConfigSpec(
+                _name(dimension.name), "CATEGORICAL", categories=categories
+            )
+        else:
+            low, high = float(dimension.min), float(dimension.max)
+            shapes[dimension.name] = ConfigSpec(_name(dimension.name), "NUMERIC", low, high)
+    return shapes
+
+
+def _number(value: object) -> float | None:
+    """A finite number (not a bool) as a float, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _shape_config(name: str, shape: object) -> ConfigSpec | None:
+    """One recorded shape as a config, or None when it is not one (a history line is
+    input: a shape that makes no sense is ignored, and the dimension exported as points)."""
+    if not isinstance(shape, Mapping):
+        return None
+    if shape.get("type") == "categorical" and isinstance(shape.get("categories"), Mapping):
+        categories = tuple(
+            (str(label), int(value))
+            for label, value in shape["categories"].items()
+            if isinstance(value, int) and not isinstance(value, bool)
+        )
+        return ConfigSpec(_name(name), "CATEGORICAL", categories=categories) if categories else None
+    low, high = _number(shape.get("min")), _number(shape.get("max"))
+    if shape.get("type") == "numeric" and low is not None and high is not None and low < high:
+        return ConfigSpec(_name(name), "NUMERIC", low, high)
+    return None
+
+
+def _fits(config: ConfigSpec, value: object) -> bool:
+    """Whether Langfuse takes ``value`` under ``config``: a label among its categories, or a
+    number within its range."""
+    if config.data_type == "CATEGORICAL":
+        return isinstance(value, str) and value in {label for label, _ in config.categories}
+    number = _number(value)
+    low, high = config.min_value, config.max_value
+    return number is not None and low is not None and high is not None and low <= number <= high
+
+
 def _weighted(result: GradeResult) -> list[_Part]:
-    """The design's seven scores: each judged dimension as the judge scored it, and
-    ``overall_quality`` (0..1)."""
+    """The design's scores: each judged dimension as the judge scored it (its categories or
+    range, as its rubric defines them), and ``overall_quality`` (0..1). A dimension whose
+    shape the grade does not say, or whose raw score does not fit it, is sent as its points
+    (0..its weight's share of 100): never dropped, never outside its config."""
     extra = result.model_extra or {}
     raw: Mapping[str, Any] = extra.get("judgeScores") or {}
-    known = {d.name: d for d in DEFAULT_SPEC.dimensions}
+    shapes = _shapes(extra)
     scores: list[_Part] = []
     for name, dimension in result.dimensions.items():
         value = raw.get(name)
-        spec = known.get(name)
+        config = shapes.get(name)
         comment = _comment(dimension.evidence)
-        if isinstance(spec, CategoricalDimension) and isinstance(value, str):
-            categories = tuple((c.label, c.value) for c in spec.categories)
-            config = ConfigSpec(_name(name), "CATEGORICAL", categories=categories)
-            scores.append((config, value, comment))
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            low, high = (getattr(spec, "min", 0.0), getattr(spec, "max", 1.0))
-            config = ConfigSpec(_name(name), "NUMERIC", float(low), float(high))
-            scores.append((config, float(value), comment))
-    overall = extra.get("overallQuality")
-    if isinstance(overall, int | float):
-        config = ConfigSpec(
-            "overall_quality", "NUMERIC", 0.0, 1.0, description="Weighted aggregate"
-        )
-        scores.append((config, float(overall), None))
+        if config is not None and _fits(config, value):
+            shown = value if isinstance(value, str) else _number(value)
+            assert shown is not None  # _fits took it: a label or a number
+            scores.append((config, shown, comment))
+        else:
+            points = ConfigSpec(_name(name), "NUMERIC", 0.0, float(dimension.max))
+            scores.append((points, float(dimension.score), comment))
+    overall = float(extra["overallQuality"])
+    config = ConfigSpec("overall_quality", "NUMERIC", 0.0, 1.0, description="Weighted aggregate")
+    scores.append((config, overall, None))
     return scores
 
 
@@ -205,8 +331,11 @@ def _points(result: GradeResult) -> list[_Part]:
 def plan(result: GradeResult) -> list[ScoreSpec]:
     """The scores one grade becomes, each with the config it needs."""
     extra = result.model_extra or {}
-    parts = _weighted(result) if extra.get("rubric") == "weighted" else _points(result)
-    metadata = {key: extra[key] for key in ("testId", "rubric") if isinstance(extra.get(key), str)}
+    parts = _weighted(result) if _is_weighted(extra) else _points(result)
+    # The rubric is named whatever graded: a grade of CLEO's rubric carries no ``rubric``
+    # extra, and the metadata says ``cleo`` as its configs do (``cleo_total``).
+    metadata = {"testId": extra["testId"]} if isinstance(extra.get("testId"), str) else {}
+    metadata["rubric"] = str(extra.get("rubric", "cleo"))
     # The id takes the config's own name, never the suffix it may get in Langfuse: the score
     # keeps its id whichever config name the export finds free.
     return [
@@ -247,13 +376,53 @@ def export_grades(
     secret_key: str,
     base_url: str,
     timeout: float = 10.0,
+    deadline: float = DEADLINE,
 ) -> ExportSummary:
-    """Create the missing score configs, then send every grade's scores."""
+    """Create the missing score configs, then send every grade's scores, all within
+    ``deadline`` seconds (else ExportDeadlineError); ``timeout`` bounds each read."""
+    scores = [score for result in results for score in plan(result)]
+    summary = ExportSummary()
+    stopped = threading.Event()
+    failures: list[Exception] = []
+
+    def run() -> None:
+        try:
+            _export(scores, summary, stopped, (public_key, secret_key, base_url), timeout)
+        except Exception as exc:  # raised on the caller's thread
+            failures.append(exc)
+
+    worker = threading.Thread(target=run, name="cleo-grade langfuse export", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        # The worker is stuck in a read or in the SDK's wait before a retry: it may finish
+        # that read, but sends nothing more. What it had sent is what the caller is told.
+        stopped.set()
+        raise ExportDeadlineError(copy.deepcopy(summary), len(scores), deadline)
+    if failures:
+        raise failures[0]
+    _warn_rejected(summary.rejected, [secret_key, basic_token(public_key, secret_key)])
+    return summary
+
+
+def _export(
+    scores: list[ScoreSpec],
+    summary: ExportSummary,
+    stopped: threading.Event,
+    keys: tuple[str, str, str],
+    timeout: float,
+) -> None:
+    """The export's requests (on the worker thread), recorded in ``summary`` as they go."""
     import httpx
     from langfuse.api import LangfuseAPI
 
-    # Our own HTTP client, closed when done: nothing of the export outlives the call.
-    with httpx.Client(timeout=timeout) as http:
+    def refuse_when_stopped(request: httpx.Request) -> None:
+        if stopped.is_set():
+            raise httpx.RequestError("the export's deadline passed", request=request)
+
+    public_key, secret_key, base_url = keys
+    # Our own HTTP client, closed when done; no request leaves it once the deadline passed.
+    with httpx.Client(timeout=timeout, event_hooks={"request": [refuse_when_stopped]}) as http:
         api = LangfuseAPI(
             base_url=base_url,
             username=public_key,
@@ -261,9 +430,7 @@ def export_grades(
             x_langfuse_public_key=public_key,
             httpx_client=http,
         )
-        summary = _send(api, [score for result in results for score in plan(result)])
-    _warn_rejected(summary.rejected, [secret_key, basic_token(public_key, secret_key)])
-    return summary
+        _send(api, scores, summary)
 
 
 def _warn_rejected(reasons: Sequence[str], secrets: Sequence[str]) -> None:
@@ -298,11 +465,12 @@ def _resolve(config: ConfigSpec, existing: Mapping[str, Any]) -> tuple[str, Any 
     return (free[0], None) if free else (names[-1], existing[names[-1]])
 
 
-def _send(api: Any, scores: list[ScoreSpec]) -> ExportSummary:
+def _send(api: Any, scores: list[ScoreSpec], summary: ExportSummary) -> None:
+    """Create the configs the scores need, then send the scores; ``summary`` says, at any
+    moment, what was done so far."""
     from langfuse.api.commons.types.config_category import ConfigCategory
     from langfuse.api.scores.types.create_score_request import CreateScoreRequest
 
-    summary = ExportSummary()
     existing = _existing(api)
     chosen: dict[ConfigSpec, tuple[str, str]] = {}  # config: (name, id)
     for config in dict.fromkeys(score.config for score in scores):
@@ -343,4 +511,3 @@ def _send(api: Any, scores: list[ScoreSpec]) -> ExportSummary:
         summary.scores_sent += len(batch) - int(getattr(answer, "rejected", 0) or 0)
         errors = getattr(answer, "errors", None) or []
         summary.rejected += [str(getattr(error, "message", error)) for error in errors]
-    return summary

@@ -16,7 +16,7 @@ from pytest_cleo_grade.models import GradeResult
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["EVENT_NAME", "evaluation_attributes", "export_grade"]
+__all__ = ["EVENT_NAME", "evaluation_attributes", "export_grade", "unrecorded_reason"]
 
 EVENT_NAME: Final = "gen_ai.evaluation.result"
 #: The most flags the explanation joins (attribute values should stay small).
@@ -61,3 +61,28 @@ def export_grade(
     with tracer.start_as_current_span(f"cleo-grade {test_id or result.session_id}") as span:
         span.add_event(EVENT_NAME, attributes)
         return bool(span.is_recording())
+
+
+#: Why no span recorded the event when no SDK provider is set up.
+NO_SDK: Final = (
+    "no OpenTelemetry SDK tracer provider is set up, so the grade events go nowhere (set one "
+    "up with an exporter, or run under opentelemetry-instrument)"
+)
+#: Why, when an SDK provider is set up: its sampler dropped the trace.
+NOT_SAMPLED: Final = (
+    "the tracer provider's sampler dropped the grade's span, so its event was not recorded "
+    "(sample these traces, e.g. a parent-based or always-on sampler, to keep the events)"
+)
+
+
+def unrecorded_reason(tracer_provider: TracerProvider | None = None) -> str:
+    """Why :func:`export_grade` found no span to record its event: a configured SDK whose
+    sampler dropped the span is not "no SDK", and the advice differs."""
+    from opentelemetry import trace
+
+    provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+    try:
+        from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    except ImportError:  # the API alone: nothing records
+        return NO_SDK
+    return NOT_SAMPLED if isinstance(provider, SdkTracerProvider) else NO_SDK
