@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import parse_json_strict, read_regular_bytes, write_atomically
-from pytest_cleo_grade.runs import latest_series
+from pytest_cleo_grade.runs import excluded_of, latest_series
 from pytest_cleo_grade.stats import bootstrap_mean_interval
 
 __all__ = [
@@ -120,7 +120,13 @@ def latest_from_history(results: Sequence[Any]) -> dict[str, TestGrades]:
     latest = latest_series(
         results, lambda result: str((result.model_extra or {}).get("testId") or result.session_id)
     )
-    ordered = [r for series in latest.values() for r in reversed(series)]
+    # An expected failure's latest grade is left out, as the run's baseline gate leaves it.
+    ordered = [
+        r
+        for series in latest.values()
+        for r in reversed(series)
+        if excluded_of(r.model_extra) is None
+    ]
     return grades_from_results(ordered)
 
 

@@ -13,7 +13,7 @@ from pytest_cleo_grade.display_html import build_report, grade_test_id, render_h
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import replaced_input, write_atomically
 from pytest_cleo_grade.models import GradeResult, collector_paused, order_entries
-from pytest_cleo_grade.runs import latest_series
+from pytest_cleo_grade.runs import EXCLUDED_KEY, excluded_of, latest_series
 from pytest_cleo_grade.verdict import GradedTest, RunGrade
 
 __all__ = [
@@ -26,10 +26,6 @@ __all__ = [
     "write_html_report",
     "write_report",
 ]
-
-#: The extra a history line of an expected failure carries (``xfailed`` or ``xpassed``): such
-#: a test is shown with its grade but left out of the gate's mean (DESIGN §6), as in the run.
-EXCLUDED_KEY = "excluded"
 
 #: The files SQLite keeps beside a database: replacing one loses the database's last writes.
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -56,9 +52,7 @@ def latest_run(
 
 def _excluded(result: GradeResult) -> str | None:
     """Why the run left this grade out of its mean (its history line says), or None."""
-    value = (result.model_extra or {}).get(EXCLUDED_KEY)
-    # A history line is input: only the run's own two words count.
-    return value if value in ("xfailed", "xpassed") else None
+    return excluded_of(result.model_extra)
 
 
 def session_calls(db: Path, sessions: Sequence[str]) -> dict[str, dict[int, str]] | None:

@@ -533,15 +533,10 @@ def _grade_item(item: pytest.Item, session: GradeSession) -> GradedTest | str:
 def _export_otel(item: pytest.Item, graded: GradedTest) -> None:
     """The grade as an OpenTelemetry event, where the test ran (its span is current here)."""
     try:
-        from pytest_cleo_grade.exports.otel import export_grade
+        from pytest_cleo_grade.exports.otel import export_grade, unrecorded_reason
 
         if not export_grade(graded.result, item.nodeid):
-            _export_problem(
-                item.config,
-                "cleo-grade: otel export: no OpenTelemetry SDK tracer provider is set up, so "
-                "the grade events go nowhere (set one up with an exporter, or run under "
-                "opentelemetry-instrument)",
-            )
+            _export_problem(item.config, f"cleo-grade: otel export: {unrecorded_reason()}")
     except Exception as exc:  # an export never fails a run
         _export_problem(item.config, f"cleo-grade: otel export failed: {type(exc).__name__}: {exc}")
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
-from pytest_cleo_grade.runs import SERIES_KEY
+from pytest_cleo_grade.runs import EXCLUDED_KEY, SERIES_KEY
 from pytest_cleo_grade.settings import PluginOptions
 
 if TYPE_CHECKING:
@@ -132,6 +132,9 @@ class Reporter:
         result = graded.result
         if (result.model_extra or {}).get("run") is not None:
             result = result.model_copy(update={SERIES_KEY: self._series})
+        if graded.excluded is not None:
+            # The history says it too, so reports and baselines read from it leave it out.
+            result = result.model_copy(update={EXCLUDED_KEY: graded.excluded})
         try:
             persist(
                 [result],
@@ -299,7 +302,7 @@ class Reporter:
             return
         from pytest_cleo_grade.errors import warnings_shown_not_raised
         from pytest_cleo_grade.history import read_grades
-        from pytest_cleo_grade.html_report import write_html_report
+        from pytest_cleo_grade.html_report import inputs_of, write_html_report
         from pytest_cleo_grade.verdict import RunGrade
 
         run = self.current_run() or RunGrade((), self.options.gate)
@@ -309,17 +312,21 @@ class Reporter:
         baseline = None if grades is None else {key: grades[key].totals for key in grades}
         # The page says what the terminal says: the baseline gate's verdict, and each
         # repeated test's decision (runs that failed on their own or were not graded count).
-        gates: list[tuple[bool, str]] = []
+        gates: list[tuple[bool | None, str]] = []
         if gate is not None and (line := gate.verdict_text()):
-            gates.append((bool(gate.failed), line))
+            # A note (no baseline, nothing gated) is drawn neutral, never as a passed gate.
+            decided = gate.failed or (gate.gated and gate.comparison is not None)
+            gates.append((bool(gate.failed) if decided else None, line))
         decisions = self._decisions()
         try:
             with warnings_shown_not_raised():  # a corrupt history line is skipped, said once
                 history = read_grades(self.options.history_path)
+            reads = inputs_of(history=self.options.history_path, baseline=_baseline_file(gate))
             write_html_report(
                 path,
                 run,
                 history,
+                reads=reads,
                 db=self.options.db_path,
                 baseline=baseline,
                 source="this pytest run",
@@ -416,3 +423,9 @@ class Reporter:
             )
         elif self.comparison_failed:
             terminalreporter.write_line("cleo-grade: NO-GO fails the run (exit status 1)", red=True)
+
+
+def _baseline_file(gate: object) -> Path | None:
+    """The baseline file the run's gate reads (``latest`` is the history: no file of its own)."""
+    where = getattr(getattr(gate, "options", None), "baseline", None)
+    return where if isinstance(where, Path) else None

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # in every pytest run, most of which repeat nothing.
 
 __all__ = [
+    "EXCLUDED_KEY",
     "SERIES_KEY",
     "RepeatInfo",
     "RunSample",
@@ -28,6 +29,7 @@ __all__ = [
     "base_test_id",
     "decode_repeat",
     "encode_repeat",
+    "excluded_of",
     "latest_series",
     "run_id",
     "run_of",
@@ -44,6 +46,16 @@ _RUN_IN_ID = re.compile(r"[\[-]run-(\d+)[\]-][^\[]*$")
 
 #: The history key that tells one pytest run's runs of a repeated test from another's.
 SERIES_KEY = "series"
+#: The history key of an expected failure's grade (``xfailed`` or ``xpassed``): shown with
+#: its grade, but left out of the gate's mean and of baselines (DESIGN §6), as in the run.
+EXCLUDED_KEY = "excluded"
+
+
+def excluded_of(extra: dict[str, Any] | None) -> str | None:
+    """Why the run left a grade out of its mean (its history line's extras say), or None."""
+    value = (extra or {}).get(EXCLUDED_KEY)
+    # A history line is input: only the run's own two words count.
+    return value if value in ("xfailed", "xpassed") else None
 
 
 def latest_series(results: Sequence[R], test_of: Callable[[R], str]) -> dict[str, list[R]]:

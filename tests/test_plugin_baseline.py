@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -229,3 +231,39 @@ def test_with_repeats_on_both_sides_only_a_drop_beyond_the_noise_fails_under_xdi
     suite = {(p.get("name"), p.get("value")) for p in root.iter("property")}
     assert ("cleo_baseline", "baseline gate FAILED: 1 regression") in suite
     assert ("cleo_regressions", "1") in suite
+
+
+XFAILED = """
+def test_ok(graded_session):
+    perfect(graded_session)
+
+@pytest.mark.xfail(reason="the agent is known to skip its lookups")
+@pytest.mark.cleo_grade(fail_under="A")
+def test_known_bad(graded_session):
+    forty(graded_session)
+"""
+
+
+def test_an_expected_failure_stays_out_of_reports_and_baselines_read_from_the_history(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, XFAILED)
+    run = pytester.runpytest("--cleo-grade-gate=A")
+    run.assert_outcomes(passed=1, xfailed=1)
+    run.stdout.fnmatch_lines(["*gate passed: mean 100%*"])
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    lines = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [line.get("excluded") for line in lines] == [None, "xfailed"]
+    cli = [str(Path(sys.executable).with_name("cleo-grade"))]
+    report = pytester.run(
+        *cli, "report", "--html", "r.html", "--history", str(history), "--gate", "A"
+    )
+    assert report.ret == 0
+    assert "gate passed: mean 100%" in (pytester.path / "r.html").read_text()
+    saved = pytester.run(*cli, "baseline", "save", "b.json", "--history", str(history))
+    assert saved.ret == 0
+    tests = json.loads((pytester.path / "b.json").read_text())["tests"]
+    assert list(tests) == ["test_agent.py::test_ok"]
+    again = pytester.runpytest("--cleo-grade-baseline=b.json")
+    again.assert_outcomes(passed=1, xfailed=1)
+    assert "missing" not in again.stdout.str()

@@ -94,6 +94,40 @@ def test_an_unwritable_report_path_is_one_warning_and_the_run_keeps_its_outcome(
     )
 
 
+@pytest.mark.parametrize(
+    ("target", "role"),
+    [(".cleo/metrics/GRADES.jsonl", "grade history"), ("base.json", "baseline")],
+)
+def test_a_run_never_writes_its_report_over_its_history_or_baseline(
+    pytester: pytest.Pytester, target: str, role: str
+) -> None:
+    make_suite(pytester, SUITE)
+    pytester.runpytest("--cleo-grade-save-baseline=base.json").assert_outcomes(passed=6)
+    before = (pytester.path / target).read_bytes()
+    result = pytester.runpytest(
+        "--cleo-grade-baseline=base.json", f"--cleo-grade-html={target}", "-W", "error"
+    )
+    result.assert_outcomes(passed=6)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([f"*HTML report *{target}: would replace the {role} *"])
+    if role == "baseline":
+        assert (pytester.path / target).read_bytes() == before
+    else:  # the history kept every line (this run's appended), and is no page
+        text = (pytester.path / target).read_text()
+        assert text.startswith(before.decode()) and "<html" not in text
+
+
+def test_a_missing_baseline_is_a_neutral_note_in_the_page_never_a_passed_gate(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    result = pytester.runpytest("--cleo-grade-baseline=nope.json", "--cleo-grade-html=r.html")
+    result.assert_outcomes(passed=6)
+    page = (pytester.path / "r.html").read_text()
+    (box,) = [line for line in page.splitlines() if "class='verdict gate" in line]
+    assert "no baseline at" in box and "data-state='none'" in box
+
+
 def test_with_a_baseline_the_change_is_against_it(pytester: pytest.Pytester) -> None:
     make_suite(pytester, SUITE)
     pytester.runpytest("--cleo-grade-save-baseline=base.json").assert_outcomes(passed=6)
