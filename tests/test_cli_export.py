@@ -208,3 +208,23 @@ def test_junit_never_replaces_the_history_or_the_store(
     assert err.endswith(f"{kept}: nothing written\n") and err.count("\n") == 1
     assert {p: p.read_bytes() for p in (in_tmp / ".cleo").iterdir() if p.is_file()} == before
     assert (in_tmp / "history-link").is_symlink()
+
+
+@pytest.mark.parametrize("odd", ["\ufffe", "\uffff", "\x01", "\x1b"])
+def test_junit_holds_agent_text_xml_cannot_as_its_escape(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, odd: str
+) -> None:
+    line = {
+        "timestamp": "2026-03-01T12:00:00Z", "sessionId": f"s{odd}", "domain": "tasks",
+        "operation": "add", "params": {"title": "a"}, "result": {"success": True},
+        "metadata": {"taskId": f"T{odd}"},
+    }  # fmt: skip
+    (in_tmp / "x.jsonl").write_text(json.dumps(line) + "\n")
+    assert main(["grade", "--entries", "x.jsonl", "--history", "h.jsonl"]) == 0
+    assert main(["junit", "x.xml", "--history", "h.jsonl", "--fail-under", "A"]) == 1
+    capsys.readouterr()
+    escape = f"\\u{ord(odd):04x}"
+    (case,) = ET.parse("x.xml").getroot().iter("testcase")
+    failure = case.find("failure")
+    assert case.get("name") == f"s{escape}" and failure is not None
+    assert f"tasks.add without description (taskId: T{escape})" in (failure.text or "")

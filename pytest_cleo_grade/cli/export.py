@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
@@ -78,6 +79,17 @@ def latest_by_session(grades: list[GradeResult]) -> list[GradeResult]:
     return list(latest.values())
 
 
+#: What XML 1.0 cannot hold at all, even as a character reference (junit-xml drops C0
+#: controls itself, but re-parses its output, so these would crash it).
+_NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """Agent text (a task id in a flag, a session id) as XML can hold it: what it cannot is
+    spelled as its escape (``\\ufffe``)."""
+    return _NOT_XML.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
 def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     shown = (
         f"{grade.display_percent}%"
@@ -86,16 +98,16 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     )
     summary = f"{score_text(grade)} ({shown}, grade {grade.letter}), {len(grade.flags)} flag(s)"
     case = TestCase(
-        name=grade.session_id,
+        name=_xml_text(grade.session_id),
         classname="cleo_grade",
-        stdout=render_grade(grade),
+        stdout=_xml_text(render_grade(grade)),
         timestamp=format_timestamp(grade.timestamp),
     )
     if not passes(grade.percent, threshold):
         assert threshold is not None
         case.add_failure_info(
             message=f"{summary}: below {describe_threshold(threshold)}",
-            output="\n".join(grade.flags),
+            output=_xml_text("\n".join(grade.flags)),
             failure_type="cleo_grade",
         )
     return case
