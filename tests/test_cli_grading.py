@@ -212,6 +212,15 @@ def test_list_shows_the_history_and_seed_parity_forms_agree(tmp_path: Path) -> N
     ]
     assert run("--list", cwd=tmp_path).stdout == listing.stdout
     assert run(cwd=tmp_path).stdout == listing.stdout
+    # Options alone that listing takes list too (no session is named): CLEO's bare command.
+    history = str(tmp_path / ".cleo" / "metrics" / "GRADES.jsonl")
+    assert run("--history", history, cwd=tmp_path).stdout == listing.stdout
+    assert [g["sessionId"] for g in json.loads(run("--json", cwd=tmp_path).stdout)] == ["a", "b"]
+    # ...but an option only grading takes still asks for the session.
+    missing = run("--fail-under", "A", cwd=tmp_path)
+    assert (missing.returncode, missing.stderr.strip()) == (
+        2, "cleo-grade grade: give SESSION_ID (or --entries FILE)"
+    )  # fmt: skip
     as_json = json.loads(run("list", "--json", "--session-id", "b", cwd=tmp_path).stdout)
     assert [(g["sessionId"], g["grade"]) for g in as_json] == [("b", "B")]
 

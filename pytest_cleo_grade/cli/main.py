@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import signal
 import sys
 import threading
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     return _build()[0]
 
 
-def _build() -> tuple[argparse.ArgumentParser, set[str]]:
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = _Parser(
         prog="cleo-grade",
         description="Grade agent sessions against CLEO's rubric and keep their history.",
@@ -55,11 +56,13 @@ def _build() -> tuple[argparse.ArgumentParser, set[str]]:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in _COMMAND_MODULES:
         module.register(subparsers)
-    return parser, set(subparsers.choices)
+    return parser, dict(subparsers.choices)
 
 
-def _normalise(argv: list[str], commands: set[str]) -> list[str]:
-    """CLEO parity: ``cleo-grade`` and ``cleo-grade --list`` list; ``cleo-grade ID`` grades."""
+def _normalise(argv: list[str], commands: dict[str, argparse.ArgumentParser]) -> list[str]:
+    """CLEO parity: ``cleo-grade`` and ``cleo-grade --list`` list; ``cleo-grade ID`` grades,
+    and so do options alone that name what to grade (``--entries FILE``); options alone that
+    listing takes (``cleo-grade --history PATH``, ``--json``) list, as a bare ``cleo-grade``."""
     if not argv:
         return ["list"]
     if argv[0] == "--list":
@@ -72,7 +75,22 @@ def _normalise(argv: list[str], commands: set[str]) -> list[str]:
     # Options before the session id (``cleo-grade --db X ID``): grade or list.
     if "--list" in argv:
         return ["list", *[a for a in argv if a != "--list"]]
+    if _lists(argv, commands):
+        return ["list", *argv]
     return ["grade", *argv]
+
+
+def _lists(argv: list[str], commands: dict[str, argparse.ArgumentParser]) -> bool:
+    """Whether options given without a session are a listing: nothing to grade is named,
+    and ``list`` takes every one of them (else ``grade`` says what it misses)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            graded, _ = commands["grade"].parse_known_args(argv)
+            _, unknown = commands["list"].parse_known_args(argv)
+        except SystemExit:  # a bad value: grade's own parse reports it
+            return False
+    named = graded.session or graded.entries or getattr(graded, "cleo_db", None)
+    return not named and not unknown
 
 
 class _Terminated(KeyboardInterrupt):
