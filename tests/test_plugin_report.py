@@ -170,3 +170,14 @@ def test_the_failure_message_of_a_fractional_grade_does_not_contradict_itself() 
     assert headline.startswith(
         "cleo-grade: 74.9/100 (74.9%, grade C) is below the threshold 75% (B)"
     )
+
+
+def test_the_summary_rows_of_a_fractional_grade_do_not_contradict_their_verdict() -> None:
+    from pytest_cleo_grade.display import summary_lines
+
+    run = RunGrade((graded(82.5, threshold=83), graded(82.5, "t.py::test_y")), None)
+    below, unset = summary_lines(run)[1:3]
+    assert below.split()[2:3] == ["82.5%"] and below.endswith("below 83% (B)")
+    assert unset.split()[2] == "83%"  # no threshold: half up, as everywhere else
+    table = markdown_summary(run)
+    assert "| 82.5% |" in table and "| 83% |" in table
