@@ -40,9 +40,9 @@ MARKER_DOC: Final = (
     "query=NAME, thoroughness='quick'|'medium'|'thorough', allow_empty=True, runs=N, "
     "min_pass_rate=RATE, pass_k=(K, RATE), judge_cache_across_runs=True, expect=[CALL, ...], "
     "expect_mode='exact'|'in_order'|'any_order'|'subset'|'superset'): how a test using the "
-    "graded_session fixture is graded (GRADE: letter A-F or percentage such as 85 or '85%'; "
-    "mode= also accepts a thoroughness or a trajectory mode; expect= grades with the trajectory "
-    "rubric; runs=N runs it N times, decided over its runs by the mean, "
+    "graded_session fixture is graded (GRADE: letter A, B, C, D or F, or a percentage such "
+    "as 85 or '85%'; mode= also accepts a thoroughness or a trajectory mode; expect= grades "
+    "with the trajectory rubric; runs=N runs it N times, decided over its runs by the mean, "
     "the pass rate or pass^k)"
 )
 
@@ -157,9 +157,9 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="GRADE",
         type=_threshold_arg,
         default=None,
-        help="fail a graded test whose grade is below GRADE: a letter A-F (F = no minimum) or "
-        "a percentage such as 85, 85%% or 85.5 (ini: cleo_grade_fail_under; the cleo_grade "
-        "marker's fail_under beats both)",
+        help="fail a graded test whose grade is below GRADE: a letter A, B, C, D or F (F = no "
+        "minimum) or a percentage such as 85, 85%% or 85.5 (ini: cleo_grade_fail_under; the "
+        "cleo_grade marker's fail_under beats both)",
     )
     group.addoption(
         "--cleo-grade-mode",

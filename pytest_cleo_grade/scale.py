@@ -61,7 +61,7 @@ def percent_of(score: float, max_score: float) -> float:
 
 
 THRESHOLD_FORMS: Final = (
-    "a letter A-F (F means no minimum) or a percentage 0-100 such as 85, 85% or 85.5"
+    "a letter A, B, C, D or F (F means no minimum) or a percentage 0-100 such as 85, 85% or 85.5"
 )
 
 _LETTERS: Final[dict[str, float]] = dict(LETTER_CUTOFFS)
