@@ -649,7 +649,14 @@ def pytest_runtest_makereport(
     if call.when == "call" and problem is not None and report.failed:
         report.sections.append(("CLEO grade", problem))
     if call.when == "call" and graded is not None:
-        excluded = getattr(report, "wasxfail", None) is not None
+        # A strict XPASS carries no wasxfail (pytest fails it instead): the same agent's
+        # grade must not count or not by the marker's strictness.
+        strict_xpass = (
+            report.failed
+            and isinstance(report.longrepr, str)
+            and report.longrepr.startswith("[XPASS(strict)]")
+        )
+        excluded = getattr(report, "wasxfail", None) is not None or strict_xpass
         if report.skipped and not excluded:
             # Skipped after all (a unittest skip reported late): never graded or counted.
             del item.stash[GRADED_KEY]

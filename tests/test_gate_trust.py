@@ -284,6 +284,31 @@ def test_xfailed_and_xpassed_tests_are_shown_but_left_out_of_the_gate(
     )
 
 
+def test_a_strict_xpass_is_left_out_of_the_gate_as_a_lenient_one_is(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+        def test_good(graded_session):
+            perfect(graded_session)
+
+        @pytest.mark.xfail(reason="flaky", strict=True)
+        def test_unexpectedly_fine(graded_session):
+            forty(graded_session)
+        """,
+    )
+    result = pytester.runpytest("--cleo-grade-gate=B")
+    result.assert_outcomes(passed=1, failed=1)  # pytest fails a strict XPASS itself
+    result.stdout.fnmatch_lines(
+        [
+            "*test_unexpectedly_fine*40/100*xpassed, not counted",
+            "run grade A: mean 100% over 1 graded test (1 xfail/xpass not counted)",
+            "gate passed*",
+        ]
+    )
+
+
 # --- 5. storage trouble -------------------------------------------------------------------
 
 
