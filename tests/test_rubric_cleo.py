@@ -576,3 +576,10 @@ def test_a_session_of_many_distinct_calls_grades_alike_and_is_not_remembered() -
     assert len(cleo._known) <= cleo._KNOWN_LIMIT
     again = grade([entry("session", "list"), *odd, entry("tasks", "find")])
     assert again.model_dump() == result.model_dump()
+
+
+def test_an_empty_session_carries_an_empty_points_list_as_every_grade_does() -> None:
+    result = grade([])
+    assert (result.model_extra or {}).get("points") == []
+    assert '"points":[]' in result.model_dump_json(by_alias=True)
+

@@ -611,6 +611,7 @@ def _grade(
             flags=[EMPTY_SESSION_FLAG],
             timestamp=timestamp,
             entry_count=0,
+            points=[],  # nothing to explain: every grade carries the list
         )
     facts = _scan(details, codes)
     flags: list[str] = []

@@ -418,6 +418,7 @@ def grade_rules(
             flags=[spec.empty_flag],
             timestamp=timestamp,
             entry_count=0,
+            points=[],  # nothing to explain: every grade carries the list
         )
     flags: list[str] = []
     points: _Points = []
