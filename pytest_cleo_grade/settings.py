@@ -215,8 +215,15 @@ def _marker_mode(value: object) -> Mode:
         try:
             return parse_mode(value)
         except ValueError as exc:
-            raise ValueError(f"{exc}, or a thoroughness ({', '.join(THOROUGHNESS)})") from None
-    raise ValueError(f"invalid mode {value!r}: expected {MODE_FORMS}")
+            raise ValueError(f"{exc}{_OTHER_MODES}") from None
+    raise ValueError(f"invalid mode {value!r}: expected {MODE_FORMS}{_OTHER_MODES}")
+
+
+#: What else the marker's mode= reads (see _marker_value): said by its errors too.
+_OTHER_MODES: Final = (
+    f", or a thoroughness ({', '.join(THOROUGHNESS)}), or a trajectory mode "
+    f"({', '.join(TRAJECTORY_MODES)})"
+)
 
 
 def _marker_text(name: str) -> Callable[[object], str]:

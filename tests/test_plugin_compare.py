@@ -336,7 +336,8 @@ def test_the_query_defaults_to_the_test_function_and_mode_report_combines_with_i
         pytest.param(
             "mode='fast'",
             "*@pytest.mark.cleo_grade(mode=...): invalid mode 'fast': expected fail * or "
-            "report *, or a thoroughness (quick, medium, thorough)",
+            "report *, or a thoroughness (quick, medium, thorough), or a trajectory mode "
+            "(exact, in_order, any_order, subset, superset)",
             id="bad-mode",
         ),
         pytest.param(
