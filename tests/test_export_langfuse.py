@@ -488,10 +488,21 @@ def shown(result: GradeResult) -> dict[str, tuple[str, object, object]]:
 def test_a_weighted_rubric_file_is_exported_as_the_weighted_rubric_whatever_its_name(
     tmp_path: Path, name: str
 ) -> None:
+    from pytest_cleo_grade.exports.langfuse import DIMENSIONS_KEY
+
     result = weighted_file_grade(tmp_path, name)
-    # Without its dimensions' shapes in the grade, each is sent as its points: never dropped
-    # (a categorical dimension of its own), never outside its config (speed 4 on 0..1).
+    # The grade carries its file's dimension shapes: the design's configs, as for the
+    # built-in rubric (a categorical dimension of its own, speed on its own 1..5).
     assert shown(result) == {
+        "shipped": ("CATEGORICAL", "broken", (("no", 0), ("broken", 1), ("yes", 2))),
+        "care": ("NUMERIC", 0.5, (0.0, 1.0)),
+        "speed": ("NUMERIC", 4.0, (1.0, 5.0)),
+        "overall_quality": ("NUMERIC", 0.55, (0.0, 1.0)),
+    }
+    # A grade written without them (an older history line): each dimension is sent as its
+    # points, never dropped and never outside its config (speed 4 on 0..1).
+    older = result.model_copy(update={DIMENSIONS_KEY: None})
+    assert shown(older) == {
         "shipped": ("NUMERIC", 25.0, (0.0, 50.0)),
         "care": ("NUMERIC", 15.0, (0.0, 30.0)),
         "speed": ("NUMERIC", 15.0, (0.0, 20.0)),

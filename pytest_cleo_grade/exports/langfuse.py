@@ -34,6 +34,7 @@ from typing import Any, Final, Literal
 
 from pytest_cleo_grade.judges.redact import basic_token, mask, redact_url, url_secrets
 from pytest_cleo_grade.models import GradeResult, format_timestamp
+from pytest_cleo_grade.rubrics.weighted.rubric import DIMENSIONS_KEY
 from pytest_cleo_grade.rubrics.weighted.spec import DEFAULT_SPEC, CategoricalDimension
 from pytest_cleo_grade.scale import LETTER_CUTOFFS
 
@@ -203,12 +204,6 @@ def _comment(lines: Sequence[str]) -> str | None:
 
 #: One score of a grade: its config, value and comment.
 _Part = tuple[ConfigSpec, float | str, str | None]
-
-
-#: The extra a weighted grade may carry with each dimension's shape, as its rubric (file)
-#: defines it: ``{"name": {"type": "categorical", "categories": {"label": value, ...}}}`` or
-#: ``{"name": {"type": "numeric", "min": 1, "max": 5}}``.
-DIMENSIONS_KEY: Final = "judgeDimensions"
 
 
 def _is_weighted(extra: Mapping[str, Any]) -> bool:

@@ -90,6 +90,27 @@ __all__ = [
 ]
 
 #: The fence around the log: every log line starts with ``#``, so none can close it.
+#: The grade extra holding each judged dimension's shape (see :func:`dimension_shapes`).
+DIMENSIONS_KEY: Final = "judgeDimensions"
+
+
+def dimension_shapes(spec: RubricSpec) -> dict[str, dict[str, Any]]:
+    """``{"name": {"type": "categorical", "categories": {label: value}}}`` or
+    ``{"name": {"type": "numeric", "min": low, "max": high}}`` for each dimension."""
+    shapes: dict[str, dict[str, Any]] = {}
+    for dimension in spec.dimensions:
+        if isinstance(dimension, CategoricalDimension):
+            categories = {c.label: c.value for c in dimension.categories}
+            shapes[dimension.name] = {"type": "categorical", "categories": categories}
+        else:
+            shapes[dimension.name] = {
+                "type": "numeric",
+                "min": dimension.min,
+                "max": dimension.max,
+            }
+    return shapes
+
+
 LOG_FENCE_OPEN: Final = "```jsonl"
 LOG_FENCE_CLOSE: Final = "```"
 
@@ -523,6 +544,9 @@ class WeightedJudgeRubric:
             )
         extra: dict[str, Any] = {
             "judgeScores": {name: v.raw for name, v in verdicts.items()},
+            # Each dimension's shape travels with the grade, so an export (Langfuse's score
+            # configs) knows a file's categories and ranges without the file.
+            DIMENSIONS_KEY: dimension_shapes(self.spec),
         }
         if len(per_chunk) > 1:
             extra["chunkScores"] = [
