@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from pytest_cleo_grade.cli.grade import grade_entries_file, grade_from_store
 from pytest_cleo_grade.errors import EntryError, StoreError
+from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.rubrics.cleo import grade_entries
 from pytest_cleo_grade.sources import find_cleo_db, load_entries_file
 from pytest_cleo_grade.store import AuditStore
@@ -107,7 +109,8 @@ def test_cleo_rows_map_to_entries_as_cleo_defines_them(cleo_db: Path) -> None:
     assert listed["metadata"]["gateway"] == "cleo_query"
     assert "taskId" not in {k for k, v in listed["metadata"].items() if v is not None}
     assert shown["params"] == {"taskId": "T404"}
-    assert shown["result"] == {"success": False, "exitCode": 1, "duration": 2.0}
+    # CLEO keeps no exit code: a failure whose error says not found is E_NOT_FOUND (4).
+    assert shown["result"] == {"success": False, "exitCode": 4, "duration": 2.0}
     assert shown["error"] == "Task T404 not found"
     assert shown["metadata"]["taskId"] == "T404"
     assert shown["metadata"]["gateway"] == "query"
@@ -208,6 +211,139 @@ def test_imported_cleo_entries_grade_as_they_do_read_directly(
     assert (
         grade_entries(imported, session_id=SESSION).total_score
         == grade_entries(direct, session_id=SESSION).total_score
+    )
+
+
+NOT_FOUND_SESSION = "session-1772366400000-nf"
+EXAMPLE_SESSION = (
+    Path(__file__).resolve().parent.parent / "examples" / "sessions" / "agent-session.jsonl"
+)
+
+
+def cleo_db_with_a_miss(path: Path) -> Path:
+    """A CLEO project whose session has an unrecovered E_NOT_FOUND and another failure."""
+    build_cleo_db(path, idempotency_key=True)
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO audit_log (id, timestamp, action, task_id, details_json, domain, "
+            "operation, session_id, duration_ms, success, source, gateway, error_message) "
+            "VALUES (?, ?, ?, ?, '{}', 'tasks', ?, ?, 1, ?, 'mcp', 'query', ?)",
+            [
+                ("n1", "2026-03-01T12:00:00.000Z", "tasks.show", "T9", "show",
+                 NOT_FOUND_SESSION, 0, "E_NOT_FOUND: task T9 not found"),
+                ("n2", "2026-03-01T12:00:01.000Z", "tasks.update", "T5", "update",
+                 NOT_FOUND_SESSION, 0, "E_VALIDATION: title is required"),
+                ("n3", "2026-03-01T12:00:02.000Z", "tasks.list", "system", "list",
+                 NOT_FOUND_SESSION, 1, None),
+            ],
+        )  # fmt: skip
+    conn.close()
+    return path
+
+
+def test_a_cleo_not_found_failure_grades_as_e_not_found_on_every_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # CLEO's audit_log has no exit code column: "not found" in error_message is the shared
+    # rule's E_NOT_FOUND (4) when read directly, when imported, and on the calls path.
+    from pytest_cleo_grade.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLEO_AUDIT_DB", raising=False)
+    cleo_db_with_a_miss(tmp_path / "proj" / ".cleo" / "tasks.db")
+    flag = "E_NOT_FOUND (tasks.show) not followed by recovery lookup"
+    assert main(["grade", NOT_FOUND_SESSION, "--cleo-db", "proj", "--no-save", "--json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert direct["dimensions"]["errorProtocol"]["score"] == 15
+    assert flag in direct["flags"]
+    assert main(["import", "proj", "--db", "ours.db"]) == 0
+    capsys.readouterr()
+    assert main(["grade", NOT_FOUND_SESSION, "--db", "ours.db", "--no-save", "--json"]) == 0
+    imported = json.loads(capsys.readouterr().out)
+    assert imported["dimensions"] == direct["dimensions"]
+    assert imported["flags"] == direct["flags"]
+    for source in (["--cleo-db", "proj"], ["--db", "ours.db"]):
+        assert main(["show", NOT_FOUND_SESSION, *source]) == 0
+        shown = capsys.readouterr().out
+        assert re.search(r"tasks\.show +query +exit 4 ", shown)
+        assert re.search(r"tasks\.update +query +exit 1 ", shown)
+        assert "errorProtocol 15/20" in shown
+    with AuditStore(tmp_path / "ours.db", read_only=True) as store:
+        codes = [e.result.exit_code for e in store.session_entries(NOT_FOUND_SESSION)]
+    assert codes == [4, 1, 0]
+
+
+def test_our_own_rows_keep_their_exit_code_whatever_their_error_says(tmp_path: Path) -> None:
+    entry = AuditEntry.model_validate(
+        {
+            "timestamp": "2026-03-01T12:00:00.000Z",
+            "sessionId": "s1",
+            "domain": "tasks",
+            "operation": "show",
+            "result": {"success": False, "exitCode": 1},
+            "error": "Task T1 not found",
+        }
+    )
+    with AuditStore(tmp_path / "ours.db") as store:
+        store.append(entry)
+        stored = store.session_entries(entry.session_id or "")
+        calls = store.session_calls(entry.session_id or "")
+    assert [e.result.exit_code for e in stored] == [1]
+    assert calls is not None and [call[4] for call in calls] == [1]
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "named"),
+    [
+        ("r2", "task_id", "r2"),
+        ("r2", "error_message", "r2"),  # a failure: its error is read for the not-found rule
+        ("r1", "id", repr("T\\xff\nA")),  # the id itself: escaped, on one line
+    ],
+)
+def test_text_that_is_not_utf8_is_one_line_naming_the_row_and_column(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    row: str,
+    column: str,
+    named: str,
+) -> None:
+    from pytest_cleo_grade.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLEO_AUDIT_DB", raising=False)
+    path = build_cleo_db(tmp_path / "proj" / ".cleo" / "cleo.db", idempotency_key=True)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            f"UPDATE audit_log SET {column} = CAST(X'54FF0A41' AS TEXT) WHERE id = ?", (row,)
+        )
+    conn.close()
+    expected = (
+        f"cleo-grade: error: proj/.cleo/cleo.db: audit_log row {named}: column {column} "
+        "holds text that is not valid UTF-8\n"
+    )
+    for argv in (
+        ["grade", SESSION, "--cleo-db", "proj", "--no-save"],
+        ["show", SESSION, "--cleo-db", "proj"],
+        ["import", "proj", "--db", "ours.db"],
+        ["grade", SESSION, "--db", "proj/.cleo/cleo.db", "--no-save"],  # the calls path first
+    ):
+        assert main(argv) == 2, argv
+        assert capsys.readouterr() == ("", expected), argv
+
+
+def test_a_session_id_that_is_not_utf8_in_a_store_is_named_too(tmp_path: Path) -> None:
+    store = tmp_path / "ours.db"
+    with AuditStore(store) as audit:
+        audit.append_many(load_entries_file(EXAMPLE_SESSION))
+    with sqlite3.connect(store) as conn:
+        row = conn.execute("SELECT id FROM audit_log ORDER BY rowid LIMIT 1").fetchone()[0]
+        conn.execute("UPDATE audit_log SET session_id = CAST(X'FF' AS TEXT) WHERE id = ?", (row,))
+    conn.close()
+    with AuditStore(store, read_only=True) as audit, pytest.raises(StoreError) as caught:
+        audit.session_ids()
+    assert str(caught.value) == (
+        f"{store}: audit_log row {row}: column session_id holds text that is not valid UTF-8"
     )
 
 

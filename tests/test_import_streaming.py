@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,66 @@ def test_leading_blank_lines_do_not_open_the_store_before_the_first_entry(
     assert main(["import", "other.jsonl", "--session-id", "b", "--db", "notadb.txt"]) == 2
     assert capsys.readouterr().err == ("cleo-grade: error: other.jsonl: no entries for session b\n")
     assert (in_tmp / "notadb.txt").read_text() == "not a database\n"
+
+
+CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
+
+
+def test_a_failed_import_never_removes_a_store_another_import_filled_meanwhile(
+    tmp_path: Path,
+) -> None:
+    # Import B creates the store and fails at its last line; import A, started once B's
+    # store exists, waits for B's write lock and commits when B rolls back. B removed the
+    # store it had created, by path, and with it A's acknowledged rows (review 6, finding 7).
+    # Enough lines that B is still writing (about 2 s) when A has started and opened the store.
+    count = 50_000
+    lines = [entry_line(i, "b") for i in range(count)]
+    (tmp_path / "b.jsonl").write_text("\n".join([*lines, "{bad"]) + "\n")
+    (tmp_path / "a.jsonl").write_text("\n".join(entry_line(i, "a") for i in range(9)) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
+    env["CLEO_GRADE_IMPORT_WORKERS"] = "0"
+    store = tmp_path / "st" / "a.db"
+    argv = [sys.executable, "-c", CLI, "import"]
+    b = subprocess.Popen(
+        [*argv, "b.jsonl", "--db", "st/a.db"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not store.exists() and b.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert b.poll() is None, "import B ended before import A could start"
+        a = subprocess.run(
+            [*argv, "a.jsonl", "--db", "st/a.db"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        _, b_err = b.communicate(timeout=60)
+    finally:
+        if b.poll() is None:
+            b.kill()
+            b.wait()
+    assert b.returncode == 2
+    assert b_err.startswith(f"cleo-grade: error: b.jsonl:{count + 1}: invalid JSON")
+    assert (a.returncode, a.stderr) == (0, "")
+    assert a.stdout.startswith("Imported 9 entries into st/a.db")
+    with AuditStore(store, read_only=True) as stored:
+        assert stored.session_ids() == ["a"]
+        assert stored.count() == 9
+
+
+def test_a_failed_import_removes_the_store_it_created_when_nobody_else_used_it(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    lines = [entry_line(i) for i in range(12_000)]
+    (in_tmp / "bad.jsonl").write_text("\n".join([*lines, "{bad"]) + "\n")
+    assert main(["import", "bad.jsonl", "--db", "new/dir/a.db"]) == 2
+    assert capsys.readouterr().err.startswith("cleo-grade: error: bad.jsonl:12001: invalid")
+    assert not (in_tmp / "new").exists()

@@ -19,7 +19,7 @@ from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries
 from pytest_cleo_grade.rubrics.cleo_calls import graded_call
 from pytest_cleo_grade.sources import load_entries_file
 from pytest_cleo_grade.store import ROW_COLUMNS, AuditStore, entry_row
-from tests.test_import import SESSION, build_cleo_db
+from tests.test_import import NOT_FOUND_SESSION, SESSION, build_cleo_db, cleo_db_with_a_miss
 
 NOW = datetime(2026, 3, 2, tzinfo=UTC)
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -265,3 +265,15 @@ def test_a_streamed_file_chooses_its_one_session_or_says_which_to_choose(tmp_pat
     both = write_entries(tmp_path / "two.jsonl", two, array=False)
     with pytest.raises(CommandError, match=r"holds 2 sessions \(s1, s2\); choose one"):
         grade_entries_file(str(both))
+
+
+def test_a_cleo_not_found_failure_is_e_not_found_on_the_calls_path_too(tmp_path: Path) -> None:
+    # CLEO's layout has no exit_code: both readings derive it with the shared not-found rule.
+    path = cleo_db_with_a_miss(tmp_path / "cleo.db")
+    with AuditStore(path, read_only=True) as store:
+        calls = store.session_calls(NOT_FOUND_SESSION)
+    assert calls is not None
+    assert [call[4] for call in calls] == [4, 1, 0]
+    graded = by_calls(path, NOT_FOUND_SESSION)
+    assert dump(graded) == dump(by_entries(path, NOT_FOUND_SESSION))
+    assert graded.dimensions["errorProtocol"].score == 15

@@ -4,7 +4,8 @@
 AuditEntry: right when the entries are wanted, most of the cost when only a grade is. This
 reads the seven facts of each row (``rubrics.cleo_calls.GradedCall``) straight from the
 columns, with the same mapping as the entry path (null domain -> ``unknown``, ``action``
-when ``operation`` is null, null success -> true, exit code 0/1 when the column is null).
+when ``operation`` is null, null success -> true, ``schema.exit_code_sql`` when the exit
+code column is null or absent).
 
 It answers only for sessions whose every row the entry path would read without complaint
 and order by text: timestamps in the store's fixed-width form, text columns holding text,
@@ -21,7 +22,7 @@ from datetime import datetime
 from typing import Final
 
 from pytest_cleo_grade.rubrics.cleo_calls import GradedCall
-from pytest_cleo_grade.store.schema import task_id_sql
+from pytest_cleo_grade.store.schema import exit_code_sql, task_id_sql
 
 __all__ = ["read_calls"]
 
@@ -68,9 +69,7 @@ def _plain(columns: tuple[str, ...]) -> str:
 
 
 def _select(columns: tuple[str, ...]) -> str:
-    exit_code = "CASE WHEN success = 0 THEN 1 ELSE 0 END"
-    if "exit_code" in columns:
-        exit_code = f"coalesce(exit_code, {exit_code})"
+    exit_code = exit_code_sql(columns)
     operation = "coalesce(operation, action)"
     # A successful tasks.add is the only row whose parameters the rubric reads.
     add = f"coalesce(domain, 'unknown') = 'tasks' AND {operation} = 'add' AND success IS NOT 0"

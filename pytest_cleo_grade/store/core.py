@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import stat
@@ -36,11 +37,13 @@ from pytest_cleo_grade.store.schema import (
     MIGRATIONS,
     entry_row,
     entry_rows,
+    exit_code_sql,
     grade_row,
+    register_functions,
     task_id_sql,
 )
 
-__all__ = ["BUSY_TIMEOUT_S", "DEFAULT_DB", "AuditStore"]
+__all__ = ["BUSY_TIMEOUT_S", "DEFAULT_DB", "AuditStore", "remove_if_unused"]
 
 _T = TypeVar("_T")
 
@@ -75,6 +78,8 @@ class AuditStore:
         self.read_only = read_only
         self.timeout = timeout
         self._lock = threading.Lock()
+        #: Write mode: a descriptor of the store file holding a shared flock (see _claim_file).
+        self._claim: int | None = None
         #: Read-only: the WAL's side files were absent before the open (see close()).
         self._tidy_sides = read_only and not any(
             map(os.path.lexists, _sides(self.path.resolve(), "-wal", "-shm"))
@@ -84,7 +89,7 @@ class AuditStore:
         except sqlite3.DatabaseError as exc:
             self.close()
             raise StoreError(f"{self.path}: {_describe(exc)}") from exc
-        except StoreError:
+        except BaseException:  # a StoreError, or Ctrl-C: the claim is released either way
             self.close()
             raise
 
@@ -118,6 +123,8 @@ class AuditStore:
                 ) from exc
             self._refuse_links()
             self._check_regular(missing=None)
+            if self._claim is None:
+                self._claim = _claim_file(self.path)
             # nofollow: SQLite itself refuses a link planted between the check and the open.
             # Autocommit: every statement outside an explicit transaction commits at once.
             conn = sqlite3.connect(
@@ -128,6 +135,7 @@ class AuditStore:
                 check_same_thread=False,
             )
         conn.row_factory = sqlite3.Row
+        register_functions(conn)
         conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         return conn
 
@@ -402,6 +410,8 @@ class AuditStore:
                 cursor.row_factory = None  # plain tuples, transposed below at C speed
                 rows = cursor.execute(sql, (session_id,)).fetchall()
         except sqlite3.OperationalError as exc:
+            if _undecodable(exc):
+                raise StoreError(f"{self.path}: {self._undecodable_row(session_id)}") from exc
             if "BLOB" in str(exc):
                 raise StoreError(
                     f"{self.path}: audit_log row {self._blob_row(session_id)}: holds binary "
@@ -437,6 +447,36 @@ class AuditStore:
         )
         return str(rows[0][0]) if rows else "?"
 
+    def _undecodable_row(self, session_id: str | None) -> str:
+        """``audit_log row ID: column COLUMN holds text that is not UTF-8`` for the first such
+        row (of a session, or of the table), instead of SQLite's error, which quotes the SQL.
+
+        Python decodes every TEXT value it fetches; read here as bytes, each is decoded in turn.
+        """
+        where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
+        columns = ", ".join(f'"{column}"' for column in self._columns)
+        with self._lock:
+            self._conn.text_factory = bytes
+            try:
+                cursor = self._conn.cursor()
+                cursor.row_factory = None
+                rows = cursor.execute(
+                    f"SELECT id, {columns} FROM audit_log {where} ORDER BY timestamp, rowid",
+                    params,
+                )
+                for row_id, *values in rows:
+                    for column, value in zip(self._columns, values, strict=True):
+                        if isinstance(value, bytes) and not _is_utf8(value):
+                            return (
+                                f"audit_log row {_shown_id(row_id)}: column {column} holds text "
+                                "that is not valid UTF-8"
+                            )
+            except sqlite3.Error:
+                pass
+            finally:
+                self._conn.text_factory = str
+        return "a row holds text that is not valid UTF-8"
+
     def _malformed_row(self, session_id: str) -> str:
         check = "json_valid(coalesce(nullif(details_json, ''), '{}'))"
         if "metadata_json" in self._columns:
@@ -461,10 +501,8 @@ class AuditStore:
         text is left as stored, so that an error quotes what the row holds). A fractional
         ``duration_ms`` prints with 15 digits here; ``_load`` puts back the exact double.
         """
-        exit_code = "CASE WHEN success = 0 THEN 1 ELSE 0 END"
+        exit_code = exit_code_sql(self._columns)
         metadata = "'{}'"
-        if "exit_code" in self._columns:
-            exit_code = f"coalesce(exit_code, {exit_code})"
         if "metadata_json" in self._columns:
             metadata = "coalesce(metadata_json, '{}')"
         return f"""json_object(
@@ -540,15 +578,17 @@ class AuditStore:
         )
 
     def _read(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
-        with self._lock:
-            try:
+        try:
+            with self._lock:
                 return self._conn.execute(sql, params).fetchall()
-            except sqlite3.OperationalError as exc:
-                if "no such table: grades" in str(exc):
-                    return []
-                raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
-            except sqlite3.DatabaseError as exc:
-                raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
+        except sqlite3.OperationalError as exc:
+            if "no such table: grades" in str(exc):
+                return []
+            if _undecodable(exc):  # a session id, say: name the row, not the SQL
+                raise StoreError(f"{self.path}: {self._undecodable_row(None)}") from exc
+            raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -564,6 +604,7 @@ class AuditStore:
         they were absent before, as SQLite removes them (see :func:`_remove_unused_sides`).
         """
         self._close_quietly()
+        self._release_claim()
         if self._tidy_sides:
             self._tidy_sides = False
             _remove_unused_sides(self.path.resolve())
@@ -573,6 +614,11 @@ class AuditStore:
         if conn is not None:
             conn.close()
             self._conn = None  # type: ignore[assignment]
+
+    def _release_claim(self) -> None:
+        claim, self._claim = getattr(self, "_claim", None), None
+        if claim is not None:
+            os.close(claim)  # drops its flock
 
     def __enter__(self) -> AuditStore:
         return self
@@ -615,6 +661,149 @@ def _row_json_problem(text: str) -> str | None:
             return "details_json or metadata_json is nested too deeply"
         return f"holds a number JSON cannot carry ({error['msg']})"
     return None
+
+
+def remove_if_unused(path: str | os.PathLike[str]) -> bool:
+    """Remove a store file that is provably nobody's: for an import that created the store
+    and failed. Returns whether the path is gone (it may have been absent already).
+
+    Whatever the import rolled back, another process (an import, ``record()`` in a worker)
+    may have opened the new file since and be about to commit, or have committed and closed.
+    The file is removed only when (1) no AuditStore has it open: each holds a shared flock
+    on it from before SQLite opens it until it closes (see :func:`_claim_file`), so the exclusive
+    one is granted only when none does; (2) no table holds a row; (3) no ``-wal``, ``-shm``
+    or ``-journal`` is beside it (SQLite removes them when the last connection of any kind
+    closes); and (4) the path still names the file checked. A writer that opens the file
+    meanwhile waits for its shared flock, then finds the path gone and creates it anew.
+    Any doubt (an error, a busy lock) leaves the file.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        opened = os.fstat(fd)
+        if not (stat.S_ISREG(opened.st_mode) and _same_file(opened, path)):
+            return False
+        if not _holds_no_row(path):
+            return False
+        if any(map(os.path.lexists, _sides(path, "-wal", "-shm", "-journal"))):
+            return False
+        if not _same_file(opened, path):
+            return False
+        path.unlink()
+    except OSError:
+        return False  # held by another process (BlockingIOError), or not ours to remove
+    finally:
+        os.close(fd)  # drops the flock: a writer waiting for it finds the path gone
+    return True
+
+
+def _holds_no_row(path: Path) -> bool:
+    """Whether every table of the database but the migrations' record is empty.
+
+    The connection may write (a read-only one cannot remove the WAL's side files when it
+    closes); it runs nothing that writes. Closing it as the last connection folds in and
+    removes an empty ``-wal`` and the ``-shm``.
+    """
+    try:
+        conn = sqlite3.connect(
+            f"{path.absolute().as_uri()}?mode=rw&nofollow=1",
+            uri=True,
+            timeout=0,
+            isolation_level=None,
+        )
+    except sqlite3.Error:
+        return False
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        return not any(
+            conn.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchone()
+            for name in tables
+            if name != Migrations.migrations_table
+        )
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+
+
+#: How often a writer reopens a store whose file was removed between its open and its flock.
+_CLAIM_ATTEMPTS: Final = 50
+
+
+def _claim_file(path: Path) -> int | None:
+    """A descriptor of the store file (created if missing) holding a shared flock on it.
+
+    Taken before SQLite opens the file and kept until the store closes: the file a failed
+    import may remove (:func:`remove_if_unused`, which needs the exclusive flock) is
+    never one a writer has open. The flock is taken on the file the path names *now*; if it
+    was removed (or replaced) before the flock was granted, the path is opened again. None
+    when the file cannot be opened here: SQLite's own open then reports why.
+    """
+    for _ in range(_CLAIM_ATTEMPTS):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a failed import may remove it
+            fd = _open_claim(path)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            if _same_file(os.fstat(fd), path):
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+    return None
+
+
+def _open_claim(path: Path) -> int:
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, os.O_RDWR | flags, 0o644)
+    except PermissionError:
+        fd = os.open(path, os.O_RDONLY | flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotRegularFileError(path, "not a regular file")
+    return fd
+
+
+def _same_file(opened: os.stat_result, path: Path) -> bool:
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _undecodable(exc: sqlite3.OperationalError) -> bool:
+    """Whether Python could not decode a TEXT value SQLite returned (invalid UTF-8)."""
+    return str(exc).startswith("Could not decode to UTF-8")
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _shown_id(row_id: object) -> str:
+    """A row id as one line of text: undecodable bytes and control characters escaped."""
+    text = row_id.decode("utf-8", "backslashreplace") if isinstance(row_id, bytes) else str(row_id)
+    return text if text.isprintable() else repr(text)
 
 
 def _sides(path: Path, *suffixes: str) -> list[Path]:

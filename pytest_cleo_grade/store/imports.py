@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import operator
 import os
@@ -19,7 +18,7 @@ from pytest_cleo_grade.sources import (
     read_cleo_db,
     select_session,
 )
-from pytest_cleo_grade.store.core import AuditStore
+from pytest_cleo_grade.store.core import AuditStore, remove_if_unused
 from pytest_cleo_grade.store.schema import entry_row, entry_rows
 from pytest_cleo_grade.workers import worker_count
 
@@ -64,9 +63,12 @@ def stream_entries_file(
 
     Memory is bounded by a batch, not by the file. The first line is read and validated
     before the store is opened, so a file that is bad from its first line creates nothing;
-    a bad line further on rolls the one transaction back, and a store this call created
-    is removed again (nothing half-written is left). A large JSON lines file is validated
-    by worker processes while this one writes (see :func:`worker_count`).
+    a bad line further on (or Ctrl-C, SIGTERM) rolls the one transaction back, and a store
+    this call created is removed again, only if it is still this call's alone: another
+    process (an import, ``record()`` from a worker) may have opened the new file meanwhile,
+    and then it stays, its rows intact (see :func:`remove_if_unused`). A large
+    JSON lines file is validated by worker processes while this one writes (see
+    :func:`worker_count`).
     """
     store_path = Path(target)
     where = str(path)
@@ -95,7 +97,8 @@ def stream_entries_file(
                 with AuditStore(store_path) as store:
                     store.append_batches(selected(first))
             except BaseException:
-                _remove_created(store_path, created)
+                if store_path in created and remove_if_unused(store_path):
+                    _remove_directories(created[1:])
                 raise
         finally:
             batches.close()  # stops the workers, whatever happened
@@ -146,16 +149,14 @@ def _missing_parts(path: Path) -> list[Path]:
     return missing
 
 
-def _remove_created(path: Path, created: list[Path]) -> None:
-    """Undo the creation of a store a failed import made (its side files, its directories)."""
-    if path not in created:
-        return
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        with contextlib.suppress(OSError):
-            path.with_name(path.name + suffix).unlink()
-    for directory in created[1:]:
-        with contextlib.suppress(OSError):
+def _remove_directories(created: list[Path]) -> None:
+    """Remove the directories a failed import created, deepest first, while they are empty
+    (rmdir never removes one another process has put a file in meanwhile)."""
+    for directory in created:
+        try:
             directory.rmdir()
+        except OSError:
+            return
 
 
 def import_entries_file(

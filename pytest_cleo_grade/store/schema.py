@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import os
+import sqlite3
 import time
 from collections.abc import Iterable
 from datetime import UTC
@@ -18,6 +19,7 @@ from sqlite_utils.migrations import Migrations
 from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.files import check_nesting
 from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
+from pytest_cleo_grade.not_found import E_NOT_FOUND, says_not_found
 
 __all__ = [
     "AUDIT_COLUMNS",
@@ -143,6 +145,40 @@ def _create_tables(db: Database) -> None:
 
 
 KNOWN_MIGRATIONS: Final = frozenset(m.name for m in MIGRATIONS._migrations)
+
+
+#: The SQL function :func:`register_functions` adds: 1 when an error text says not found.
+_SAYS_NOT_FOUND: Final = "cleo_grade_says_not_found"
+
+
+def _says_not_found(text: object) -> int:
+    # Passed as a BLOB: Python cannot hand a function text that is not UTF-8 (the reader
+    # then names that row, see AuditStore._undecodable_row), and an error must not hide it.
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return int(isinstance(text, str) and says_not_found(text))
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """Add the Python rules the readers' SQL calls (see :func:`exit_code_sql`)."""
+    conn.create_function(_SAYS_NOT_FOUND, 1, _says_not_found, deterministic=True)
+
+
+def exit_code_sql(columns: tuple[str, ...]) -> str:
+    """SQL for a row's exit code, alike for the entry and the calls reading.
+
+    Our rows carry theirs. CLEO's layout has no such column (CLEO rebuilds 0/1 on read, so
+    its own E_NOT_FOUND rule never fires on real data): a success is 0, a failure whose
+    ``error_message`` says not found by the rule every adapter shares (``not_found``) is
+    E_NOT_FOUND, any other failure 1. Needs :func:`register_functions` on the connection.
+    """
+    derived = (
+        "CASE WHEN success = 0 THEN CASE WHEN "
+        f"{_SAYS_NOT_FOUND}(CAST(error_message AS BLOB)) THEN {E_NOT_FOUND} ELSE 1 END ELSE 0 END"
+    )
+    if "exit_code" in columns:
+        return f"coalesce(exit_code, {derived})"
+    return derived
 
 
 def task_id_sql(columns: tuple[str, ...]) -> str:
