@@ -140,11 +140,17 @@ class BaselineGate:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.options.save_baseline is not None and self.results:
             from pytest_cleo_grade.baseline import write_baseline
+            from pytest_cleo_grade.files import replaced_input
 
-            try:
-                write_baseline(self.options.save_baseline, self._current(), source="pytest run")
-            except OSError as exc:
-                self.note = f"baseline not saved to {self.options.save_baseline}: {exc}"
+            target = self.options.save_baseline
+            # Never over the history it was read beside (grading never loses data).
+            if replaced_input(target, [self.history_path]) is not None:
+                self.note = f"baseline not saved to {target}: it would replace the grade history"
+            else:
+                try:
+                    write_baseline(target, self._current(), source="pytest run")
+                except OSError as exc:
+                    self.note = f"baseline not saved to {target}: {exc}"
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if path and (self.comparison is not None or self.note):
             from pytest_cleo_grade.display import markdown_cell

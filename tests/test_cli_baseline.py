@@ -181,3 +181,18 @@ def test_save_never_writes_through_a_planted_file_and_leaves_nothing_when_it_fai
     assert capsys.readouterr().err.endswith(
         "bl.json: cannot write: a parent of the path is not a directory\n"
     )
+
+
+def test_save_never_writes_over_the_history_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = history(tmp_path / "GRADES.jsonl", grade("t::a", 80))
+    before = source.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert main(["baseline", "save", "./GRADES.jsonl", "--history", str(source)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"cleo-grade baseline: GRADES.jsonl: would replace the grade history {source}: "
+        "nothing written"
+    )
+    assert source.read_bytes() == before

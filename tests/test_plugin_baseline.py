@@ -267,3 +267,15 @@ def test_an_expected_failure_stays_out_of_reports_and_baselines_read_from_the_hi
     again = pytester.runpytest("--cleo-grade-baseline=b.json")
     again.assert_outcomes(passed=1, xfailed=1)
     assert "missing" not in again.stdout.str()
+
+
+def test_a_run_never_saves_its_baseline_over_its_history(pytester: pytest.Pytester) -> None:
+    make_suite(pytester, XFAILED)
+    pytester.runpytest().assert_outcomes(passed=1, xfailed=1)
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    before = history.read_text()
+    result = pytester.runpytest(f"--cleo-grade-save-baseline={history}")
+    result.assert_outcomes(passed=1, xfailed=1)
+    result.stdout.fnmatch_lines(["*baseline not saved to *GRADES.jsonl: it would replace the*"])
+    after = history.read_text()
+    assert after.startswith(before) and len(after.splitlines()) == 4  # two more grade lines

@@ -27,7 +27,7 @@ from pytest_cleo_grade.cli.common import (
     warnings_to_stderr,
 )
 from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.files import parse_json_strict
+from pytest_cleo_grade.files import parse_json_strict, replaced_input
 
 __all__ = ["load_grades", "register"]
 
@@ -110,8 +110,13 @@ def _checked(read: Callable[[], T]) -> T:
 
 def run_save(args: argparse.Namespace) -> int:
     source = history_path(args)
-    grades = load_grades(source)
     output = Path(args.output)
+    if replaced_input(output, [source]) is not None:
+        raise CommandError(
+            f"cleo-grade baseline: {output}: would replace the grade history {source}: "
+            "nothing written"
+        )
+    grades = load_grades(source)
     try:
         write_baseline(output, grades, source=f"history {source.name}")
     except OSError as exc:
