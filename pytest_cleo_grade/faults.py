@@ -28,6 +28,7 @@ __all__ = [
     "any_queued",
     "clear",
     "inject",
+    "never_used",
     "pending",
     "take",
 ]
@@ -69,6 +70,7 @@ class InjectedFault(Exception):
 class _Slot:
     fault: Fault
     left: int
+    used: bool = False
 
 
 _lock = threading.Lock()
@@ -117,6 +119,7 @@ def take(session_id: str | None, domain: str, operation: str) -> Fault | None:
             return None
         for slot in queue:
             if slot.fault.domain == domain and slot.fault.operation == operation:
+                slot.used = True
                 slot.left -= 1
                 if slot.left <= 0:
                     queue.remove(slot)
@@ -138,6 +141,12 @@ def pending(session_id: str) -> list[tuple[Fault, int]]:
     """The session's faults not used up yet, with the calls each will still fail."""
     with _lock:
         return [(slot.fault, slot.left) for slot in _pending.get(session_id, [])]
+
+
+def never_used(session_id: str) -> list[Fault]:
+    """The session's faults that failed no call at all (one used once is not among them)."""
+    with _lock:
+        return [slot.fault for slot in _pending.get(session_id, []) if not slot.used]
 
 
 def clear(session_id: str) -> None:

@@ -453,7 +453,7 @@ def _warn_unused_faults(nodeid: str, session_id: str) -> None:
     from pytest_cleo_grade import faults
 
     unused = sorted(
-        {f"{fault.domain}.{fault.operation}" for fault, _ in faults.pending(session_id)}
+        {f"{fault.domain}.{fault.operation}" for fault in faults.never_used(session_id)}
     )
     if unused:
         from pytest_cleo_grade.display import terminal_text

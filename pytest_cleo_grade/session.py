@@ -289,18 +289,25 @@ class GradeSession:
         the store cannot hold must not take the session's other calls with it."""
         held, self._held = self._held, []
         written, refused = 0, []
-        for entry in held:
+        for position, entry in enumerate(held):
             try:
                 written += self.store.append_many([entry])
             except EntryError as exc:
                 refused.append(f"{entry.domain}.{entry.operation}: {exc}")
             except StoreError:
-                self._held = held[held.index(entry) :]  # kept for a later flush
+                # What was written is stored (the session must then be read back); the
+                # rest stays held for a later flush.
+                self._held = held[position:]
+                self._flushed = self._flushed or position > len(refused)
                 raise
-        self._flushed = True
+            else:
+                self._flushed = True
+        if not refused:
+            return written  # refused together, stored one by one: nothing lost after all
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
         raise EntryError(
-            f"{len(refused)} of {len(held)} entries not stored, the others were: {refused[0]}{more}"
+            f"{len(refused)} of {len(held)} entries not stored (the others were): "
+            f"{refused[0]}{more}"
         )
 
     def close(self, *, flush: bool = True) -> None:

@@ -224,7 +224,7 @@ def test_an_entry_the_store_cannot_hold_never_takes_the_sessions_other_calls_wit
     session.record("session", "end", gateway="cleo_mutate")
     with pytest.raises(EntryError) as caught:
         session.flush()
-    assert str(caught.value).startswith("1 of 3 entries not stored, the others were: tasks.add:")
+    assert str(caught.value).startswith("1 of 3 entries not stored (the others were): tasks.add:")
     with AuditStore(session.settings.db_path, read_only=True) as store:
         assert [e.operation for e in store.session_entries(session.id)] == ["list", "end"]
     assert session.flush() == 0  # nothing left held, nothing stored twice
