@@ -174,9 +174,18 @@ class BaselineGate:
     def _summary_not_written(config: pytest.Config, exc: OSError) -> None:
         # Registered with the gate, the Reporter warns after this hook, and meets the same
         # path: one CleoGradeWarning for both blocks.
+        message = f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}"
         reporter = config.pluginmanager.get_plugin("cleo_grade_reporter")
-        assert reporter is not None  # plugin.py registers it wherever it registers the gate
-        reporter.problem(f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}")
+        if reporter is not None:
+            reporter.problem(message)
+            return
+        # No reporter (blocked with -p no:...): a warning, never an error at the run's end.
+        import warnings
+
+        from pytest_cleo_grade.errors import CleoGradeWarning, warnings_shown_not_raised
+
+        with warnings_shown_not_raised():
+            warnings.warn(message, CleoGradeWarning, stacklevel=1)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.comparison is None and self.note is None:

@@ -529,7 +529,12 @@ def test_a_weighted_grade_carrying_its_dimensions_shapes_gets_the_designs_config
         "overall_quality": ("NUMERIC", 0.55, (0.0, 1.0)),
     }
     # Shapes are input (a history line): one that makes no sense is ignored.
-    broken = {"shipped": {"type": "categorical", "categories": []}, "speed": {"type": "numeric"}}
+    broken = {
+        "shipped": {"type": "categorical", "categories": []},
+        "speed": {"type": "numeric"},
+        "care": {"type": "numeric", "min": 10**400, "max": 1},  # no float holds it
+    }
     result = result.model_copy(update={DIMENSIONS_KEY: broken})
     assert shown(result)["shipped"] == ("NUMERIC", 25.0, (0.0, 50.0))
     assert shown(result)["speed"] == ("NUMERIC", 15.0, (0.0, 20.0))
+    assert shown(result)["care"] == ("NUMERIC", 15.0, (0.0, 30.0))

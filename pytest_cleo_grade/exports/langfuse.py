@@ -245,7 +245,11 @@ def _number(value: object) -> float | None:
     """A finite number (not a bool) as a float, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)  # an int past a float's range (a history line is input)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _shape_config(name: str, shape: object) -> ConfigSpec | None:
