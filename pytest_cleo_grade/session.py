@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -329,6 +330,10 @@ class GradeSession:
 
     def _restore(self) -> None:
         faults.clear(self.id)
+        # Only if an adapter was loaded (a suite without capture imports nothing more).
+        direct = sys.modules.get("pytest_cleo_grade.capture.direct")
+        if direct is not None:
+            direct.forget_expected_calls()
         hold_in_process(self.id, None)
         if self._saved_env is not None:
             for name, value in self._saved_env.items():

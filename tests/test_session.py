@@ -289,3 +289,17 @@ def test_a_borrowed_store_must_be_the_sessions_own(
         pytest.raises(CleoGradeError, match=r"other\.db"),
     ):
         GradeSession(settings, store=other)
+
+
+def test_a_call_an_adapter_noted_and_never_ended_is_forgotten_with_its_session(
+    settings: SessionSettings,
+) -> None:
+    from pytest_cleo_grade.capture import direct
+
+    identity = direct.CallIdentity.of("tasks_show", None, {"taskId": "T1"})
+    with GradeSession(settings):
+        # A tool the user's own hook denied: noted at PreToolUse, never ended.
+        direct.expect_call("tool-use-1", "tasks_show", arguments={"taskId": "T1"})
+        assert direct.is_expected_call(identity)
+    # A later test's span of the same call is its own again.
+    assert not direct.is_expected_call(identity)

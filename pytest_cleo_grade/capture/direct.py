@@ -27,6 +27,7 @@ __all__ = [
     "direct_call",
     "expect_call",
     "expected_call_ended",
+    "forget_expected_calls",
     "is_expected_call",
     "is_own_tool_run",
     "remove_listener",
@@ -181,6 +182,13 @@ def expect_call(
 def expected_call_ended(key: object) -> None:
     with _expected_lock:
         _expected.pop(key, None)
+
+
+def forget_expected_calls() -> None:
+    """Forget every noted call (a graded session ended): a call that never ended, a tool the
+    user's own hook denied, must not make a later test's spans of that tool look recorded."""
+    with _expected_lock:
+        _expected.clear()
 
 
 def is_expected_call(identity: CallIdentity) -> bool:
