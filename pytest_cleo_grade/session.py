@@ -175,13 +175,15 @@ def persist(
         raise PersistError(problems)
 
 
-def _load_file(source: str | os.PathLike[str], format: str) -> list[AuditEntry]:
+def _load_file(
+    source: str | os.PathLike[str], format: str, session_id: str | None
+) -> list[AuditEntry]:
     if format == "auto" and (Path(source).is_dir() or is_sqlite_file(source)):
         format = "cleo-db"  # told apart by content, as `cleo-grade import` does
     if format in ("auto", *ENTRY_FILE_FORMATS):
         return load_entries_file(source)
     if format == "cleo-db":
-        return [entry for _, entry in read_cleo_db(find_cleo_db(source))]
+        return _one_cleo_session(source, session_id)
     if format == "otlp":
         from pytest_cleo_grade.capture.otlp import load_otlp_file
 
@@ -193,6 +195,19 @@ def _load_file(source: str | os.PathLike[str], format: str) -> list[AuditEntry]:
     raise CleoGradeError(
         f"ingest: unknown format {format!r}: expected one of {', '.join(IMPORT_FORMATS)}"
     )
+
+
+def _one_cleo_session(source: str | os.PathLike[str], session_id: str | None) -> list[AuditEntry]:
+    """One session of a CLEO database: ``session_id``'s, or the only one it holds (a
+    project's database holds many: merging them would grade several agents as one)."""
+    entries = [entry for _, entry in read_cleo_db(find_cleo_db(source), session_id=session_id)]
+    sessions = sorted({entry.session_id or "" for entry in entries})
+    if session_id is None and len(sessions) > 1:
+        shown = ", ".join(sessions[:3]) + (", ..." if len(sessions) > 3 else "")
+        raise CleoGradeError(
+            f"ingest: {source} holds {len(sessions)} sessions ({shown}): pass session_id="
+        )
+    return entries
 
 
 class GradeSession:
@@ -493,18 +508,21 @@ class GradeSession:
         source: str | os.PathLike[str] | Iterable[AuditEntry | Mapping[str, Any]],
         *,
         format: str = "auto",
+        session_id: str | None = None,
     ) -> int:
         """Add entries from a file or an iterable, all tagged with this session.
 
-        ``format`` (files): ``auto`` (JSON/JSONL audit entries), ``otlp`` (OTLP JSON traces)
-        or ``claude-code`` (a Claude Code session transcript). All or nothing: an invalid
+        ``format`` (files): ``auto`` (JSON/JSONL audit entries, or a CLEO database by its
+        content), ``json``/``jsonl``, ``cleo-db`` (a CLEO database or project: one session,
+        ``session_id``'s, which is required when it holds several), ``otlp`` (OTLP JSON
+        traces) or ``claude-code`` (a Claude Code session transcript). All or nothing: an invalid
         entry raises a CleoGradeError and nothing is added, and the test then cannot be
         graded (as for a refused :meth:`record`), even if the error was caught. Returns the
         number of entries added (held like recorded ones until :meth:`flush`).
         """
         try:
             if isinstance(source, str | os.PathLike):
-                entries = _load_file(source, format)
+                entries = _load_file(source, format, session_id)
             else:
                 entries = coerce_entries(source)
         except CleoGradeError as exc:

@@ -303,3 +303,26 @@ def test_a_call_an_adapter_noted_and_never_ended_is_forgotten_with_its_session(
         assert direct.is_expected_call(identity)
     # A later test's span of the same call is its own again.
     assert not direct.is_expected_call(identity)
+
+
+def test_ingesting_a_cleo_database_takes_one_session_never_several_merged(
+    session: GradeSession, tmp_path: Path
+) -> None:
+    rows = [
+        {"timestamp": f"2026-03-01T12:00:0{i}Z", "sessionId": sid, "domain": "session",
+         "operation": "list", "result": {"success": True}}
+        for i, sid in enumerate(["agent-a", "agent-b", "agent-a"])
+    ]  # fmt: skip
+    source = tmp_path / "rows.json"
+    source.write_text(json.dumps(rows))
+    with AuditStore(tmp_path / "project" / ".cleo" / "tasks.db") as cleo:
+        cleo.append_many(load_entries_file(source))
+    with pytest.raises(CleoGradeError) as caught:
+        session.ingest(tmp_path / "project")
+    assert str(caught.value) == (
+        f"ingest: {tmp_path / 'project'} holds 2 sessions (agent-a, agent-b): pass session_id="
+    )
+    assert session.refusals()  # the test cannot be graded on part of its calls
+    other = GradeSession(session.settings)
+    with other:
+        assert other.ingest(tmp_path / "project", session_id="agent-a") == 2
