@@ -24,7 +24,7 @@ from pytest_cleo_grade.errors import (
     StoreError,
     warnings_shown_not_raised,
 )
-from pytest_cleo_grade.models import AuditEntry, format_validation_error
+from pytest_cleo_grade.models import AuditEntry, format_validation_error, non_finite_path
 from pytest_cleo_grade.not_found import exception_exit_code
 from pytest_cleo_grade.store import AuditStore
 
@@ -106,11 +106,9 @@ def make_entry(
 
     ``metadata`` adds keys to the entry's metadata (e.g. ``injected``), never replacing the
     ones above. ``refused`` hears the EntryError's text first (see :func:`refuse`)."""
-    if gateway is not None and gateway not in GATEWAYS:
-        message = (
-            f"{domain}.{operation}: gateway {gateway!r} is not one of cleo_query, query, "
-            "cleo_mutate, mutate (or None)"
-        )
+    problem = _recording_problem(gateway, metadata)
+    if problem is not None:
+        message = f"{domain}.{operation}: {problem}"
         if refused is not None:
             refused(message)
         raise EntryError(message)
@@ -141,6 +139,24 @@ def make_entry(
         if refused is not None:
             refused(message)
         raise EntryError(message) from exc
+
+
+def _recording_problem(gateway: str | None, metadata: Mapping[str, Any] | None) -> str | None:
+    """Why a call cannot be recorded as given, beyond what the entry model checks: a gateway
+    CLEO never writes (a typo losing the query-gateway points), a non-finite number in extra
+    metadata (stored as JSON: the store would refuse it, after the test was graded with it).
+    Checked here, where calls are recorded, not for every entry read (files hold no NaN)."""
+    if gateway is not None and gateway not in GATEWAYS:
+        return f"gateway {gateway!r} is not one of cleo_query, query, cleo_mutate, mutate (or None)"
+    if metadata:
+        try:
+            where = non_finite_path(dict(metadata))
+        except ValueError as exc:  # nested past what can be stored and read back
+            return f"metadata: {exc}"
+        if where is not None:
+            where = where.removeprefix(".")
+            return f"metadata: {where} is not a finite number (NaN and infinities are invalid)"
+    return None
 
 
 def active_session() -> tuple[str, Path, bool] | None:
@@ -317,7 +333,7 @@ def record(
         metadata=metadata,
         refused=refuse,
     )
-    return _deliver(entry, session_id, path)
+    return _deliver(entry, session_id, path, raise_invalid=True)
 
 
 def record_entry(entry: AuditEntry) -> AuditEntry | None:
@@ -337,7 +353,9 @@ def record_entry(entry: AuditEntry) -> AuditEntry | None:
     return _deliver(entry, session_id, path)
 
 
-def _deliver(entry: AuditEntry, session_id: str, path: Path) -> AuditEntry | None:
+def _deliver(
+    entry: AuditEntry, session_id: str, path: Path, *, raise_invalid: bool = False
+) -> AuditEntry | None:
     holder = _holder(session_id)
     if holder is not None:
         holder.hold(entry)
@@ -346,11 +364,14 @@ def _deliver(entry: AuditEntry, session_id: str, path: Path) -> AuditEntry | Non
         _store_for(path).append(entry)
     except (StoreError, EntryError) as exc:
         # A store that cannot be written, or an entry it cannot hold (text that is not
-        # Unicode): never an exception in the code under test (as in the test's own process),
-        # but the test is told, and fails for a session graded without the call.
+        # Unicode): the test is told, and fails for a session graded without the call. The
+        # code under test gets a warning, except record()'s caller for its own bad arguments
+        # (an adapter's call, recorded for a framework, never raises into it).
         from pytest_cleo_grade.refusals import note_refusal
 
         note_refusal(path, session_id, f"{entry.domain}.{entry.operation} not stored: {exc}")
+        if raise_invalid and isinstance(exc, EntryError):
+            raise
         # The code under test goes on whatever the test run's warning filters say.
         with warnings_shown_not_raised():
             warnings.warn(

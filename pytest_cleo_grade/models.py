@@ -232,21 +232,6 @@ class AuditEntry(_Input):
             )
         return value
 
-    @field_validator("metadata")
-    @classmethod
-    def _finite_metadata(cls, value: AuditMetadata) -> AuditMetadata:
-        # Extra metadata keys are stored as JSON too: the same rule as params, or the entry
-        # would be graded in the test and then refused by the store with its whole session.
-        extra = value.model_extra
-        if extra:
-            where = non_finite_path(extra)
-            if where is not None:
-                raise ValueError(
-                    f"{where.removeprefix('.')} is not a finite number "
-                    "(NaN and infinities are invalid)"
-                )
-        return value
-
     @field_serializer("timestamp")
     def _serialize_timestamp(self, value: datetime) -> str:
         return format_timestamp(value)

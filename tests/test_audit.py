@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import subprocess
 import sys
 import warnings
@@ -432,4 +433,33 @@ def test_a_gateway_cleo_never_writes_is_refused_where_it_is_recorded(
         "cleo_mutate",
         "mutate",
         None,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("bad", "where"),
+    [(math.nan, "score"), (-math.inf, "score"), ([1, {"x": math.nan}], "score[1].x")],
+)
+def test_extra_metadata_must_be_finite_where_a_call_is_recorded(
+    grade_env: Path, bad: object, where: str
+) -> None:
+    with pytest.raises(EntryError) as caught:
+        audit.record("tasks", "find", gateway="cleo_query", metadata={"score": bad})
+    assert str(caught.value) == (
+        f"tasks.find: metadata: {where} is not a finite number (NaN and infinities are invalid)"
+    )
+    assert not grade_env.exists()  # nothing recorded
+
+
+def test_an_adapters_call_the_store_cannot_hold_is_a_warning_and_a_refusal_never_raised(
+    grade_env: Path,
+) -> None:
+    from pytest_cleo_grade.capture.mapping import Call, record_call
+    from pytest_cleo_grade.refusals import refusals_for
+
+    audit.record("session", "list", gateway="cleo_query")  # the store exists
+    with pytest.warns(CleoGradeWarning, match=r"tasks\.add not recorded: .*surrogates"):
+        assert record_call(Call(tool="tasks_add", arguments={"title": "\ud800"})) is None
+    assert [r.split(":")[0] for r in refusals_for(grade_env, "session-1-abcdef")] == [
+        "tasks.add not stored"
     ]

@@ -676,9 +676,12 @@ import os
 from pytest_cleo_grade.audit import record
 
 record("session", "list", gateway="cleo_query")
-# A task id from a file name that is not UTF-8: no store can hold it. Never an exception in
-# the agent (a warning), as in the test's own process.
-assert record("tasks", "add", {"title": "x"}, task_id=os.fsdecode(b"T-\\xff")) is None
+# A task id from a file name that is not UTF-8: no store can hold it. record()'s caller gets
+# the error for its own bad argument; the test is told even though the agent swallows it.
+try:
+    record("tasks", "add", {"title": "x"}, task_id=os.fsdecode(b"T-\\xff"))
+except Exception as exc:
+    print("the child caught:", type(exc).__name__)
 record("session", "end", gateway="cleo_mutate")
 """
 
