@@ -582,4 +582,3 @@ def test_an_empty_session_carries_an_empty_points_list_as_every_grade_does() -> 
     result = grade([])
     assert (result.model_extra or {}).get("points") == []
     assert '"points":[]' in result.model_dump_json(by_alias=True)
-
