@@ -319,6 +319,20 @@ def _without_lone_surrogates(value: Any) -> Any:
     return value
 
 
+def compact_json_utf8(data: Any) -> str:
+    """``data`` as compact JSON that UTF-8 can always encode: non-ASCII text as it is, but
+    agent text holding a lone surrogate (a task id from a file name that is not UTF-8,
+    ``'T-\\udcff'``) makes the whole document JSON's ``\\u`` escapes, as CLEO's
+    ``JSON.stringify`` writes it; :func:`json.loads` reads it back equal."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(data, separators=(",", ":"))
+    return text
+
+
 # -- writing --------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from pytest_cleo_grade.files import (
     MAX_NESTING,
     SURROGATE_ESCAPE,
     check_nesting,
+    compact_json_utf8,
     finite_float,
     iter_lines,
     open_append_no_follow,
@@ -51,16 +52,9 @@ def grade_line(result: GradeResult) -> str:
 
 
 def _line_bytes(result: GradeResult) -> bytes:
-    data = result.to_json_dict()
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Agent text holding a byte that is not UTF-8 (a task id from os.fsdecode() is
-        # 'T-\udcff') reaches a flag as a lone surrogate, which UTF-8 cannot encode. JSON's
-        # \u escapes spell it in ASCII (as CLEO's JSON.stringify does) and read_grades reads
-        # the line back equal; only such lines pay for the escapes.
-        return json.dumps(data, separators=(",", ":")).encode("ascii")
+    # Agent text that is not Unicode (a lone surrogate in a flag) is written as JSON escapes,
+    # which read_grades reads back equal; only such lines pay for them.
+    return compact_json_utf8(result.to_json_dict()).encode("utf-8")
 
 
 def _refuse_non_unicode_ids(results: Iterable[GradeResult], target: Path) -> None:

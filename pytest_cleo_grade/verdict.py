@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
+from pytest_cleo_grade.files import compact_json_utf8
 from pytest_cleo_grade.models import GradeResult
 from pytest_cleo_grade.scale import (
     THRESHOLD_FORMS,
@@ -108,13 +109,7 @@ def encode_graded_test(test: GradedTest) -> str:
         "mode": test.mode,
         "excluded": test.excluded,
     }
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            return json.dumps(data, separators=(",", ":"))
-    return text
+    return compact_json_utf8(data)
 
 
 def decode_graded_test(text: str) -> GradedTest:
