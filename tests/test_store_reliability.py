@@ -237,6 +237,14 @@ def shared() -> Iterator[Path]:
         pytest.skip("setpriv is missing: cannot run a command as a user without write access")
     if os.geteuid() != 0:
         pytest.skip("not root: setpriv cannot switch to another user")
+    ran = subprocess.run(
+        [*AS_NOBODY, sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=60
+    )
+    if ran.returncode != 0:
+        # A pyenv Python under /root loads its shared library from a directory nobody may
+        # not read: the command cannot run as another user at all.
+        reason = (ran.stderr.strip().splitlines() or ["no message"])[-1]
+        pytest.skip(f"this Python cannot run as user nobody here: {reason}")
     root = Path(tempfile.mkdtemp(prefix="cleo-grade-perm-"))
     root.chmod(0o755)
     try:
