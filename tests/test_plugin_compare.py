@@ -634,9 +634,12 @@ JUDGED = AGENT + textwrap.dedent(
 def judge_cache_rows(pytester: pytest.Pytester) -> int | None:
     """Rows of the audit store's judge_cache table; None when the table does not exist."""
     import sqlite3
+    from contextlib import closing
 
     db = pytester.path / ".cleo" / "audit.db"
-    with sqlite3.connect(db) as con:
+    # closing(): a connection's own `with` only commits, and one left to the collector is a
+    # ResourceWarning in whichever later test collects it.
+    with closing(sqlite3.connect(db)) as con:
         tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
         if "judge_cache" not in tables:
             return None
