@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import signal
 import stat
 import sys
 import tempfile
@@ -32,6 +33,7 @@ __all__ = [
     "check_nesting",
     "exclusive_temp_file",
     "finite_float",
+    "interrupts_held",
     "iter_line_blocks",
     "iter_lines",
     "json_error_text",
@@ -334,6 +336,27 @@ def compact_json_utf8(data: Any) -> str:
 
 
 # -- writing --------------------------------------------------------------------------------
+
+
+#: The signals a command turns into an exception (Ctrl-C, and SIGTERM in the CLI).
+_INTERRUPTS: Final = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait (pending, not lost) until the block has run.
+
+    For a resource that exists once a system call returns but belongs to nobody until the
+    next statement stores it: Python runs a signal's handler right after that call, and the
+    exception it raises would leave the resource (a descriptor holding a lock) with nobody to
+    release it. Only this thread's mask changes; threads this process starts inside the
+    block inherit it.
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def refuse_symlink(path: str | os.PathLike[str]) -> None:

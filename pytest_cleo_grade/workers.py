@@ -20,6 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Final, TypeVar
 
 from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.files import interrupts_held
 
 __all__ = ["WORKERS_ENV", "ordered_map", "worker_count"]
 
@@ -30,7 +31,6 @@ R = TypeVar("R")
 WORKERS_ENV: Final = "CLEO_GRADE_IMPORT_WORKERS"
 _MOST: Final = 4
 _PR_SET_PDEATHSIG: Final = 1  # from <sys/prctl.h>
-_HELD: Final = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 def worker_count() -> int:
@@ -131,19 +131,17 @@ def _start(pool: ProcessPoolExecutor) -> None:
     An interrupt in between would leave forked workers that nothing stops (and a handler
     run inside a fork callback loses it): the signals stay pending until the pool is whole.
     """
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
-    try:
-        pool.submit(int)
-    except BaseException:
-        # A fork that failed part way (no memory, a process limit): the workers already
-        # started have no thread to stop them, and the interpreter would wait for them at
-        # exit. The pool keeps no public handle on its processes.
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.kill()
-            process.join()
-        raise
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    with interrupts_held():
+        try:
+            pool.submit(int)
+        except BaseException:
+            # A fork that failed part way (no memory, a process limit): the workers already
+            # started have no thread to stop them, and the interpreter would wait for them at
+            # exit. The pool keeps no public handle on its processes.
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.kill()
+                process.join()
+            raise
 
 
 def _worker_setup(parent: int) -> None:

@@ -260,6 +260,42 @@ def test_a_terminated_import_leaves_nothing(tmp_path: Path, workers: str) -> Non
     assert not (tmp_path / ".cleo").exists()
 
 
+def test_a_sigterm_while_the_store_claims_its_file_leaves_nothing(tmp_path: Path) -> None:
+    # The signal lands where the store file's descriptor holds its flock (which a failed
+    # import's undo must take exclusively) but is not yet the store's: Python runs the
+    # handler right after a system call. The descriptor was left to nobody, the store stayed.
+    (tmp_path / "e.jsonl").write_text(varied_line(1) + "\n")
+    code = textwrap.dedent(
+        """
+        import os, signal, sys
+        from pytest_cleo_grade.cli import main
+        from pytest_cleo_grade.store import core
+
+        same_file = core._same_file
+        signalled = []
+
+        def terminated_once(opened, path):  # first called once the flock is granted
+            if not signalled:
+                signalled.append(os.kill(os.getpid(), signal.SIGTERM))
+            return same_file(opened, path)
+
+        core._same_file = terminated_once
+        sys.exit(main())
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, "import", "e.jsonl"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (143, "", "cleo-grade: terminated\n")
+    assert not (tmp_path / ".cleo").exists()
+
+
 def test_a_sigterm_the_caller_ignores_stays_ignored(tmp_path: Path) -> None:
     # A program that starts the command with SIGTERM ignored wants it to finish: the
     # command does not take the signal back (as shells leave a background job's alone).

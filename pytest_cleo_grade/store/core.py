@@ -19,7 +19,13 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from pytest_cleo_grade.errors import CleoGradeWarning, EntryError, StoreError
-from pytest_cleo_grade.files import NotRegularFileError, check_nesting, kind_of, refuse_symlink
+from pytest_cleo_grade.files import (
+    NotRegularFileError,
+    check_nesting,
+    interrupts_held,
+    kind_of,
+    refuse_symlink,
+)
 from pytest_cleo_grade.models import (
     AuditEntry,
     GradeResult,
@@ -124,7 +130,11 @@ class AuditStore:
             self._refuse_links()
             self._check_regular(missing=None)
             if self._claim is None:
-                self._claim = _claim_file(self.path)
+                # A signal raised between the file's open and this assignment would leave
+                # the descriptor, and its flock, to nobody: a failed import could then never
+                # remove the store it created (remove_if_unused needs the exclusive flock).
+                with interrupts_held():
+                    self._claim = _claim_file(self.path)
             # nofollow: SQLite itself refuses a link planted between the check and the open.
             # Autocommit: every statement outside an explicit transaction commits at once.
             conn = sqlite3.connect(
