@@ -296,6 +296,40 @@ def test_a_sigterm_while_the_store_claims_its_file_leaves_nothing(tmp_path: Path
     assert not (tmp_path / ".cleo").exists()
 
 
+def test_a_sigterm_as_the_store_is_opened_leaves_nothing(tmp_path: Path) -> None:
+    # The handler runs right after the store's constructor returns, before the import's
+    # ``with`` holds the store: the store, open and holding its flock, was left to nobody.
+    (tmp_path / "e.jsonl").write_text(varied_line(1) + "\n")
+    code = textwrap.dedent(
+        """
+        import os, signal, sys
+        from pytest_cleo_grade.cli import main
+        from pytest_cleo_grade.store import core, imports
+
+        class Store(core.AuditStore):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                # As in the caller, once the constructor returned: nothing else refers to
+                # the new store (a traceback would keep this frame's locals).
+                del self
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        imports.AuditStore = Store
+        sys.exit(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "import", "e.jsonl"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CLEO_")},
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (143, "", "cleo-grade: terminated\n")
+    assert not (tmp_path / ".cleo").exists()
+
+
 def test_a_sigterm_the_caller_ignores_stays_ignored(tmp_path: Path) -> None:
     # A program that starts the command with SIGTERM ignored wants it to finish: the
     # command does not take the signal back (as shells leave a background job's alone).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -629,6 +630,15 @@ class AuditStore:
         claim, self._claim = getattr(self, "_claim", None), None
         if claim is not None:
             os.close(claim)  # drops its flock
+
+    def __del__(self) -> None:
+        # A store dropped unclosed must not keep its file's flock: a failed import could then
+        # never remove the store it created. An interrupt raised right as the constructor
+        # returns (Python runs signal handlers after a call) drops it before any ``with``
+        # or ``try`` holds it.
+        with contextlib.suppress(Exception):
+            self._close_quietly()
+            self._release_claim()
 
     def __enter__(self) -> AuditStore:
         return self
