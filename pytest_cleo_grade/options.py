@@ -22,6 +22,7 @@ from pytest_cleo_grade.settings import (
     MarkerOptions,
     Mode,
     PluginOptions,
+    expanded,
     marker_key,
     parse_capture,
     parse_exports,
@@ -373,11 +374,11 @@ def _path(config: pytest.Config, option: str, ini: str, default: Path) -> Path:
     value: str | None = config.getoption(option)
     if value:
         # Like --junitxml, a path on the command line is relative to where pytest was run.
-        return unresolved_leaf(config.invocation_params.dir / value)
+        return unresolved_leaf(config.invocation_params.dir / expanded(value))
     text = _ini(config, ini)
     if text:
         base = config.inipath.parent if config.inipath else config.rootpath
-        return unresolved_leaf(base / text)
+        return unresolved_leaf(base / expanded(text))
     return unresolved_leaf(config.rootpath / default)
 
 

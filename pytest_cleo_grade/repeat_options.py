@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cleo_grade.options import add_scalar_ini
-from pytest_cleo_grade.settings import parse_flag, parse_runs, unresolved_leaf
+from pytest_cleo_grade.settings import expanded, parse_flag, parse_runs, unresolved_leaf
 
 __all__ = ["RepeatOptions", "add_repeat_options", "load_repeat_options"]
 
@@ -120,7 +120,7 @@ def _resolve(config: pytest.Config, value: str, from_ini: bool) -> Path | str:
     base = config.invocation_params.dir
     if from_ini:
         base = config.inipath.parent if config.inipath else config.rootpath
-    return unresolved_leaf(base / value)
+    return unresolved_leaf(base / expanded(value))
 
 
 def load_repeat_options(config: pytest.Config) -> RepeatOptions:
@@ -138,7 +138,7 @@ def load_repeat_options(config: pytest.Config) -> RepeatOptions:
         baseline = _resolve(config, text, from_ini=True)
     save_path: Path | None = None
     if save := config.getoption("cleo_grade_save_baseline"):
-        save_path = unresolved_leaf(config.invocation_params.dir / save)
+        save_path = unresolved_leaf(config.invocation_params.dir / expanded(save))
     elif (text := _ini(config, "cleo_grade_save_baseline")) is not None:
         save_path = Path(_resolve(config, text, from_ini=True))
     expression: str | None = config.getoption("cleo_grade_fail_on_regression")

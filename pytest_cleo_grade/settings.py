@@ -6,6 +6,7 @@ where the package is installed, and a run that grades nothing must not pay for p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "MarkerOptions",
     "Mode",
     "PluginOptions",
+    "expanded",
     "marker_key",
     "parse_capture",
     "parse_exports",
@@ -66,6 +68,12 @@ DEFAULT_DB: Final = Path(".cleo") / "audit.db"
 DEFAULT_HISTORY: Final = Path(".cleo") / "metrics" / "GRADES.jsonl"
 #: A typo such as runs=80000 should be an error, not a night of judge calls.
 MAX_RUNS: Final = 1000
+
+
+def expanded(text: str) -> str:
+    """A path option's text with ``~`` and ``$VAR`` expanded, as pytest's own path options
+    (``--junitxml``, ``cache_dir``) expand theirs: a quoted ``~`` reaches pytest unexpanded."""
+    return os.path.expanduser(os.path.expandvars(text))
 
 
 def unresolved_leaf(path: Path) -> Path:

@@ -578,3 +578,33 @@ def test_a_native_toml_table_takes_numbers_and_booleans_as_toml_types_them(
             "*test_empty: stable fail, FAILED over 2 runs: mean 0% is below 80% (B)",
         ]
     )
+
+
+def test_path_options_expand_home_and_variables_as_junitxml_does(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A quoted ~ or a CI variable reaches pytest unexpanded; pytest's own --junitxml and
+    # cache_dir expand them. Unexpanded, the files went to a directory literally named "~".
+    home = pytester.path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CLEO_TEST_OUT", str(pytester.path / "out"))
+    make_suite(
+        pytester,
+        """
+        def test_agent(graded_session):
+            perfect(graded_session)
+        """,
+    )
+    pytester.makeini("[pytest]\ncleo_grade_db = $CLEO_TEST_OUT/audit.db\n")
+    result = pytester.runpytest(
+        "--cleo-grade-history=~/grades.jsonl",
+        "--cleo-grade-html=${CLEO_TEST_OUT}/report.html",
+        "--cleo-grade-save-baseline=~/baseline.json",
+    )
+    result.assert_outcomes(passed=1)
+    assert len((home / "grades.jsonl").read_text().splitlines()) == 1
+    assert (pytester.path / "out" / "audit.db").stat().st_size > 0
+    assert (pytester.path / "out" / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert json.loads((home / "baseline.json").read_text())
+    assert not (pytester.path / "~").exists()
+    assert not list(pytester.path.glob("$*"))
