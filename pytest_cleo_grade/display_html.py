@@ -26,7 +26,7 @@ from pytest_cleo_grade.display import (
 from pytest_cleo_grade.models import GradeResult, Point, format_timestamp
 from pytest_cleo_grade.scale import letter_for
 from pytest_cleo_grade.stats import verdict_for
-from pytest_cleo_grade.verdict import GradedTest, RunGrade, describe_percent
+from pytest_cleo_grade.verdict import GradedTest, RunGrade, describe_percent, shown_percent
 
 __all__ = [
     "MAX_TREND_POINTS",
@@ -277,13 +277,22 @@ def _row(index: int, test: HtmlTest) -> str:
     cells = (
         (test.test_id, f"<a href='#t{index}'>{_e(test.test_id)}</a>"),
         (repr(percent), f"<span class='letter {letter}'>{letter}</span>"),
-        (repr(percent), f"{_e(score)} ({_e(describe_percent(percent))})"),
+        (repr(percent), f"{_e(score)} ({_e(_table_percent(test))})"),
         (change_value, _e(change)),
         (runs, _e(runs)),
         (str(flags), str(flags)),
     )
     body = "".join(f"<td data-sort='{_e(value)}'>{content}</td>" for value, content in cells)
     return f"<tr data-index='{index}'>{body}</tr>\n"
+
+
+def _table_percent(test: HtmlTest) -> str:
+    # A single grade below its threshold never shows the threshold's figure; a mean is
+    # no one grade's, and is shown as computed.
+    if len(test.tests) > 1:
+        return describe_percent(test.percent)
+    only = test.tests[0]
+    return shown_percent(only.result.percent, only.threshold, exact=True)
 
 
 def _change(test: HtmlTest) -> tuple[str, str]:
@@ -324,7 +333,8 @@ def _section(index: int, test: HtmlTest) -> str:
     return (
         f"<section id='t{index}' class='test'>\n<h2>{_e(test.test_id)} "
         f"<span class='letter {letter}'>{letter}</span></h2>\n{_runs_line(test)}"
-        f"<p>{_shown_of(test)}{_e(score_text(result))} ({result.display_percent}%), session "
+        f"<p>{_shown_of(test)}{_e(score_text(result))} "
+        f"({shown_percent(result.percent, test.tests[test.shown_index].threshold)}), session "
         f"<code>{_e(result.session_id)}</code>, {result.entry_count} audit entries, graded "
         f"{_e(format_timestamp(result.timestamp))}</p>\n"
         f"<div class='charts'>{radar_svg(result)}{trend_svg(test.history)}</div>\n"

@@ -66,12 +66,15 @@ class HtmlReportColumns:
                 '<td class="col-cleoFlags"></td>',
             ]
             return
+        from pytest_cleo_grade.verdict import shown_percent
+
         result = graded.result
         verdict = "" if graded.passed or graded.threshold is None else " below threshold"
         cells[_AT:_AT] = [
             f'<td class="col-cleoGrade">{html.escape(result.letter)}{verdict}</td>',
             f'<td class="col-cleoPercent">{_percent_key(result.percent)}'
-            f"{result.display_percent}% ({result.total_score:g}/{result.max_score:g})</td>",
+            f"{shown_percent(result.percent, graded.threshold)} "
+            f"({result.total_score:g}/{result.max_score:g})</td>",
             _flags_cell(graded),
         ]
 

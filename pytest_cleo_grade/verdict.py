@@ -32,6 +32,7 @@ __all__ = [
     "parse_grade_threshold",
     "passes",
     "percent_below",
+    "shown_percent",
     "threshold_text",
 ]
 
@@ -72,6 +73,19 @@ def percent_below(percent: float, threshold: float) -> str:
     figure (74.9 % against 75 %): then two decimals, cut rather than rounded (``74.9%``).
     """
     text = f"{round_half_up(percent)}%"
+    if Decimal(text[:-1]) >= Decimal(threshold_text(threshold)[:-1]):
+        text = describe_percent(percent, rounding=ROUND_DOWN)
+    return text
+
+
+def shown_percent(percent: float, threshold: float | None, *, exact: bool = False) -> str:
+    """``percent`` as shown beside a grade: whole (``exact``: up to two decimals), never
+    rounded up to the ``threshold`` it fails (82.996 % against 83 % is not "83%")."""
+    if threshold is None or passes(percent, threshold):
+        return describe_percent(percent) if exact else f"{round_half_up(percent)}%"
+    if not exact:
+        return percent_below(percent, threshold)
+    text = describe_percent(percent)
     if Decimal(text[:-1]) >= Decimal(threshold_text(threshold)[:-1]):
         text = describe_percent(percent, rounding=ROUND_DOWN)
     return text

@@ -22,6 +22,7 @@ from pytest_cleo_grade.verdict import (
     encode_graded_test,
     passes,
     percent_below,
+    shown_percent,
 )
 
 
@@ -181,3 +182,20 @@ def test_the_summary_rows_of_a_fractional_grade_do_not_contradict_their_verdict(
     assert unset.split()[2] == "83%"  # no threshold: half up, as everywhere else
     table = markdown_summary(run)
     assert "| 82.5% |" in table and "| 83% |" in table
+
+
+@pytest.mark.parametrize(
+    ("percent", "threshold", "exact", "shown"),
+    [
+        pytest.param(82.996, None, False, "83%", id="no threshold: rounded"),
+        pytest.param(82.996, 80.0, True, "83%", id="passing: rounded"),
+        pytest.param(82.996, 83.0, False, "82.99%", id="failing: cut"),
+        pytest.param(82.996, 83.0, True, "82.99%", id="failing, exact: cut"),
+        pytest.param(74.5, 80.0, False, "75%", id="failing far below: whole"),
+        pytest.param(74.555, 80.0, True, "74.56%", id="failing far below, exact: rounded"),
+    ],
+)
+def test_a_shown_percent_never_reaches_the_threshold_it_fails(
+    percent: float, threshold: float | None, exact: bool, shown: str
+) -> None:
+    assert shown_percent(percent, threshold, exact=exact) == shown

@@ -188,3 +188,53 @@ def test_an_unwritable_step_summary_leaves_the_baseline_gates_reason(
     assert "<p>cleo-grade no baseline at " in summary
     assert "absent.json: nothing compared</p>" in summary
     assert "GITHUB_STEP_SUMMARY" not in page
+
+
+NEAR_MISS_RULES = """
+[[dimensions]]
+name = "care"
+max = 25000
+start = 25000
+
+[[dimensions.rules]]
+id = "care.list"
+kind = "penalty"
+match = { calls = ["tasks.list"] }
+unless_preceded_by = { calls = ["tasks.find"] }
+points = -4251
+flag = "tasks.list used"
+"""
+
+
+def test_a_grade_just_below_its_threshold_is_never_shown_as_reaching_it(
+    pytester: pytest.Pytester,
+) -> None:
+    # 20749/25000 is 82.996 %: rounded, both reports said "83%" beside "below threshold 83".
+    pytester.makefile(".toml", near_miss=NEAR_MISS_RULES)
+    pytester.makepyfile(
+        test_agent="""
+        import pytest
+
+        @pytest.mark.cleo_grade(rubric="rules", fail_under=83, mode="report")
+        def test_near_miss(graded_session):
+            graded_session.record("tasks", "list", gateway="cleo_query")
+        """
+    )
+    result = pytester.runpytest(
+        "--html=report.html",
+        "--self-contained-html",
+        "--cleo-grade-rubric-file=near_miss.toml",
+        "--cleo-grade-html=grades.html",
+    )
+    result.assert_outcomes(passed=1)
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    blob = re.search(r'data-jsonblob="([^"]*)"', page)
+    assert blob is not None
+    cells = row(json.loads(html.unescape(blob.group(1))), "test_near_miss")
+    assert cells[2:4] == [
+        '<td class="col-cleoGrade">B below threshold</td>',
+        '<td class="col-cleoPercent"><!--082.996-->82.99% (20749/25000)</td>',
+    ]
+    own = (pytester.path / "grades.html").read_text(encoding="utf-8")
+    assert "20749/25000 (82.99%)" in own  # the test's table row and its section
+    assert "(83%)" not in own
