@@ -141,3 +141,25 @@ def test_a_judge_that_cannot_be_reached_is_a_clean_error(
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and url in err
+
+
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        pytest.param(["--judge-url", "http://127.0.0.1:9"], "model", id="no model"),
+        pytest.param(["--judge-model", "judge-1"], "url", id="no url"),
+    ],
+)
+def test_a_judge_without_its_endpoint_says_which_option_sets_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: list[str], missing: str
+) -> None:
+    # The message told a command-line user to "pass a judge" (a Python argument).
+    rubric = tmp_path / "rubric.json"
+    rubric.write_text('{"dimensions": [{"name": "done", "type": "numeric", "weight": 1}]}')
+    argv = ["grade", "--entries", str(entries_file(tmp_path)), "--rubric", "weighted"]
+    assert main([*argv, "--rubric-file", str(rubric), *given]) == 2
+    key = "base_url" if missing == "url" else "model"
+    assert capsys.readouterr().err == (
+        f"cleo-grade: error: judge.{key} is not set: set {key} in the rubric file's [judge] "
+        f"table, or pass --judge-{missing} (cleo-grade) or --cleo-grade-judge-{missing} (pytest)\n"
+    )

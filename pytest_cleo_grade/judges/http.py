@@ -187,10 +187,12 @@ class OpenAICompatibleJudge:
     ) -> OpenAICompatibleJudge:
         """Build the judge a rubric file's ``[judge]`` table describes."""
         if not settings.base_url or not settings.model:
-            missing = "judge.base_url" if not settings.base_url else "judge.model"
+            # Said for every way in: this layer does not know whether pytest, the CLI or a
+            # Python caller built the settings.
+            key, option = ("base_url", "url") if not settings.base_url else ("model", "model")
             raise RubricError(
-                f"{missing} is not set: configure the judge endpoint in the rubric file "
-                "or pass a judge"
+                f"judge.{key} is not set: set {key} in the rubric file's [judge] table, or "
+                f"pass --judge-{option} (cleo-grade) or --cleo-grade-judge-{option} (pytest)"
             )
         return cls(
             base_url=settings.base_url,
