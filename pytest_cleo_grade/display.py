@@ -397,8 +397,11 @@ class _Budget:
     def __init__(self, size: int) -> None:
         self.left = size
 
-    def take(self, line: str) -> bool:
+    def take(self, line: str, *, then: str = "") -> bool:
+        """Whether ``line`` fits, and with it ``then``, a line that may follow it unasked."""
         size = len(line.encode("utf-8")) + 1  # and its line break
+        if then:
+            size += len(then.encode("utf-8")) + 1
         if size > self.left:
             self.left = 0
             return False
@@ -425,7 +428,9 @@ def _below_threshold(run: RunGrade, budget: _Budget) -> list[str]:
             f"{percent_below(result.percent, test.threshold)} ({result.letter}), below "
             f"{describe_threshold(test.threshold)}"
         )
-        if not budget.take(line):
+        # The line counting the flags not listed is paid for with the test's own line: at
+        # its longest (none of them listed), whether it is written or not.
+        if not budget.take(line, then=_more_flags(len(result.flags))):
             lines.append(f"- ... and {len(below) - shown} more tests below the threshold")
             break
         lines.append(line)
@@ -433,8 +438,12 @@ def _below_threshold(run: RunGrade, budget: _Budget) -> list[str]:
         listed = [flag for flag in flags if budget.take(flag)]  # stops at the first too long
         lines.extend(listed)
         if len(result.flags) > len(listed):
-            lines.append(f"  - ... and {len(result.flags) - len(listed)} more flags")
+            lines.append(_more_flags(len(result.flags) - len(listed)))
     return lines
+
+
+def _more_flags(count: int) -> str:
+    return f"  - ... and {count} more flags"
 
 
 def _table(run: RunGrade, budget: _Budget) -> list[str]:

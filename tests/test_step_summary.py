@@ -251,3 +251,23 @@ def test_a_short_suite_is_listed_whole() -> None:
     assert "more tests" not in text
     assert text.count("  - ... and 2 more flags") == 3
     assert text.count("  - flag ") == 30
+
+
+def test_the_lines_counting_more_flags_fit_in_the_bound_too() -> None:
+    # Short ids and flags, twelve flags a test: each listed test also gets a line counting
+    # the flags not listed, which the bound did not count (the block grew past it).
+    tests = []
+    for i in range(10_000):
+        result = GradeResult(
+            session_id=f"s{i}",
+            total_score=40,
+            max_score=100,
+            dimensions={"only": DimensionScore(score=40, max=100)},
+            flags=[f"f{n}" for n in range(12)],
+            timestamp=datetime(2026, 3, 1, tzinfo=UTC),
+            entry_count=3,
+        )
+        tests.append(GradedTest(f"t[{i}]", result, 75.0, "--cleo-grade-fail-under", "fail"))
+    text = markdown_summary(RunGrade(tuple(tests), 90.0))
+    assert "  - ... and 2 more flags" in text.splitlines()
+    assert len(text.encode("utf-8")) <= SUMMARY_BYTES
