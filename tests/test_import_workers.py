@@ -21,13 +21,15 @@ from pytest_cleo_grade.store import ROW_COLUMNS
 CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
 
 
-def cli(cwd: Path, *argv: str, workers: str | None) -> subprocess.CompletedProcess[str]:
+def cli(
+    cwd: Path, *argv: str, workers: str | None, code: str = CLI
+) -> subprocess.CompletedProcess[str]:
     """``cleo-grade ARGV`` in a fresh process (forking is only done from one thread)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
     if workers is not None:
         env["CLEO_GRADE_IMPORT_WORKERS"] = workers
     return subprocess.run(
-        [sys.executable, "-c", CLI, *argv],
+        [sys.executable, "-c", code, *argv],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -260,15 +262,21 @@ def test_a_terminated_import_leaves_nothing(tmp_path: Path, workers: str) -> Non
     assert not (tmp_path / ".cleo").exists()
 
 
+def assert_a_sigterm_leaves_nothing(tmp_path: Path, patch: str) -> None:
+    """An import of one entry, SIGTERM raised where ``patch`` (run first) sends it."""
+    (tmp_path / "e.jsonl").write_text(varied_line(1) + "\n")
+    code = f"{textwrap.dedent(patch)}\n{CLI}\n"
+    done = cli(tmp_path, "import", "e.jsonl", workers=None, code=code)
+    assert (done.returncode, done.stdout, done.stderr) == (143, "", "cleo-grade: terminated\n")
+    assert not (tmp_path / ".cleo").exists()
+
+
 def test_a_sigterm_while_the_store_claims_its_file_leaves_nothing(tmp_path: Path) -> None:
     # The signal lands where the store file's descriptor holds its flock (which a failed
     # import's undo must take exclusively) but is not yet the store's: Python runs the
     # handler right after a system call. The descriptor was left to nobody, the store stayed.
-    (tmp_path / "e.jsonl").write_text(varied_line(1) + "\n")
-    code = textwrap.dedent(
-        """
-        import os, signal, sys
-        from pytest_cleo_grade.cli import main
+    patch = """
+        import os, signal
         from pytest_cleo_grade.store import core
 
         same_file = core._same_file
@@ -280,30 +288,15 @@ def test_a_sigterm_while_the_store_claims_its_file_leaves_nothing(tmp_path: Path
             return same_file(opened, path)
 
         core._same_file = terminated_once
-        sys.exit(main())
         """
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
-    done = subprocess.run(
-        [sys.executable, "-c", code, "import", "e.jsonl"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert (done.returncode, done.stdout, done.stderr) == (143, "", "cleo-grade: terminated\n")
-    assert not (tmp_path / ".cleo").exists()
+    assert_a_sigterm_leaves_nothing(tmp_path, patch)
 
 
 def test_a_sigterm_as_the_store_is_opened_leaves_nothing(tmp_path: Path) -> None:
     # The handler runs right after the store's constructor returns, before the import's
     # ``with`` holds the store: the store, open and holding its flock, was left to nobody.
-    (tmp_path / "e.jsonl").write_text(varied_line(1) + "\n")
-    code = textwrap.dedent(
-        """
-        import os, signal, sys
-        from pytest_cleo_grade.cli import main
+    patch = """
+        import os, signal
         from pytest_cleo_grade.store import core, imports
 
         class Store(core.AuditStore):
@@ -315,19 +308,8 @@ def test_a_sigterm_as_the_store_is_opened_leaves_nothing(tmp_path: Path) -> None
                 os.kill(os.getpid(), signal.SIGTERM)
 
         imports.AuditStore = Store
-        sys.exit(main())
         """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, "import", "e.jsonl"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith("CLEO_")},
-    )
-    assert (done.returncode, done.stdout, done.stderr) == (143, "", "cleo-grade: terminated\n")
-    assert not (tmp_path / ".cleo").exists()
+    assert_a_sigterm_leaves_nothing(tmp_path, patch)
 
 
 def test_a_sigterm_the_caller_ignores_stays_ignored(tmp_path: Path) -> None:

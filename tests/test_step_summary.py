@@ -198,7 +198,10 @@ def test_agent_text_is_cut_and_the_block_stays_under_githubs_limit(
     assert "**Gate FAILED: mean " in text and "**Run grade " in text
 
 
-def _many(count: int, flag: str) -> RunGrade:
+def _many(
+    count: int, flag: str, nodeid: str = "tests/test_suite.py::test_agent[{i}-{x}]"
+) -> RunGrade:
+    """``count`` tests at 40 % below their 75 % threshold, twelve flags each."""
     tests = []
     for i in range(count):
         result = GradeResult(
@@ -210,8 +213,8 @@ def _many(count: int, flag: str) -> RunGrade:
             timestamp=datetime(2026, 3, 1, tzinfo=UTC),
             entry_count=3,
         )
-        nodeid = f"tests/test_suite.py::test_agent[{i}-{'x' * 300}]"
-        tests.append(GradedTest(nodeid, result, 75.0, "--cleo-grade-fail-under", "fail"))
+        test_id = nodeid.format(i=i, x="x" * 300)
+        tests.append(GradedTest(test_id, result, 75.0, "--cleo-grade-fail-under", "fail"))
     return RunGrade(tuple(tests), 90.0)
 
 
@@ -256,18 +259,6 @@ def test_a_short_suite_is_listed_whole() -> None:
 def test_the_lines_counting_more_flags_fit_in_the_bound_too() -> None:
     # Short ids and flags, twelve flags a test: each listed test also gets a line counting
     # the flags not listed, which the bound did not count (the block grew past it).
-    tests = []
-    for i in range(10_000):
-        result = GradeResult(
-            session_id=f"s{i}",
-            total_score=40,
-            max_score=100,
-            dimensions={"only": DimensionScore(score=40, max=100)},
-            flags=[f"f{n}" for n in range(12)],
-            timestamp=datetime(2026, 3, 1, tzinfo=UTC),
-            entry_count=3,
-        )
-        tests.append(GradedTest(f"t[{i}]", result, 75.0, "--cleo-grade-fail-under", "fail"))
-    text = markdown_summary(RunGrade(tuple(tests), 90.0))
+    text = markdown_summary(_many(10_000, "f", nodeid="t[{i}]"))
     assert "  - ... and 2 more flags" in text.splitlines()
     assert len(text.encode("utf-8")) <= SUMMARY_BYTES
