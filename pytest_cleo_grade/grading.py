@@ -234,6 +234,7 @@ def grade_test(
     refused = session.refusals()
     if refused:
         raise GradingFailed(f"cleo-grade: {nodeid}: {not_recorded(refused)}")
+    session.begin_grade()
     try:
         result = grader(session)
     except CleoGradeError as exc:

@@ -260,6 +260,10 @@ class GradeSession:
         #: session's entries it held then (other processes record straight into it).
         self._graded_version: int | None = None
         self._graded_stored = 0
+        #: The data version before the latest read of the session since a grade began, and
+        #: how many stored and held entries that read returned: what the grade saw, when
+        #: calls kept coming while it graded (a judge takes seconds).
+        self._read: tuple[int, int, int] | None = None
         #: What :meth:`set_output` handed over for a model comparison (None: nothing yet).
         self.output: str | None = None
         self.scores: Mapping[str, Any] | None = None
@@ -539,13 +543,18 @@ class GradeSession:
         """Every entry of this session in session order: those held in this process and
         those other processes (subprocesses, the code under test elsewhere) stored."""
         store = self.store
-        if not self._flushed and store.data_version() == self._version:
+        version = store.data_version()
+        if not self._flushed and version == self._version:
             # Nobody else committed to the store since the session started (the common
             # serial case): what this process holds is the whole session. Capture adapters
             # record a call with its own start time when it ends, so concurrent calls can
             # be held out of order: session order costs one linear check when they are not.
+            self._read = (version, 0, len(self._held))
             return order_entries(self._held)
         stored = store.session_entries(self.id)
+        # One SELECT: a commit after the version was read is either in it, and counted
+        # here, or after it, and then the version differs (see recorded_since_graded).
+        self._read = (version, len(stored), len(self._held))
         if not self._held:
             return stored
         if not stored:
@@ -554,7 +563,12 @@ class GradeSession:
 
     def grade(self, *, now: datetime | None = None) -> GradeResult:
         """Grade the session's entries now with the session's grader; writes nothing."""
+        self.begin_grade()
         return self.note_graded(self.grader(self, now=now))
+
+    def begin_grade(self) -> None:
+        """Say a grade begins: :meth:`note_graded` then knows what its reads returned."""
+        self._read = None
 
     def note_graded(self, result: GradeResult) -> GradeResult:
         """Make ``result`` the session's latest grade (over the entries held until now)."""
@@ -562,7 +576,12 @@ class GradeSession:
         self._graded_held = len(self._held)
         self._graded_version = None
         store = self._store
-        if store is not None:
+        read, self._read = self._read, None
+        if store is not None and read is not None:
+            # The grade read the store: it saw what that read returned, even if another
+            # process recorded more while the grade was made.
+            self._graded_version, self._graded_stored, self._graded_held = read
+        elif store is not None:
             try:
                 self._graded_version = store.data_version()
                 # Unchanged since the start and nothing flushed: nothing of it is stored.

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.errors import CleoGradeError, EntryError
 from pytest_cleo_grade.history import read_grades
+from pytest_cleo_grade.models import GradeResult
 from pytest_cleo_grade.rubrics.cleo import EMPTY_SESSION_FLAG
 from pytest_cleo_grade.session import GradeSession, SessionSettings, new_session_id
 from pytest_cleo_grade.sources import load_entries_file
@@ -130,6 +132,29 @@ def test_entries_include_those_written_by_a_subprocess(session: GradeSession) ->
         {"taskId": "T1"},
         session.id,
     )
+
+
+@pytest.mark.parametrize("child_first", [True, False], ids=["child-then-grade", "grade-only"])
+def test_calls_recorded_while_a_grade_is_made_are_late_not_graded(
+    session: GradeSession, child_first: bool
+) -> None:
+    # A judge takes seconds: a child still recording meanwhile (and a thread of this process)
+    # added calls the grade never saw. Counted after the grade, they were taken as graded,
+    # so the test's end did not warn that its grade missed them.
+    code = "from pytest_cleo_grade import audit; audit.record('tasks', 'find', {'query': 'q'})"
+    if child_first:  # one stored call the grade does see
+        subprocess.run([sys.executable, "-c", code], check=True)
+    session.record("session", "list")
+
+    def slow_grader(graded: GradeSession, /, *, now: datetime | None = None) -> GradeResult:
+        entries = graded.entries  # what the rubric reads
+        subprocess.run([sys.executable, "-c", code], check=True)  # while the judge answers
+        graded.record("session", "end")
+        return grade_entries(entries, session_id=graded.id, now=now)
+
+    session.grader = slow_grader
+    assert session.grade(now=NOW).entry_count == (2 if child_first else 1)
+    assert session.recorded_since_graded() == 2
 
 
 def test_grade_reads_the_store_and_writes_nothing(session: GradeSession) -> None:
