@@ -19,7 +19,37 @@ from pytest_cleo_grade.repeat_options import RepeatOptions
 if TYPE_CHECKING:
     from pytest_cleo_grade.baseline import BaselineComparison, TestGrades
 
-__all__ = ["BaselineGate"]
+__all__ = ["BaselineGate", "DeselectedOnWorker"]
+
+#: Where an xdist worker tells the controller how many tests the selection left out.
+DESELECTED_KEY = "cleo_grade_deselected"
+
+
+class DeselectedOnWorker:
+    """On an xdist worker: what ``-k``, ``-m``, ``--lf`` and the like left out (workers
+    collect and select; the controller, which saves the baseline, does not)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.deselected = 0
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected += len(items)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        output: dict[str, Any] = self.config.workeroutput  # type: ignore[attr-defined]
+        output[DESELECTED_KEY] = (self.deselected, *_left_out_by_lf(session.config))
+
+
+def _left_out_by_lf(config: pytest.Config) -> tuple[int, int]:
+    """Test files ``--lf`` left uncollected, and the failures it re-ran: within a file it
+    collects only those, and no hook counts the rest as deselected (pytest's plugin keeps
+    the counts; the failures are re-run only when there were any)."""
+    if not config.getoption("lf", False):
+        return 0, 0
+    plugin = config.pluginmanager.get_plugin("lfplugin")
+    files = int(getattr(plugin, "_skipped_files", 0) or 0)
+    return files, int(getattr(plugin, "_previously_failed_count", 0) or 0)
 
 
 class BaselineGate:
@@ -33,6 +63,11 @@ class BaselineGate:
         self.note: str | None = None
         self.failed_without_baseline = False
         self.comparison: BaselineComparison | None = None
+        #: Tests the selection options left out, files --lf skipped and the failures it
+        #: re-ran alone: a baseline saved from such a run is partial.
+        self.deselected = 0
+        self.lf_files = 0
+        self.lf_rerun = 0
 
     @property
     def gated(self) -> bool:
@@ -78,6 +113,32 @@ class BaselineGate:
         graded = decode_graded_test(encoded)
         if graded.excluded is None:
             self.results[graded.nodeid] = graded.result
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected += len(items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        # Every worker collects and selects the whole suite: each counts the same tests.
+        output = getattr(node, "workeroutput", None) or {}
+        tests, files, rerun = output.get(DESELECTED_KEY, (0, 0, 0))
+        self.deselected = max(self.deselected, int(tests))
+        self.lf_files = max(self.lf_files, int(files))
+        self.lf_rerun = max(self.lf_rerun, int(rerun))
+
+    def _partial(self, session: pytest.Session, exitstatus: int) -> str | None:
+        """Why this run's grades are not the whole suite's (None: they are)."""
+        stopped = session.shouldfail or session.shouldstop
+        if stopped or exitstatus == pytest.ExitCode.INTERRUPTED:
+            why = f" ({stopped})" if isinstance(stopped, str) else ""
+            return f"the run stopped early{why}"
+        if self.deselected:
+            tests = "test was" if self.deselected == 1 else "tests were"
+            return f"{self.deselected} {tests} deselected (-k, -m, --deselect, --lf, --sw)"
+        files, rerun = _left_out_by_lf(session.config)
+        if max(rerun, self.lf_rerun) or max(files, self.lf_files):
+            return "--lf re-ran only the tests that failed last time"
+        return None
 
     def _current(self) -> dict[str, TestGrades]:
         from pytest_cleo_grade.baseline import grades_from_results
@@ -137,14 +198,18 @@ class BaselineGate:
 
     # The step summary leads with the regressions: this block is written before the others.
     @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.options.save_baseline is not None and self.results:
             from pytest_cleo_grade.baseline import write_baseline
             from pytest_cleo_grade.files import replaced_input
 
             target = self.options.save_baseline
+            partial = self._partial(session, exitstatus)
+            # A baseline saved from part of the suite would stop the gate checking the rest.
+            if partial is not None:
+                self.note = f"baseline not saved to {target}: {partial}; save it from a whole run"
             # Never over the history it was read beside (grading never loses data).
-            if replaced_input(target, [self.history_path]) is not None:
+            elif replaced_input(target, [self.history_path]) is not None:
                 self.note = f"baseline not saved to {target}: it would replace the grade history"
             else:
                 try:

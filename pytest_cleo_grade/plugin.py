@@ -130,6 +130,10 @@ def pytest_configure(config: pytest.Config) -> None:
     _configure_capture(config, options)
     # Writers live on the controller only: a worker's grades reach the controller on its
     # test reports, and the controller persists, summarises and gates.
+    if hasattr(config, "workerinput") and repeat_options.save_baseline is not None:
+        from pytest_cleo_grade.baseline_gate import DeselectedOnWorker
+
+        config.pluginmanager.register(DeselectedOnWorker(config), "cleo_grade_deselected")
     if not hasattr(config, "workerinput"):
         reporter = Reporter(config, options, lambda: _shared_store(config).get())
         config.stash[REPORTER_KEY] = reporter

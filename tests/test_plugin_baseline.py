@@ -279,3 +279,56 @@ def test_a_run_never_saves_its_baseline_over_its_history(pytester: pytest.Pytest
     result.stdout.fnmatch_lines(["*baseline not saved to *GRADES.jsonl: it would replace the*"])
     after = history.read_text()
     assert after.startswith(before) and len(after.splitlines()) == 4  # two more grade lines
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        pytest.param(["-k", "one"], "2 tests were deselected (-k, -m, --deselect, *)", id="-k"),
+        pytest.param(
+            ["-k", "one", "-n", "2"],
+            "2 tests were deselected (-k, -m, --deselect, *)",
+            id="-k under xdist",
+        ),
+        pytest.param(["--lf"], "--lf re-ran only the tests that failed last time", id="--lf"),
+        pytest.param(
+            ["--lf", "-n", "2"],
+            "--lf re-ran only the tests that failed last time",
+            id="--lf under xdist",
+        ),
+        pytest.param(
+            ["-x", "--cleo-grade-fail-under=A"],
+            "the run stopped early (stopping after 1 failures)",
+            id="-x",
+        ),
+    ],
+)
+def test_a_baseline_is_never_saved_from_part_of_the_suite(
+    pytester: pytest.Pytester, args: list[str], why: str
+) -> None:
+    # Saved from a subset or a stopped run, the baseline silently lost the other tests,
+    # and the gate stopped checking them.
+    make_suite(pytester, SUITE + "\ndef test_three():\n    pass\n")
+    pytester.makeini("[pytest]\n")  # with pytest's cache, which --lf reads
+    _agents(pytester, "perfect", "seventy_five")
+    pytester.runpytest("--cleo-grade-save-baseline=baseline.json").assert_outcomes(passed=3)
+    saved = (pytester.path / "baseline.json").read_text()
+    assert len(json.loads(saved)["tests"]) == 2
+    _agents(pytester, "forty", "perfect")
+    pytester.runpytest("--cleo-grade-fail-under=A").assert_outcomes(passed=2, failed=1)
+    result = pytester.runpytest(*args, "--cleo-grade-save-baseline=baseline.json")
+    result.stdout.fnmatch_lines([f"cleo-grade: baseline not saved to *baseline.json: {why}; *"])
+    assert (pytester.path / "baseline.json").read_text() == saved
+
+
+def test_a_baseline_is_saved_from_a_whole_run_that_had_nothing_to_rerun(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    pytester.makeini("[pytest]\n")  # with pytest's cache: --lf finds no failures to re-run
+    _agents(pytester, "perfect", "seventy_five")
+    result = pytester.runpytest("--lf", "-x", "--cleo-grade-save-baseline=baseline.json")
+    result.stdout.fnmatch_lines(["run-last-failure: no previously failed tests*"])
+    result.assert_outcomes(passed=2)
+    assert "not saved" not in result.stdout.str()
+    assert len(json.loads((pytester.path / "baseline.json").read_text())["tests"]) == 2
