@@ -118,6 +118,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_repeat_options(parser)
 
 
+#: SQLite's files beside a database: writing one of them corrupts or loses the store.
+_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _refuse_writing_over_the_store(options: PluginOptions, repeats: RepeatOptions) -> None:
+    """A usage error when a file the run writes is the audit store or one of its side
+    files: the history's lock waited forever on the store's, a baseline replaced the store,
+    and lines appended to ``-wal`` vanished when SQLite removed it. The paths have their
+    directories resolved (``unresolved_leaf``); a link at the leaf is refused by writers."""
+    db = options.db_path
+    store = {db, *(db.with_name(db.name + suffix) for suffix in _SQLITE_SIDE_FILES)}
+    writes = {
+        "--cleo-grade-history (ini cleo_grade_history)": options.history_path,
+        "--cleo-grade-save-baseline (ini cleo_grade_save_baseline)": repeats.save_baseline,
+        "--cleo-grade-html (ini cleo_grade_html)": options.html_path,
+    }
+    for option, path in writes.items():
+        if path is not None and path in store:
+            raise pytest.UsageError(
+                f"cleo-grade: {option} {path}: is the audit store's file (--cleo-grade-db "
+                f"{db}); writing it would destroy the store: choose another path"
+            )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_DOC)
     options = load_options(config)
@@ -127,6 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "cleo-grade: --cleo-grade-fail-on-regression needs --cleo-grade-baseline=PATH|latest"
         )
+    _refuse_writing_over_the_store(options, repeat_options)
     _configure_capture(config, options)
     # Writers live on the controller only: a worker's grades reach the controller on its
     # test reports, and the controller persists, summarises and gates.

@@ -608,3 +608,30 @@ def test_path_options_expand_home_and_variables_as_junitxml_does(
     assert json.loads((home / "baseline.json").read_text())
     assert not (pytester.path / "~").exists()
     assert not list(pytester.path.glob("$*"))
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal"])
+@pytest.mark.parametrize(
+    "option", ["--cleo-grade-history", "--cleo-grade-save-baseline", "--cleo-grade-html"]
+)
+def test_a_file_the_run_writes_is_never_the_audit_store(
+    pytester: pytest.Pytester, option: str, suffix: str
+) -> None:
+    # The history on the store waited forever on the store's own lock; a baseline replaced
+    # the store with JSON; lines appended to its -wal vanished when SQLite removed it.
+    make_suite(
+        pytester,
+        """
+        def test_agent(graded_session):
+            perfect(graded_session)
+        """,
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+    store = pytester.path / ".cleo" / "audit.db"
+    before = store.read_bytes()
+    result = pytester.runpytest(f"{option}=.cleo/audit.db{suffix}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: cleo-grade: {option} (ini *) {store}{suffix}: is the audit store's file *"]
+    )
+    assert store.read_bytes() == before
