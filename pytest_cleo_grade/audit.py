@@ -106,7 +106,7 @@ def make_entry(
 
     ``metadata`` adds keys to the entry's metadata (e.g. ``injected``), never replacing the
     ones above. ``refused`` hears the EntryError's text first (see :func:`refuse`)."""
-    problem = _recording_problem(gateway, metadata)
+    problem = _recording_problem(gateway, metadata, params)
     if problem is not None:
         message = f"{domain}.{operation}: {problem}"
         if refused is not None:
@@ -141,11 +141,17 @@ def make_entry(
         raise EntryError(message) from exc
 
 
-def _recording_problem(gateway: str | None, metadata: Mapping[str, Any] | None) -> str | None:
-    """Why a call cannot be recorded as given, beyond what the entry model checks: a gateway
+def _recording_problem(
+    gateway: str | None, metadata: Mapping[str, Any] | None, params: object = None
+) -> str | None:
+    """Why a call cannot be recorded as given, beyond what the entry model checks: params or
+    metadata that are not a mapping (a bare TypeError the refusals never heard of), a gateway
     CLEO never writes (a typo losing the query-gateway points), a non-finite number in extra
     metadata (stored as JSON: the store would refuse it, after the test was graded with it).
     Checked here, where calls are recorded, not for every entry read (files hold no NaN)."""
+    for name, value in (("params", params), ("metadata", metadata)):
+        if value is not None and not isinstance(value, Mapping):
+            return f"{name}: must be a mapping of names to values, not {type(value).__name__}"
     if gateway is not None and gateway not in GATEWAYS:
         return f"gateway {gateway!r} is not one of cleo_query, query, cleo_mutate, mutate (or None)"
     if metadata:

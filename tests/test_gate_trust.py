@@ -102,6 +102,26 @@ def test_a_call_that_could_not_be_recorded_fails_the_test_even_when_the_agent_ca
     assert history_lines(pytester.path) == []
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        'graded_session.record("tasks", "find", ["x"])',
+        'audit.record("tasks", "find", 42)',
+        'graded_session.record("tasks", "find", metadata=["team"])',
+    ],
+    ids=["fixture-params", "audit-params", "fixture-metadata"],
+)
+def test_params_or_metadata_that_are_no_mapping_are_a_refused_call(
+    pytester: pytest.Pytester, call: str
+) -> None:
+    # dict(["x"]) raised a bare ValueError the refusals never heard of: an agent that caught
+    # it passed its test on the other calls.
+    make_suite(pytester, SWALLOWED.format(mode="fail", call=f"careless(lambda: {call})"))
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*could be recorded*tasks.find: *: must be a mapping *"])
+
+
 def test_the_non_finite_check_names_the_nested_place_and_survives_cycles() -> None:
     cycle: list[object] = [1.0]
     cycle.append(cycle)
