@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,6 +227,32 @@ def test_install_records_until_uninstalled_and_keeps_other_processors(
         pass
     assert len(session.entries) == 2
     assert len(exporter.get_finished_spans()) == 3
+
+
+def test_a_new_provider_where_a_freed_one_was_still_gets_its_processor(
+    session: GradeSession,
+) -> None:
+    # Installs were keyed by id(provider): a provider made at a freed one's address (CPython
+    # soon reuses it) was taken for it, got no processor, and its spans were not recorded.
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "admin_help"}
+    seen: set[int] = set()
+    made_at_a_freed_address = False
+    made = 0
+    while not made_at_a_freed_address and made < 500:
+        provider = TracerProvider(shutdown_on_exit=False)  # no atexit hook keeping it alive
+        made_at_a_freed_address = id(provider) in seen
+        seen.add(id(provider))
+        uninstall = install_otel_capture(provider)
+        tracer = provider.get_tracer("agent")
+        with tracer.start_as_current_span("execute_tool x", attributes=attributes):
+            pass
+        uninstall()
+        provider.shutdown()
+        del provider, tracer
+        gc.collect()
+        made += 1
+    assert made_at_a_freed_address, "no provider was made at a freed one's address"
+    assert len(session.entries) == made
 
 
 def test_install_refuses_a_provider_that_is_not_the_sdks() -> None:

@@ -433,13 +433,13 @@ def test_a_long_retry_after_stops_the_export_at_its_deadline_having_sent_nothing
                 public_key="pk-test",
                 secret_key="sk-test",
                 base_url=server.base_url,
-                deadline=1.0,
+                deadline=3.0,  # the first request leaves well within it on a loaded machine
             )
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 6
         time.sleep(0.2)
         assert len(server.seen) == 1  # the SDK's retry, after the deadline, never left
     assert raised.value.summary.scores_sent == 0
-    assert "stopped at its 1 s deadline: 0 of 7 scores sent" in str(raised.value)
+    assert "stopped at its 3 s deadline: 0 of 7 scores sent" in str(raised.value)
 
 
 def test_a_refused_request_says_its_status_and_the_servers_message_not_its_headers() -> None:

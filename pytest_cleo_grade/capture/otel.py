@@ -9,6 +9,7 @@ in this process, mapped by :mod:`pytest_cleo_grade.capture.mapping`.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -204,7 +205,11 @@ class AuditSpanProcessor(SpanProcessor):
         return True
 
 
-_installed: dict[int, tuple[AuditSpanProcessor, list[object]]] = {}
+# Keyed by the provider itself, weakly: an id() outlives its object, and a new provider
+# made at a freed one's address would have been taken for it and never got a processor.
+_installed: weakref.WeakKeyDictionary[TracerProvider, tuple[AuditSpanProcessor, list[object]]] = (
+    weakref.WeakKeyDictionary()
+)
 _install_lock = threading.Lock()
 
 
@@ -247,11 +252,11 @@ def install_otel_capture(
     sdk = _sdk_provider(provider)
     token = object()
     with _install_lock:
-        found = _installed.get(id(sdk))
+        found = _installed.get(sdk)
         if found is None:
             processor = AuditSpanProcessor(mapping=mapping)
             sdk.add_span_processor(processor)
-            found = _installed[id(sdk)] = (processor, [])
+            found = _installed[sdk] = (processor, [])
         processor, holders = found
         holders.append(token)
         processor.mapping = mapping
