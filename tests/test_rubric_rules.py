@@ -192,6 +192,25 @@ def test_the_ratio_gives_proportional_credit_rounded_half_up(support: Path) -> N
     assert [(p.points, p.entries) for p in ratio] == [(3, [1, 2, 3])]
 
 
+def test_a_ratio_with_neither_call_fills_its_placeholders(tmp_path: Path) -> None:
+    # Checked at load against all six placeholders, the text was formatted with none:
+    # every session without such calls failed with KeyError: 'total'.
+    path = tmp_path / "ratio.toml"
+    text = SUPPORT.replace(
+        'evidence = "search used for {percent}% of lookups"',
+        'evidence = "search used for {percent}% of lookups"\nnone_points = 4\n'
+        'none_evidence = "no lookups: {count} + {other} = {total}, {percent}% '
+        'of {threshold}%, {earned} points"',
+        1,
+    )
+    path.write_text(text, encoding="utf-8")
+    result = grade(path, calls("reply"))
+    ratio = [p for p in result.points if p.rule == "search_ratio"]
+    assert [(p.points, p.text) for p in ratio] == [
+        (4, "no lookups: 0 + 0 = 0, 0% of 75%, 4 points")
+    ]
+
+
 def test_an_empty_session_scores_zero_with_the_files_empty_flag(support: Path) -> None:
     result = grade(support, [])
     assert (result.total_score, result.flags) == (0, ["No audit entries found for session"])
@@ -201,6 +220,7 @@ def test_an_empty_session_scores_zero_with_the_files_empty_flag(support: Path) -
     ("change", "message"),
     [
         ('kind = "before"', "dimensions[0] (workflow).rules[0] (lookup_first): Input tag"),
+        ('kind = "ratio"', "rules[1] (search_ratio): Input tag '[]' found"),
         ("points = -2", "rules[2] (few_searches).points: a at_most rule deducts points"),
         ('flag = "{count} searches (at most {max})"', "unknown placeholder {nope}"),
         ("within = 2", "rules[3] (retry).within: Input should be greater than or equal to 1"),
@@ -213,6 +233,7 @@ def test_a_bad_rule_file_names_the_file_and_the_field(
 ) -> None:
     replacement = {
         'kind = "before"': 'kind = "sometime"',
+        'kind = "ratio"': "kind = []",  # no string: its lookup raised TypeError past pydantic
         "points = -2": "points = 2",
         'flag = "{count} searches (at most {max})"': 'flag = "{nope}"',
         "within = 2": "within = 0",

@@ -253,7 +253,11 @@ class Dimension(_Model):
                 **data,
                 "rules": [
                     {**rule, "kind": KIND_ALIASES[rule["kind"]]}
-                    if isinstance(rule, dict) and rule.get("kind") in KIND_ALIASES
+                    # A kind that is no string (an array, a table) is left for the model's
+                    # own error: looked up here, it raised TypeError past pydantic.
+                    if isinstance(rule, dict)
+                    and isinstance(rule.get("kind"), str)
+                    and rule["kind"] in KIND_ALIASES
                     else rule
                     for rule in rules
                 ],

@@ -227,8 +227,18 @@ def _ratio(entries: Sequence[AuditEntry], rule: Ratio, dim: _Dimension) -> None:
     found = _where(entries, rule.match)
     other = _where(entries, rule.other)
     total = len(found) + len(other)
+    threshold = _half_up(100 * Fraction(repr(rule.threshold)))
     if total == 0:
-        text = _say(rule.none_evidence)
+        # Every placeholder a ratio's texts may hold (checked at load), for no calls.
+        text = _say(
+            rule.none_evidence,
+            count=0,
+            other=0,
+            total=0,
+            percent=0,
+            earned=rule.none_points,
+            threshold=threshold,
+        )
         dim.note(rule, text)
         dim.award(rule, rule.none_points, text or "Neither was called")
         return
@@ -238,7 +248,7 @@ def _ratio(entries: Sequence[AuditEntry], rule: Ratio, dim: _Dimension) -> None:
         "other": len(other),
         "total": total,
         "percent": _half_up(100 * ratio),
-        "threshold": _half_up(100 * Fraction(repr(rule.threshold))),
+        "threshold": threshold,
     }
     if ratio >= Fraction(repr(rule.threshold)):
         text = _say(rule.evidence, earned=rule.points, **values)
