@@ -115,6 +115,39 @@ def test_an_unknown_session_id_grades_as_an_empty_session_with_a_warning(
     assert "warning: no audit entries found for session zz" in captured.err
 
 
+def test_a_mistyped_command_is_not_graded_as_an_empty_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `cleo-grade ID` grades: `cleo-grade lsit` saved an F of an empty session "lsit".
+    history = tmp_path / "GRADES.jsonl"
+    db = tmp_path / "audit.db"
+    assert (
+        main(["import", str(write_jsonl(tmp_path / "e.jsonl", session_entries())), "--db", str(db)])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["lsit", "--db", str(db), "--history", str(history)]) == 2
+    assert capsys.readouterr().err.endswith(
+        "cleo-grade: no command 'lsit' and no entries for a session of that id; "
+        "did you mean 'list'? (nothing saved)\n"
+    )
+    assert not history.exists()
+    # A session of that name with entries is graded as before.
+    assert (
+        main(
+            [
+                "grade",
+                "--entries",
+                str(write_jsonl(tmp_path / "l.jsonl", session_entries("lsit"))),
+                "--history",
+                str(history),
+            ]
+        )
+        == 0
+    )
+    assert len(history.read_text().splitlines()) == 1
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import operator
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -230,6 +231,19 @@ def _existing_store(path: Path, where: str = "cleo-grade grade") -> Path:
     return path
 
 
+def _refuse_a_mistyped_command(result: GradeResult, commands: Sequence[str]) -> None:
+    """``cleo-grade sessoins``: a session id with no entries that is a command's near miss
+    is taken for the typo it is (grading it saved an F of an empty session to the history)."""
+    if result.entry_count:
+        return
+    close = difflib.get_close_matches(result.session_id, commands, n=1, cutoff=0.75)
+    if close:
+        raise CommandError(
+            f"cleo-grade: no command {result.session_id!r} and no entries for a session of "
+            f"that id; did you mean {close[0]!r}? (nothing saved)"
+        )
+
+
 def refuse_empty(result: GradeResult, *, strict: bool, where: str = "cleo-grade grade") -> None:
     """``--strict``: a session without entries is not found (exit status 4), saved nowhere."""
     if strict and result.entry_count == 0:
@@ -289,6 +303,7 @@ def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None 
     that cannot be saved is still printed before the error (exit status 2, saved nowhere).
     """
     refuse_empty(result, strict=args.strict)
+    _refuse_a_mistyped_command(result, getattr(args, "command_names", ()))
     unsaved: CleoGradeError | None = None
     if not args.no_save:
         try:

@@ -56,7 +56,10 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in _COMMAND_MODULES:
         module.register(subparsers)
-    return parser, dict(subparsers.choices)
+    commands: dict[str, argparse.ArgumentParser] = dict(subparsers.choices)
+    # `cleo-grade ID` grades: a mistyped command arrives there as a session id.
+    commands["grade"].set_defaults(command_names=tuple(commands))
+    return parser, commands
 
 
 def _normalise(argv: list[str], commands: dict[str, argparse.ArgumentParser]) -> list[str]:
