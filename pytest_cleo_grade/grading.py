@@ -243,7 +243,9 @@ def grade_test(
         message = f"cleo-grade: {nodeid}: cannot grade with rubric {label}: {reason}"
         raw = getattr(exc, "raw", None)
         if isinstance(raw, str):
-            message += f"\njudge's last reply (first 500 characters):\n{terminal_lines(raw[:500])}"
+            # Each line marked as the reply's: a line of it must not read as pytest's own.
+            quoted = "\n".join(f"  | {line}" for line in terminal_lines(raw[:500]).split("\n"))
+            message += f"\njudge's last reply (first 500 characters):\n{quoted}"
         raise GradingFailed(message) from exc
     comparison = isinstance(grader, TestGrader) and grader.plan.variant is not None
     # A comparison grades the agent's output (set_output), which an empty log does not void.

@@ -465,7 +465,8 @@ def test_a_judge_failure_fails_only_its_test_with_the_endpoint_error(
 def test_an_invalid_judge_reply_fails_the_test_showing_the_raw_reply(
     pytester: pytest.Pytester, judge: FakeJudgeServer
 ) -> None:
-    # Its escapes (clear the screen, set the window title) and line breaks are shown, not obeyed.
+    # Its escapes (clear the screen, set the window title) and line breaks are shown, not
+    # obeyed; each of its lines is marked as the reply's (not read as pytest's own).
     judge.default = Reply("I would rather not say.\x1b[2J\x1b]0;PWNED\x07\r\nFAKE: PASSED")
     make_suite(pytester, ONE_TEST)
     result = pytester.runpytest("--cleo-grade-rubric=weighted", *judge_args(judge))
@@ -475,8 +476,8 @@ def test_an_invalid_judge_reply_fails_the_test_showing_the_raw_reply(
             "*cannot grade with rubric weighted: judge reply for session * is invalid after "
             "one re-ask*",
             "judge's last reply (first 500 characters):",
-            "I would rather not say.\\x1b[2J\\x1b]0;PWNED\\x07\\r",
-            "FAKE: PASSED",
+            "  | I would rather not say.\\x1b[2J\\x1b]0;PWNED\\x07\\r",
+            "  | FAKE: PASSED",
         ]
     )
     assert "\x1b" not in result.stdout.str() and "\x07" not in result.stdout.str()
