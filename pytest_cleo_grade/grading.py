@@ -286,8 +286,13 @@ def plan_for(
         for key, value in (("base_url", options.judge_url), ("model", options.judge_model))
         if value is not None
     }
+    rubric_file = options.rubric_file
+    if marker.expect is not None and rubric == TRAJECTORY_RUBRIC:
+        # The marker's calls and mode replace a trajectory file's whole content, and a file
+        # of the run's own rubric (rules, weighted) is not the trajectory's to read.
+        rubric_file = None
     config = RubricConfig(
-        rubric_file=options.rubric_file,
+        rubric_file=rubric_file,
         cache_path=options.db_path,
         cache_mode=options.judge_cache,
         judge_overrides=overrides,

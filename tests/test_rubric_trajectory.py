@@ -267,6 +267,27 @@ def test_the_marker_expect_grades_with_the_trajectory_rubric(pytester: pytest.Py
     assert 'name="cleo_dim_trajectory.trajectory" value="100/100"' in junit
 
 
+def test_a_marker_expect_needs_no_rubric_file_of_the_runs(pytester: pytest.Pytester) -> None:
+    # The run's rules file was handed to the trajectory rubric of a test with expect=,
+    # which refused it: the test failed with "cannot grade".
+    rules = Path(__file__).parents[1] / "examples" / "rubrics" / "support-rules.toml"
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_by_the_runs_rubric(graded_session):
+            graded_session.record("tool", "lookup_customer")
+
+        @pytest.mark.cleo_grade(expect=["tool.lookup_customer"])
+        def test_by_its_expectations(graded_session):
+            graded_session.record("tool", "lookup_customer")
+        """
+    )
+    result = pytester.runpytest("--cleo-grade-rubric=rules", f"--cleo-grade-rubric-file={rules}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_by_its_expectations *100/100*"])
+
+
 @pytest.mark.parametrize(
     ("marker", "message"),
     [
