@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +32,7 @@ __all__ = [
     "Tolerance",
     "baseline_document",
     "compare_baseline",
+    "figure_text",
     "grades_from_results",
     "latest_from_history",
     "parse_baseline",
@@ -168,6 +170,12 @@ class BaselineComparison:
         return bool(self.regressions or self.problems)
 
 
+def figure_text(value: float, places: int = 1, rounding: str = ROUND_HALF_UP) -> str:
+    """``value`` with ``places`` decimals, halves rounded up as everywhere else in the product
+    (81.25 is "81.3", not Python's half-even "81.2")."""
+    return f"{Decimal(repr(value)).quantize(Decimal(1).scaleb(-places), rounding=rounding):f}"
+
+
 def _noise_note(base: Sequence[float], current: Sequence[float]) -> str | None:
     """With two or more runs on both sides, a drop is real only when the 95 % intervals of
     the two means do not overlap; otherwise the note says why it was not counted."""
@@ -178,8 +186,8 @@ def _noise_note(base: Sequence[float], current: Sequence[float]) -> str | None:
     if current_high < base_low:
         return None
     return (
-        f"within noise: 95% intervals overlap (now up to {current_high:.1f}%, "
-        f"baseline from {base_low:.1f}%)"
+        f"within noise: 95% intervals overlap (now up to {figure_text(current_high)}%, "
+        f"baseline from {figure_text(base_low)}%)"
     )
 
 

@@ -2,20 +2,54 @@
 
 from __future__ import annotations
 
-from pytest_cleo_grade.baseline import BaselineComparison, Change
+from decimal import ROUND_DOWN, ROUND_HALF_UP, ROUND_UP, Decimal
+
+from pytest_cleo_grade.baseline import BaselineComparison, Change, figure_text
 from pytest_cleo_grade.display import markdown_cell, markdown_code_cell
 
-__all__ = ["baseline_lines", "baseline_markdown", "baseline_verdict", "change_text"]
+__all__ = [
+    "baseline_lines",
+    "baseline_markdown",
+    "baseline_verdict",
+    "change_figures",
+    "change_text",
+]
+
+
+def _beyond(change: Change, drop: str) -> bool:
+    """Whether the ``drop`` as shown is beyond the change's tolerance (in points)."""
+    assert change.tolerance is not None
+    return -Decimal(drop) > Decimal(repr(change.tolerance.allowed(change.baseline)))
+
+
+def change_figures(change: Change) -> tuple[str, str, str]:
+    """The baseline, the current figure (percent) and the signed change, half up.
+
+    One decimal, unless a drop beyond the tolerance would then look within it (a 5.04-point
+    drop against 5 points is not "-5.0"): then two, and a drop still shown at the tolerance
+    is rounded away from zero (and the figures apart), so the figure never contradicts the verdict.
+    """
+    places, up, down = 1, ROUND_HALF_UP, ROUND_HALF_UP
+    beyond = change.tolerance is not None and (change.regressed or change.note is not None)
+    if beyond and not _beyond(change, figure_text(change.delta)):
+        places = 2
+        if not _beyond(change, figure_text(change.delta, 2)):
+            # Rounded apart: the baseline up, the current figure down, the drop away from 0.
+            up, down = ROUND_UP, ROUND_DOWN
+    delta = figure_text(change.delta, places, up)
+    return (
+        figure_text(change.baseline, places, up),
+        figure_text(change.current, places, down),
+        delta if delta.startswith("-") else f"+{delta}",
+    )
 
 
 def change_text(change: Change) -> str:
     """One change on one line: test, metric, figures, tolerance, and a noise note."""
     tolerance = f", tolerance {change.tolerance.text()}" if change.tolerance else ""
     note = f"; {change.note}" if change.note else ""
-    return (
-        f"{change.test_id} {change.metric}: {change.baseline:.1f}% -> {change.current:.1f}% "
-        f"({change.delta:+.1f}{tolerance}){note}"
-    )
+    baseline, current, delta = change_figures(change)
+    return f"{change.test_id} {change.metric}: {baseline}% -> {current}% ({delta}{tolerance}){note}"
 
 
 #: The option that gates on regressions, as pytest spells it (the CLI passes its own).
@@ -62,9 +96,10 @@ def baseline_markdown(comparison: BaselineComparison, *, gated: bool) -> str:
         if not (change.regressed or change.note or change.metric == "total"):
             continue
         status = "**REGRESSION**" if change.regressed else markdown_cell(change.note or "ok")
+        baseline, current, delta = change_figures(change)
         rows.append(
             f"| {markdown_code_cell(change.test_id)} | {markdown_cell(change.metric)} | "
-            f"{change.baseline:.1f}% | {change.current:.1f}% | {change.delta:+.1f} | {status} |"
+            f"{baseline}% | {current}% | {delta} | {status} |"
         )
     for problem in comparison.problems:
         rows.append(f"\nProblem: {markdown_cell(problem)}")

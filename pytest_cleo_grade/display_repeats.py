@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from decimal import ROUND_DOWN, ROUND_HALF_UP, ROUND_UP, Decimal
+from typing import TYPE_CHECKING, Final
 
-from pytest_cleo_grade.display import markdown_cell, markdown_code_cell
-from pytest_cleo_grade.verdict import describe_percent, describe_threshold
+from pytest_cleo_grade.display import (
+    SUMMARY_BYTES,
+    _Budget,
+    clipped,
+    markdown_cell,
+    markdown_code_cell,
+)
+from pytest_cleo_grade.verdict import describe_percent, describe_threshold, shown_percent
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.runs import TestRuns
@@ -14,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ESTIMATOR_NOTE",
+    "REPEAT_SUMMARY_BYTES",
     "decision_line",
     "junit_repeat_properties",
     "repeat_lines",
@@ -29,12 +37,45 @@ ESTIMATOR_NOTE = (
 )
 
 
+#: The most bytes the step summary's repeats block takes. GitHub drops a step's whole summary
+#: beyond 1 MiB: the grades' block takes at most half of it (display.SUMMARY_BYTES, 512 KiB),
+#: this block a quarter of that, leaving the rest for the baseline's block (one row per
+#: compared test, its regressions first) and other steps of the job.
+REPEAT_SUMMARY_BYTES: Final = SUMMARY_BYTES // 4
+#: Kept back for what is always written: the "... and N more tests" row and the note.
+_REPEAT_RESERVE: Final = 2048
+
+
 def _runs(count: int) -> str:
     return "1 run" if count == 1 else f"{count} runs"
 
 
-def _fraction(value: float) -> str:
-    return f"{value:.2f}"
+def _fraction(value: float, threshold: float | None = None) -> str:
+    """A rate (pass^k, pass rate) with two decimals, half up, never contradicting the
+    ``threshold`` it is compared with: below it, a figure that would round up to it is cut
+    (0.4667 against 0.47 shows as 0.46); reaching it, one that would round down below it is
+    rounded up (0.4649 against 0.4649 shows as 0.47)."""
+    exact = Decimal(repr(value))
+    step = Decimal("0.01")
+    text = exact.quantize(step, rounding=ROUND_HALF_UP)
+    if threshold is not None:
+        limit = Decimal(repr(threshold))
+        if value < threshold and text >= limit:
+            text = exact.quantize(step, rounding=ROUND_DOWN)
+        elif value >= threshold and text < limit:
+            text = exact.quantize(step, rounding=ROUND_UP)
+    return f"{text:f}"
+
+
+def _mean(stats: RepeatStats) -> str:
+    """The mean (two decimals, half up), never rounded up to the threshold it is below: the
+    run line cuts the same mean the same way (86.666 % against 86.67 % is "86.66%")."""
+    assert stats.mean is not None
+    return shown_percent(stats.mean, stats.threshold, exact=True)
+
+
+def _pass_k_threshold(stats: RepeatStats) -> float | None:
+    return stats.policy.pass_k[1] if stats.policy.pass_k is not None else None
 
 
 def _interval(low: float, high: float, percent: bool) -> str:
@@ -48,7 +89,8 @@ def rule(stats: RepeatStats) -> str:
     policy = stats.policy
     if policy.pass_k is not None:
         sign = ">=" if stats.decided_pass else "<"
-        return f"pass^{stats.k} {_fraction(stats.pass_hat_k)} {sign} {policy.pass_k[1]:g}"
+        shown = _fraction(stats.pass_hat_k, policy.pass_k[1])
+        return f"pass^{stats.k} {shown} {sign} {policy.pass_k[1]:g}"
     if policy.min_pass_rate is not None:
         sign = ">=" if stats.decided_pass else "<"
         return f"pass rate {stats.passed}/{stats.runs} {sign} {policy.min_pass_rate:g}"
@@ -57,14 +99,14 @@ def rule(stats: RepeatStats) -> str:
     if stats.threshold is None:
         return f"mean {describe_percent(stats.mean)} (no threshold)"
     sign = "reaches" if stats.decided_pass else "is below"
-    return f"mean {describe_percent(stats.mean)} {sign} {describe_threshold(stats.threshold)}"
+    return f"mean {_mean(stats)} {sign} {describe_threshold(stats.threshold)}"
 
 
 def repeat_statistics(stats: RepeatStats) -> str:
     """The figures on one line."""
     parts = [_runs(stats.runs)]
     if stats.mean is not None:
-        mean = f"mean {describe_percent(stats.mean)}"
+        mean = f"mean {_mean(stats)}"
         if stats.stdev is not None:
             mean += f" sd {stats.stdev:.1f}"
         if stats.mean_interval is not None:
@@ -74,7 +116,7 @@ def repeat_statistics(stats: RepeatStats) -> str:
     parts.append(
         f"pass rate {stats.passed}/{stats.runs} (95% Wilson {_interval(low, high, percent=False)})"
     )
-    parts.append(f"pass^{stats.k} {_fraction(stats.pass_hat_k)}")
+    parts.append(f"pass^{stats.k} {_fraction(stats.pass_hat_k, _pass_k_threshold(stats))}")
     parts.append(f"pass@{stats.k} {_fraction(stats.pass_at_k)} (unbiased)")
     return ", ".join(parts)
 
@@ -106,12 +148,12 @@ def junit_repeat_properties(stats: RepeatStats) -> list[tuple[str, object]]:
         ("cleo_verdict", stats.verdict),
         ("cleo_decision", "pass" if stats.decided_pass else "fail"),
         ("cleo_decided_by", rule(stats)),
-        ("cleo_pass_rate", _fraction(stats.pass_rate)),
-        (f"cleo_pass_hat_{stats.k}", _fraction(stats.pass_hat_k)),
+        ("cleo_pass_rate", _fraction(stats.pass_rate, stats.policy.min_pass_rate)),
+        (f"cleo_pass_hat_{stats.k}", _fraction(stats.pass_hat_k, _pass_k_threshold(stats))),
         (f"cleo_pass_at_{stats.k}", _fraction(stats.pass_at_k)),
     ]
     if stats.mean is not None:
-        properties.append(("cleo_mean_percent", describe_percent(stats.mean).rstrip("%")))
+        properties.append(("cleo_mean_percent", _mean(stats).rstrip("%")))
     if stats.mean_interval is not None:
         low, high = stats.mean_interval
         properties.append(("cleo_mean_interval_95", _interval(low, high, percent=True)))
@@ -175,29 +217,44 @@ def repeat_lines(tests: Sequence[TestRuns]) -> list[str]:
     return lines
 
 
-def repeat_markdown(tests: Sequence[TestRuns]) -> str:
-    """The step summary's table of repeated tests (failing, then flaky ones first)."""
-    rows = [
+def _markdown_row(runs: TestRuns) -> str:
+    stats = runs.stats
+    name = markdown_code_cell(clipped(runs.info.test_id))
+    if stats is None:
+        return f"| {name} | not decided | - | - | - | - | - |"
+    mean = "-"
+    if stats.mean is not None:
+        mean = _mean(stats)
+        if stats.mean_interval is not None:
+            mean += f" ({_interval(*stats.mean_interval, percent=True)})"
+    failed = "**FAIL**" if runs.mode == "fail" else _outcome(stats, runs.mode)
+    decision = ("pass" if stats.decided_pass else failed) + f": {markdown_cell(rule(stats))}"
+    pass_hat = _fraction(stats.pass_hat_k, _pass_k_threshold(stats))
+    return (
+        f"| {name} | {stats.verdict} | {decision} | {stats.passed}/{stats.runs} | {mean} | "
+        f"{stats.k}: {pass_hat} | {stats.k}: {_fraction(stats.pass_at_k)} |"
+    )
+
+
+def repeat_markdown(tests: Sequence[TestRuns], size: int = REPEAT_SUMMARY_BYTES) -> str:
+    """The step summary's table of repeated tests (failing, then flaky ones first), at most
+    ``size`` bytes: the rows that do not fit are counted in a last row, and test ids are cut
+    to :data:`~pytest_cleo_grade.display.SUMMARY_TEXT` characters."""
+    head = [
         "### Repeated tests\n",
         "| Test | Verdict | Decision | Runs passed | Mean (95% CI) | pass^k | pass@k |",
         "|---|---|---|---|---|---|---|",
     ]
-    for runs in _ordered(tests):
-        stats = runs.stats
-        name = markdown_code_cell(runs.info.test_id)
-        if stats is None:
-            rows.append(f"| {name} | not decided | - | - | - | - | - |")
-            continue
-        mean = "-"
-        if stats.mean is not None:
-            mean = describe_percent(stats.mean)
-            if stats.mean_interval is not None:
-                mean += f" ({_interval(*stats.mean_interval, percent=True)})"
-        failed = "**FAIL**" if runs.mode == "fail" else _outcome(stats, runs.mode)
-        decision = ("pass" if stats.decided_pass else failed) + f": {markdown_cell(rule(stats))}"
-        rows.append(
-            f"| {name} | {stats.verdict} | {decision} | {stats.passed}/{stats.runs} | {mean} | "
-            f"{stats.k}: {_fraction(stats.pass_hat_k)} | {stats.k}: {_fraction(stats.pass_at_k)} |"
-        )
-    rows.append(f"\n{ESTIMATOR_NOTE}.\n")
+    tail = f"\n{ESTIMATOR_NOTE}.\n"
+    fixed = len("\n".join([*head, tail]).encode("utf-8")) + 2
+    budget = _Budget(max(0, size - fixed - _REPEAT_RESERVE))
+    ordered = _ordered(tests)
+    rows = list(head)
+    for shown, runs in enumerate(ordered):
+        row = _markdown_row(runs)
+        if not budget.take(row):
+            rows.append(f"| ... and {len(ordered) - shown} more tests | | | | | | |")
+            break
+        rows.append(row)
+    rows.append(tail)
     return "\n".join(rows) + "\n"

@@ -16,6 +16,7 @@ from pytest_cleo_grade.baseline import (
     read_baseline,
     write_baseline,
 )
+from pytest_cleo_grade.display_baseline import baseline_markdown, change_text
 
 
 def grades(test_id: str, totals: list[float], **dims: list[float]) -> TestGrades:
@@ -146,3 +147,38 @@ def test_a_bad_baseline_file_is_named_with_its_field(
     path.write_text(content)
     with pytest.raises(BaselineError, match=message):
         read_baseline(path)
+
+
+def test_figures_round_half_up_and_a_regression_never_looks_within_its_tolerance() -> None:
+    tolerances = parse_tolerances("total:5")
+    # A 5.04-point drop against 5 points: one decimal ("-5.0") would look within it.
+    drop = compare_baseline(
+        {"a": grades("a", [81.29])}, {"a": grades("a", [76.25])}, tolerances
+    ).changes[0]
+    assert drop.regressed
+    assert change_text(drop) == "a total: 81.29% -> 76.25% (-5.04, tolerance 5 points)"
+    # Beyond the tolerance by less than two decimals show: rounded apart, away from it.
+    tiny = compare_baseline(
+        {"a": grades("a", [80.0])}, {"a": grades("a", [74.999])}, tolerances
+    ).changes[0]
+    assert change_text(tiny) == "a total: 80.00% -> 74.99% (-5.01, tolerance 5 points)"
+    # Means of four runs end in .x5: halves round up (Python's round() gave "81.2").
+    halves = compare_baseline(
+        {"a": grades("a", [95.0, 95.0, 95.0, 40.0])},
+        {"a": grades("a", [95.0, 95.0, 95.0, 40.0])},
+        tolerances,
+    ).changes[0]
+    assert change_text(halves) == "a total: 81.3% -> 81.3% (+0.0, tolerance 5 points)"
+    markdown = baseline_markdown(
+        compare_baseline({"a": grades("a", [81.29])}, {"a": grades("a", [76.25])}, tolerances),
+        gated=True,
+    )
+    assert "| 81.29% | 76.25% | -5.04 | **REGRESSION** |" in markdown
+
+
+def test_the_noise_note_rounds_half_up() -> None:
+    base = {"a": grades("a", [90.0, 60.0, 90.0, 60.0])}
+    noisy = {"a": grades("a", [60.0, 60.0, 60.0, 91.0])}
+    note = compare_baseline(base, noisy, parse_tolerances("total:5")).changes[0].note
+    # The current interval's top is 83.25 (half-even printed it "83.2").
+    assert note == "within noise: 95% intervals overlap (now up to 83.3%, baseline from 60.0%)"

@@ -196,3 +196,23 @@ def test_save_never_writes_over_the_history_it_reads(
         "nothing written"
     )
     assert source.read_bytes() == before
+
+
+def test_diff_shows_a_regression_beyond_its_tolerance_and_halves_rounded_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def baseline(name: str, **tests: list[float]) -> Path:
+        path = tmp_path / name
+        document = {k: {"percents": v} for k, v in tests.items()}
+        path.write_text(
+            json.dumps({"format": "cleo-grade-baseline", "version": 1, "tests": document})
+        )
+        return path
+
+    old = baseline("old.json", **{"t::a": [81.29], "t::b": [95.0, 95.0, 95.0, 40.0]})
+    new = baseline("new.json", **{"t::a": [76.25], "t::b": [95.0, 95.0, 95.0, 40.0]})
+    assert main(["baseline", "diff", str(old), str(new), "--fail-on-regression=total:5"]) == 1
+    out = capsys.readouterr().out
+    # A 5.04-point drop was printed "-5.0" against its 5 points, and 81.25 as "81.2".
+    assert "REGRESSION t::a total: 81.29% -> 76.25% (-5.04, tolerance 5 points)" in out
+    assert "t::b total: 81.3% -> 81.3% (+0.0, tolerance 5 points)" in out

@@ -544,3 +544,43 @@ def test_agent(graded_session, cleo_grade_run):
     result.stdout.fnmatch_lines([f"test_agent.py::test_agent: {line.replace('&lt;', '<')}"])
     # Every run reached the bar by its grade; the decision counts the run that broke.
     assert f"<td data-sort='{line}'>{line}</td>" in (pytester.path / "report.html").read_text()
+
+
+def test_a_failing_decisions_figure_never_shows_as_reaching_its_threshold(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        FLIPPING
+        + """
+@pytest.mark.cleo_grade(runs=3, fail_under=91.67)
+def test_mean(graded_session, cleo_grade_run):
+    agent_for(cleo_grade_run)(graded_session)
+
+@pytest.mark.cleo_grade(runs=7, fail_under="A", pass_k=(2, 0.29))
+def test_pass_k(graded_session, cleo_grade_run):
+    agent_for(cleo_grade_run)(graded_session)
+""",
+    )
+    result = pytester.runpytest("--junitxml=out.xml", "--cleo-grade-gate=91.67")
+    result.assert_outcomes(passed=8, failed=2)
+    # (100 + 75 + 100) / 3 = 91.667 and pass^2 = C(4,2)/C(7,2) = 6/21 = 0.2857: both round
+    # up to their threshold, so both are cut, as the run line cuts the same mean.
+    result.stdout.fnmatch_lines(
+        [
+            "test_agent.py::test_mean: flaky, FAILED (mean 91.66% is below 91.67% (A))",
+            "    3 runs, mean 91.66% *",
+            "test_agent.py::test_pass_k: flaky, FAILED (pass^2 0.28 < 0.29)",
+            "    7 runs, * pass^2 0.28, *",
+        ]
+    )
+    root = ET.parse(pytester.path / "out.xml").getroot()
+    decided = {}
+    for case in root.iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        if "cleo_verdict" in props:
+            decided[case.get("name")] = props
+    assert decided["test_mean[run-3]"]["cleo_decided_by"] == "mean 91.66% is below 91.67% (A)"
+    assert decided["test_mean[run-3]"]["cleo_mean_percent"] == "91.66"
+    assert decided["test_pass_k[run-7]"]["cleo_decided_by"] == "pass^2 0.28 < 0.29"
+    assert decided["test_pass_k[run-7]"]["cleo_pass_hat_2"] == "0.28"

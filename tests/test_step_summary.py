@@ -11,7 +11,10 @@ import cmarkgfm
 import pytest
 
 from pytest_cleo_grade.display import SUMMARY_BYTES, markdown_summary
+from pytest_cleo_grade.display_repeats import ESTIMATOR_NOTE, REPEAT_SUMMARY_BYTES, repeat_markdown
 from pytest_cleo_grade.models import DimensionScore, GradeResult
+from pytest_cleo_grade.runs import RepeatInfo, TestRuns
+from pytest_cleo_grade.stats import RepeatPolicy, repeat_stats
 from pytest_cleo_grade.verdict import GradedTest, RunGrade
 
 #: An agent's task id: a table break, a Markdown link, HTML, a code span, bare addresses
@@ -262,3 +265,39 @@ def test_the_lines_counting_more_flags_fit_in_the_bound_too() -> None:
     text = markdown_summary(_many(10_000, "f", nodeid="t[{i}]"))
     assert "  - ... and 2 more flags" in text.splitlines()
     assert len(text.encode("utf-8")) <= SUMMARY_BYTES
+
+
+def _repeated(count: int) -> list[TestRuns]:
+    """``count`` flaky tests of two runs (95 % and 45 %, fail_under B), with long ids."""
+    policy = RepeatPolicy()
+    stats = repeat_stats([95.0, 45.0], [True, False], threshold=75.0, policy=policy)
+    tests = []
+    for i in range(count):
+        info = RepeatInfo(f"test_many.py::test_m[{i:05d}-{'x' * 480}]", 2, 2, 75.0, policy)
+        tests.append(TestRuns(info, stats=stats))
+    return tests
+
+
+def test_the_repeats_block_stays_within_its_bound_and_counts_the_rest() -> None:
+    # 1,200 repeated tests with ids of ~500 characters: about 720 KB listed whole, which with
+    # the grades' 512 KiB passed GitHub's 1 MiB and lost the whole step summary.
+    text = repeat_markdown(_repeated(1200))
+    assert len(text.encode("utf-8")) <= REPEAT_SUMMARY_BYTES
+    assert SUMMARY_BYTES + REPEAT_SUMMARY_BYTES < 1024 * 1024
+    lines = text.splitlines()
+    assert lines[0] == "### Repeated tests"
+    rows = [line for line in lines if line.startswith("| `")]
+    assert 0 < len(rows) < 1200
+    # The rest are counted in a row as wide as the others, and the note is still there.
+    assert f"| ... and {1200 - len(rows)} more tests | | | | | | |" in lines
+    assert text.endswith(f"\n{ESTIMATOR_NOTE}.\n\n")
+    assert all(len(line.split("`")[1]) == 200 for line in rows)
+    html = cmarkgfm.github_flavored_markdown_to_html(text)
+    assert html.count("<table>") == 1
+    assert html.count("<tr>") == len(rows) + 2  # the header and the counting row
+
+
+def test_a_few_repeated_tests_are_listed_whole() -> None:
+    text = repeat_markdown(_repeated(3))
+    assert "more tests" not in text
+    assert text.count("| `test_many.py::test_m[") == 3

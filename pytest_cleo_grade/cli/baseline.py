@@ -13,6 +13,7 @@ from pytest_cleo_grade.baseline import (
     BaselineError,
     TestGrades,
     compare_baseline,
+    figure_text,
     latest_from_history,
     parse_baseline,
     parse_tolerances,
@@ -139,9 +140,9 @@ def run_show(args: argparse.Namespace) -> int:
         test = grades[test_id]
         mean = sum(test.totals) / len(test.totals)
         runs = f" over {len(test.totals)} runs" if len(test.totals) > 1 else ""
-        print(terminal_text(f"{test_id}: {mean:.1f}%{runs}"))
+        print(terminal_text(f"{test_id}: {figure_text(mean)}%{runs}"))
         for name, values in test.dimensions.items():
-            print(terminal_text(f"    {name}: {sum(values) / len(values):.1f}%"))
+            print(terminal_text(f"    {name}: {figure_text(sum(values) / len(values))}%"))
     return 0
 
 
