@@ -38,7 +38,15 @@ _NOT_FOUND_TEXT: Final = re.compile(
 #: [type=missing, input_value={...}]", the MCP SDK's "Input validation error: ..."): it quotes
 #: the agent's own arguments, whose words ("Fix the 404 page not found") say nothing of the call.
 _VALIDATION_TEXT: Final = re.compile(
-    r"\bvalidation errors?\b|\[type=\w+,\s*input_value=", re.IGNORECASE
+    r"\bvalidation errors?\b|\[type=\w+,\s*input_value="
+    # pydantic's errors() as JSON (or a dict's repr): pydantic-ai's retry prompt for arguments
+    # that fail validation, its execute_tool span's result, is [{"type":"missing","loc":[...
+    r"""|["']type["']\s*:\s*["']\w+["']\s*,\s*["']loc["']\s*:\s*[\[(]"""
+    # LangGraph's ToolNode on such arguments (its ToolInvocationError, also as the repr that
+    # handle_tool_errors=True writes): "Error invoking tool 'x' with kwargs {...} with error:\n
+    # taskId: Field required". Not its "Error executing tool": that one wraps the tool's error.
+    r"|\bError invoking tool \\?'[^'\n]*' with kwargs\b",
+    re.IGNORECASE,
 )
 
 

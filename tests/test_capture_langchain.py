@@ -252,3 +252,32 @@ def test_a_tool_paused_by_interrupt_is_recorded_once_when_resumed(
     assert [(e.domain, e.operation, e.result.exit_code) for e in session.entries] == [
         ("tasks", "delete", 0)
     ]
+
+
+@pytest.mark.parametrize("audit", ["middleware", "callbacks"])
+def test_a_validation_failure_quoting_not_found_is_no_not_found_either_way(
+    session: GradeSession, audit: str
+) -> None:
+    # ToolNode answers with "Error invoking tool 'tasks_show' with kwargs {'id': 'Fix the 404
+    # page not found'} with error: ... Field required": the agent's own words, not a miss.
+    calls = [("tasks_show", {"id": "Fix the 404 page not found"}), ("tasks_show", {"taskId": "T1"})]
+    middleware = [AuditMiddleware()] if audit == "middleware" else []
+    callbacks = [AuditCallbackHandler()] if audit == "callbacks" else []
+    agent = create_agent(scripted(calls), make_tools(), middleware=middleware)
+    agent.invoke({"messages": [HumanMessage("show")]}, config={"callbacks": callbacks})
+    first, second = session.entries
+    assert (first.result.success, first.result.exit_code) == (False, 1)
+    assert first.params == {"id": "Fix the 404 page not found"}
+    assert second.result.success
+
+
+def test_a_toolnode_that_handles_every_error_keeps_a_validation_failure_at_1(
+    session: GradeSession,
+) -> None:
+    # handle_tool_errors=True writes the repr: Error: ToolInvocationError("Error invoking ...").
+    node = ToolNode(make_tools(), handle_tool_errors=True, wrap_tool_call=audit_tool_call)
+    calls = [("tasks_show", {"id": "Fix the 404 page not found"})]
+    langgraph_agent(scripted(calls), node).invoke({"messages": [HumanMessage("go")]})
+    (entry,) = session.entries
+    assert (entry.result.success, entry.result.exit_code) == (False, 1)
+    assert (entry.error or "").startswith("Error: ToolInvocationError(")

@@ -257,3 +257,82 @@ def test_spans_and_the_capability_together_record_each_call_once(session: GradeS
     # The capability recorded each call; the execute_tool spans around them add nothing.
     assert_same_grade(session.entries, grade_by_hand(session.id))
     assert {entry.metadata.source for entry in session.entries} == {"pydantic-ai"}
+
+
+def run_audited(agent: Agent[None, str], prompt: str, capture: str) -> None:
+    """Run ``agent`` recorded by ``capture``: its AuditHooks, or its own instrumentation's
+    execute_tool spans through the span processor (what ``--cleo-grade-capture=otel`` does)."""
+    if capture == "hooks":
+        agent.run_sync(prompt, capabilities=[AuditHooks()])
+        return
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    from opentelemetry.sdk.trace import TracerProvider
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    provider = TracerProvider()
+    provider.add_span_processor(otel.AuditSpanProcessor())
+    agent.instrument = InstrumentationSettings(tracer_provider=provider)
+    try:
+        agent.run_sync(prompt)
+    finally:
+        provider.shutdown()
+
+
+@pytest.mark.parametrize("capture", ["hooks", "spans"])
+def test_the_attempt_that_uses_up_the_retries_is_the_same_not_found_either_way(
+    session: GradeSession, capture: str
+) -> None:
+    # The last attempt's span holds "exceeded max retries"; the tool's own ModelRetry ("Task
+    # T9 not found") is only the cause in its exception event's stack trace.
+    agent = build_agent(model=scripted([("tasks_show", {"taskId": MISSING_TASK})] * 4))
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+        run_audited(agent, "show", capture)
+    assert [(e.result.exit_code, e.error) for e in session.entries] == [
+        (4, f"Task {MISSING_TASK} not found")
+    ] * 4
+
+
+@pytest.mark.parametrize("capture", ["hooks", "spans"])
+def test_the_code_around_a_used_up_retry_is_not_its_error_text(
+    session: GradeSession, capture: str
+) -> None:
+    agent: Agent[None, str] = Agent(scripted([("tasks_show", {"taskId": "T1"})] * 2), retries=1)
+
+    @agent.tool_plain
+    def tasks_show(taskId: str) -> str:
+        raise ModelRetry("try again later")  # the frame's source line: not found
+
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+        run_audited(agent, "show", capture)
+    assert [(e.result.exit_code, e.error) for e in session.entries] == [(1, "try again later")] * 2
+
+
+def test_an_agent_giving_up_inside_a_tool_is_that_tools_own_failure_in_its_span_too(
+    session: GradeSession,
+) -> None:
+    inner = build_agent(model=scripted([("tasks_show", {"taskId": MISSING_TASK})] * 4))
+    outer: Agent[None, str] = Agent(scripted([("ask_inner", {})]), retries=3)
+
+    @outer.tool_plain
+    async def ask_inner() -> str:
+        return (await inner.run("show")).output
+
+    # The verdict names the inner agent's tool, not ask_inner: ask_inner raised it.
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+        run_audited(outer, "delegate", "spans")
+    (entry,) = session.entries
+    assert (entry.operation, entry.result.exit_code) == ("ask_inner", 1)
+    assert "exceeded max retries" in (entry.error or "")
+
+
+@pytest.mark.parametrize("capture", ["hooks", "spans"])
+def test_a_validation_failure_quoting_not_found_is_no_not_found_either_way(
+    session: GradeSession, capture: str
+) -> None:
+    # The span's result is pydantic-ai's retry prompt: the errors as JSON, quoting the input.
+    calls = [("tasks_show", {"id": "Fix the 404 page not found"}), ("tasks_show", {"taskId": "T1"})]
+    run_audited(build_agent(model=scripted(calls)), "show", capture)
+    first, second = session.entries
+    assert (first.result.success, first.result.exit_code) == (False, 1)
+    assert first.params == {"id": "Fix the 404 page not found"}
+    assert second.result.success

@@ -2,11 +2,13 @@
 
 A :class:`SpanData` is the few facts of a span the mapping needs. :func:`tool_call_of` knows
 the three conventions of a tool span: OpenTelemetry's GenAI ``execute_tool`` spans, the
-OpenInference ``TOOL`` kind, and MCP ``tools/call`` spans. Standard library only.
+OpenInference ``TOOL`` kind, and MCP ``tools/call`` spans (and pydantic-ai's span of a tool
+that used up its retries, whose own failure only the stack trace holds). Standard library only.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -46,6 +48,21 @@ TURN_OPERATIONS: Final = frozenset(
 )
 #: The OpenInference kinds that are such a turn.
 TURN_KINDS: Final = frozenset({"LLM", "AGENT"})
+#: pydantic-ai's verdict on the attempt that uses up a tool's retries (tool_manager's
+#: ``_check_max_retries``), raised ``from`` the tool's own failure (its ``ModelRetry``).
+_GAVE_UP_TYPE: Final = "pydantic_ai.exceptions.UnexpectedModelBehavior"
+_RETRIES_USED_UP: Final = re.compile(r"Tool '(?P<tool>[^'\n]*)' exceeded max retries count of \d+")
+#: How Python's traceback text joins a chain: the exception an exception was raised ``from``
+#: (its ``__cause__``) comes first, then this line, then the exception itself.
+_DIRECT_CAUSE: Final = (
+    "\n\nThe above exception was the direct cause of the following exception:\n\n"
+)
+_CHAIN_LINK: Final = re.compile(
+    r"\n\n(?:The above exception was the direct cause of the following exception"
+    r"|During handling of the above exception, another exception occurred):\n\n"
+)
+_TRACEBACK_HEADER: Final = "Traceback (most recent call last):"
+_TYPE_NAME: Final = re.compile(r"[A-Za-z_][\w.]*")
 
 
 @dataclass(frozen=True)
@@ -161,6 +178,11 @@ def _failure(tool: str, span: SpanData, result: Any) -> Failure | None:
     exc_type: str | None = None
     for event_name, event_attrs in span.events:
         if event_name == "exception":
+            cause = _retries_used_up_cause(tool, event_attrs)
+            if cause is not None:
+                # The attempt failed the way every earlier one did (AuditHooks records it so).
+                exc_type, message = cause
+                break
             exc_type = exc_type or _str_or_none(event_attrs.get("exception.type"))
             message = message or _str_or_none(event_attrs.get("exception.message"))
     code = _code(_first(attrs, CODE_KEYS))
@@ -173,6 +195,48 @@ def _failure(tool: str, span: SpanData, result: Any) -> Failure | None:
         code=code,
         error_type=exc_type or _str_or_none(error_type),
     )
+
+
+def _retries_used_up_cause(tool: str, event: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The (class name, message) of the tool's own failure when an exception event is
+    pydantic-ai giving up on ``tool`` ("Tool 'tool' exceeded max retries count of N"); else None.
+
+    The span holds that failure (the tool's "Task T9 not found") only in the stack trace of the
+    verdict raised from it. Only the cause's own exception line(s) are read there, never its
+    frames: their source lines are code, not what the call said. A verdict naming another tool
+    is an agent that gave up inside this tool (this tool's own failure, as it is).
+    """
+    message = _str_or_none(event.get("exception.message"))
+    stacktrace = _str_or_none(event.get("exception.stacktrace"))
+    if event.get("exception.type") != _GAVE_UP_TYPE or message is None or stacktrace is None:
+        return None
+    verdict = _RETRIES_USED_UP.match(message)
+    if verdict is None or verdict["tool"] != tool:
+        return None
+    chain, link, last = stacktrace.rpartition(_DIRECT_CAUSE)
+    # The verdict's own section ends the text (one cut short by a length limit is not read).
+    if not link or not last.rstrip("\n").endswith(f"{_GAVE_UP_TYPE}: {message}"):
+        return None
+    return _exception_lines(_CHAIN_LINK.split(chain)[-1])
+
+
+def _exception_lines(section: str) -> tuple[str, str] | None:
+    """(class name, message) from one exception's part of a Python traceback text: the
+    header, the indented frame lines, then "module.Class: message" (the message may span
+    several lines); None when the part does not read so."""
+    lines = section.split("\n")
+    if lines[0] == _TRACEBACK_HEADER:
+        lines = lines[1:]
+    while lines and lines[0].startswith(" "):
+        lines = lines[1:]
+    if not lines:
+        return None
+    type_name, _, first = lines[0].partition(": ")
+    if _TYPE_NAME.fullmatch(type_name) is None:
+        return None
+    text = "\n".join([first, *lines[1:]])
+    # As str(exc) or, when empty, the class name: how an adapter holding the cause writes it.
+    return type_name, text or type_name.rsplit(".", 1)[-1]
 
 
 def _str_or_none(value: Any) -> str | None:
