@@ -46,7 +46,9 @@ BASELINE_FORMAT: Final = "cleo-grade-baseline"
 _VERSION: Final = 1
 #: The metric name of a test's total in tolerance expressions.
 TOTAL: Final = "total"
-_TERM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*(%?)\s*$")
+# A metric is ``total`` or a dimension as grades name it: a combined rubric's are dotted
+# (``cleo.sessionDiscipline``), a rule file's may hold other characters; not ``:`` or ``,``.
+_TERM = re.compile(r"^\s*([^\s:,](?:[^:,]*[^\s:,])?)\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*(%?)\s*$")
 
 
 class BaselineError(CleoGradeError):

@@ -68,6 +68,24 @@ def test_dimensions_are_gated_on_their_own_tolerance() -> None:
     assert (drop.delta, drop.regressed) == (-50.0, False)
 
 
+def test_a_combined_rubrics_dotted_dimensions_can_be_gated() -> None:
+    # `cleo.sessionDiscipline` (a combined rubric's dimension) was no METRIC: only `total`
+    # could be gated for such a rubric.
+    dims = {"cleo.sessionDiscipline": [100.0], "trajectory.trajectory": [100.0]}
+    base = {"a": TestGrades("a", (90.0,), {k: tuple(v) for k, v in dims.items()})}
+    now = {
+        "a": TestGrades(
+            "a", (88.0,), {"cleo.sessionDiscipline": (50.0,), "trajectory.trajectory": (100.0,)}
+        )
+    }
+    tolerances = parse_tolerances("total:5, cleo.sessionDiscipline:10")
+    assert set(tolerances) == {"total", "cleo.sessionDiscipline"}
+    result = compare_baseline(base, now, tolerances)
+    assert [(c.metric, c.regressed) for c in result.regressions] == [
+        ("cleo.sessionDiscipline", True)
+    ]
+
+
 def test_with_repeats_on_both_sides_a_drop_inside_the_noise_does_not_count() -> None:
     base = {"a": grades("a", [90.0, 60.0, 90.0, 60.0])}
     noisy = {"a": grades("a", [60.0, 90.0, 60.0, 60.0])}
