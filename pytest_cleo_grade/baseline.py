@@ -167,6 +167,11 @@ class BaselineComparison:
         return tuple(change for change in self.changes if change.regressed)
 
     @property
+    def empty(self) -> bool:
+        """Whether this run graded no test at all (every one skipped): nothing was checked."""
+        return not self.changes and not self.new_tests
+
+    @property
     def failed(self) -> bool:
         """The gate's one predicate (its printed verdict asks the same)."""
         return bool(self.regressions or self.problems)

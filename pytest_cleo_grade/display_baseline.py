@@ -67,6 +67,10 @@ def baseline_verdict(
     if comparison.failed:
         why = f"{count} regression{'s' if count != 1 else ''}" if count else "cannot check"
         return f"baseline gate FAILED: {why}"
+    if comparison.empty:
+        # Nothing graded (every agent test skipped, say without an API key): the gate checked
+        # nothing and says so, as the run's gate does, instead of "passed".
+        return "baseline gate not applied: no graded tests in this run"
     return "baseline gate passed: no drop beyond the tolerances"
 
 

@@ -315,7 +315,8 @@ class Reporter:
         gates: list[tuple[bool | None, str]] = []
         if gate is not None and (line := gate.verdict_text()):
             # A note (no baseline, nothing gated) is drawn neutral, never as a passed gate.
-            decided = gate.failed or (gate.gated and gate.comparison is not None)
+            compared = gate.comparison is not None and not gate.comparison.empty
+            decided = gate.failed or (gate.gated and compared)
             gates.append((bool(gate.failed) if decided else None, line))
         decisions = self._decisions()
         try:

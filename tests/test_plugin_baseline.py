@@ -332,3 +332,28 @@ def test_a_baseline_is_saved_from_a_whole_run_that_had_nothing_to_rerun(
     result.assert_outcomes(passed=2)
     assert "not saved" not in result.stdout.str()
     assert len(json.loads((pytester.path / "baseline.json").read_text())["tests"]) == 2
+
+
+def test_a_gated_run_that_graded_nothing_says_the_gate_was_not_applied(
+    pytester: pytest.Pytester,
+) -> None:
+    # Every agent test skipped (no API key on this runner): the gate said "passed" having
+    # compared nothing.
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "seventy_five")
+    pytester.runpytest("--cleo-grade-save-baseline=baseline.json").assert_outcomes(passed=2)
+    pytester.makepyfile(
+        test_agent="""
+        import pytest
+
+        def test_one(graded_session):
+            pytest.skip("no API key")
+        """
+    )
+    result = pytester.runpytest(
+        "--cleo-grade-baseline=baseline.json", "--cleo-grade-fail-on-regression=total:5"
+    )
+    result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["baseline gate not applied: no graded tests in this run"])
+    assert "gate passed" not in result.stdout.str()
