@@ -295,13 +295,10 @@ def test_a_run_never_writes_its_report_over_the_audit_store(pytester: pytest.Pyt
     pytester.runpytest().assert_outcomes(passed=6)
     store = pytester.path / ".cleo" / "audit.db"
     result = pytester.runpytest("--cleo-grade-html=.cleo/x/../audit.db", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=6, warnings=1)
-    assert result.ret == 0
-    result.stdout.fnmatch_lines(
-        [
-            "*CleoGradeWarning: cleo-grade: HTML report *audit.db: would replace the audit store "
-            f"{store}: nothing written"
-        ]
+    # Refused before any test runs (a usage error), rather than after the run.
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: cleo-grade: --cleo-grade-html (ini cleo_grade_html) {store}: is the audit *"]
     )
     assert store.read_bytes().startswith(b"SQLite format 3\0")  # still the store
 
