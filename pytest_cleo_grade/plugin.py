@@ -187,8 +187,17 @@ def _configure_capture(config: pytest.Config, options: PluginOptions) -> None:
     if options.tool_map:
         from pytest_cleo_grade.capture import mapping
 
+        # pytest hands over an ini value's lines without its blank lines and comments, so an
+        # error names the entry's position in the value, and the file, never a line number.
+        key = "cleo_grade_tool_map"
+        if config.getoption(key):
+            where, item = "--cleo-grade-tool-map", "occurrence"
+        elif any(o.startswith(f"{key}=") for o in config.getoption("override_ini") or ()):
+            where, item = f"-o {key}", "entry"
+        else:
+            where, item = f"{config.inipath}: {key}" if config.inipath else key, "entry"
         try:
-            chosen = mapping.ToolMapping.parse(options.tool_map, where="cleo_grade_tool_map")
+            chosen = mapping.ToolMapping.parse(options.tool_map, where=where, item=item)
         except mapping.MappingError as exc:
             raise pytest.UsageError(f"cleo-grade: {exc}") from None
         config.stash[MAPPING_KEY] = mapping.configure(chosen)

@@ -284,11 +284,59 @@ def test_envelope_failure_finds_cleos_success_false_results() -> None:
         (["", "x = tasksfind"], "tool mapping, line 2: 'tasksfind' is not DOMAIN.OPERATION"),
         (["x = a.b c d"], "tool mapping, line 1: expected"),
         (["* = a b"], "line 1: expected '\\* = GATEWAY'"),
+        (
+            ["lookup = tasks.show cleo_qeury"],
+            "tool mapping, line 1: gateway 'cleo_qeury' is not one of cleo_mutate, cleo_query,"
+            " mutate, query; did you mean 'cleo_query'\\?",
+        ),
+        (["# any", "* = Query"], "tool mapping, line 2: gateway 'Query' .* did you mean 'query'"),
+        (["x = a.b write"], "line 1: gateway 'write' is not one of [a-z_, ]+$"),
     ],
 )
 def test_malformed_mapping_lines_name_the_line(lines: list[str], message: str) -> None:
     with pytest.raises(MappingError, match=message):
         ToolMapping.parse(lines)
+
+
+def test_a_mapping_line_is_named_as_the_caller_counts_it() -> None:
+    # The plugin's ini lines come without blanks and comments: it counts entries, not lines.
+    with pytest.raises(MappingError, match=r"^pytest\.ini: key, entry 2: 'tasksadd' is not"):
+        ToolMapping.parse(["a = tasks.find", "b = tasksadd"], where="pytest.ini: key", item="entry")
+
+
+@pytest.mark.parametrize("gateway", ["cleo_query", "query", "cleo_mutate", "mutate"])
+def test_cleo_gateways_are_accepted_as_written(gateway: str) -> None:
+    chosen = ToolMapping.parse([f"lookup = tasks.show {gateway}", f"* = {gateway}"])
+    assert (chosen.routes["lookup"].gateway, chosen.default_gateway) == (gateway, gateway)
+    assert map_tool_call("lookup", mapping=chosen).gateway == gateway
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"lookup": {"target": "tasks.show", "gateway": "Query"}}, "'lookup': gateway 'Query'"),
+        ({"*": "cleo_qeury"}, r"'\*': gateway 'cleo_qeury' .* did you mean 'cleo_query'"),
+    ],
+)
+def test_a_dict_mappings_gateway_is_one_of_cleos(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(MappingError, match=message):
+        ToolMapping.from_dict(data)
+
+
+def test_a_mapping_built_in_python_refuses_a_gateway_cleo_does_not_write() -> None:
+    with pytest.raises(MappingError, match=r"route to tasks\.show: gateway 'Query'"):
+        Route("tasks", "show", "Query")
+    with pytest.raises(MappingError, match="the default gateway: gateway 'cleo_qeury'"):
+        ToolMapping(default_gateway="cleo_qeury")
+
+
+def test_a_bad_gateway_in_the_childs_variable_is_a_warning_not_a_silent_entry(
+    session: GradeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_TOOL_MAP, json.dumps({"*": "Query"}))
+    with pytest.warns(CleoGradeWarning, match=f"{ENV_TOOL_MAP}: .*gateway 'Query'"):
+        assert record_call(Call("lookup")) is None
+    assert session.entries == []
 
 
 def test_mapping_round_trips_through_json_for_child_processes() -> None:

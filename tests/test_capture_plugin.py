@@ -127,13 +127,13 @@ def test_agent(graded_session):
         (
             ["--cleo-grade-tool-map", "lookup = tasks"],
             "",
-            "cleo_grade_tool_map, line 1: 'tasks' is not DOMAIN.OPERATION",
+            "--cleo-grade-tool-map, occurrence 1: 'tasks' is not DOMAIN.OPERATION",
         ),
         ([], "cleo_grade_capture = nope\n", "ini option cleo_grade_capture: invalid capture"),
         (
             [],
             "cleo_grade_tool_map =\n    lookup tasks.show\n",
-            "cleo-grade: cleo_grade_tool_map, line 1: expected 'TOOL = DOMAIN.OPERATION",
+            "tox.ini: cleo_grade_tool_map, entry 1: expected 'TOOL = DOMAIN.OPERATION",
         ),
     ],
 )
@@ -145,3 +145,59 @@ def test_bad_capture_settings_are_one_usage_error(
     result = pytester.runpytest(*args)
     assert result.ret != 0
     assert message in (result.stderr.str() + result.stdout.str())
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        pytest.param(
+            [],
+            "    # search tools\n    search = tasks.find cleo_query\n\n    create = tasksadd\n",
+            "{ini}: cleo_grade_tool_map, entry 2: 'tasksadd' is not DOMAIN.OPERATION",
+            id="ini-entry-not-line",
+        ),
+        pytest.param(
+            [],
+            "    lookup = tasks.show cleo_qeury\n",
+            "{ini}: cleo_grade_tool_map, entry 1: gateway 'cleo_qeury' is not one of cleo_mutate,"
+            " cleo_query, mutate, query; did you mean 'cleo_query'?",
+            id="ini-gateway-typo",
+        ),
+        pytest.param(
+            [],
+            "    lookup = tasks.show\n    * = Query\n",
+            "{ini}: cleo_grade_tool_map, entry 2: gateway 'Query' is not one of cleo_mutate,"
+            " cleo_query, mutate, query; did you mean 'query'?",
+            id="ini-default-gateway-case",
+        ),
+        pytest.param(
+            [
+                "--cleo-grade-tool-map",
+                "a = tasks.find",
+                "--cleo-grade-tool-map",
+                "b = tasks.x Mutate",
+            ],
+            "    a = bad\n",
+            "--cleo-grade-tool-map, occurrence 2: gateway 'Mutate' is not one of cleo_mutate,"
+            " cleo_query, mutate, query; did you mean 'mutate'?",
+            id="option-occurrence",
+        ),
+        pytest.param(
+            ["-o", "cleo_grade_tool_map=a = tasksfind"],
+            "    a = tasks.find\n",
+            "-o cleo_grade_tool_map, entry 1: 'tasksfind' is not DOMAIN.OPERATION",
+            id="override",
+        ),
+    ],
+)
+def test_a_bad_tool_map_entry_is_one_usage_error_naming_its_place(
+    pytester: pytest.Pytester, args: list[str], ini: str, message: str
+) -> None:
+    # pytest drops an ini value's blank lines and comments before the plugin sees it: the
+    # error counts entries, names the file, and never gives a line number that is not one.
+    path = pytester.makefile(".ini", pytest="[pytest]\ncleo_grade_tool_map =\n" + ini)
+    pytester.makepyfile("def test_x(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    assert errors == ["ERROR: cleo-grade: " + message.format(ini=path)]

@@ -21,10 +21,13 @@ mapped by its ``<tool>`` part when no route names it whole.
 Gateway: the CLEO tool's own name (rule 2), else the route's gateway, else an MCP tool's
 ``readOnlyHint`` (true: ``cleo_query``, false: ``cleo_mutate``), else the mapping's
 ``default_gateway`` (None unless configured: the call counts as neither a query nor a mutation).
+A mapping's gateways are CLEO's own spellings (:data:`audit.GATEWAYS`); any other is a
+MappingError, because a typo would silently stop the calls counting as query-gateway calls.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -124,6 +127,9 @@ class Route:
     operation: str
     gateway: str | None = None
 
+    def __post_init__(self) -> None:
+        _gateway(self.gateway, f"route to {self.domain}.{self.operation}")
+
 
 @dataclass(frozen=True)
 class Target:
@@ -195,12 +201,19 @@ class ToolMapping:
     default_gateway: str | None = None
     exit_code: ExitCodeRule | None = None
 
+    def __post_init__(self) -> None:
+        _gateway(self.default_gateway, "the default gateway")
+
     @classmethod
-    def parse(cls, lines: Iterable[str], *, where: str = "tool mapping") -> ToolMapping:
+    def parse(
+        cls, lines: Iterable[str], *, where: str = "tool mapping", item: str = "line"
+    ) -> ToolMapping:
         """Routes from ini lines ``TOOL = DOMAIN.OPERATION [GATEWAY]``.
 
-        ``* = GATEWAY`` sets the default gateway. Blank lines and ``#`` comments are skipped;
-        a malformed line raises MappingError naming ``where`` and the line number.
+        ``* = GATEWAY`` sets the default gateway. Blank lines and ``#`` comments are skipped
+        (but counted); a malformed line raises MappingError naming ``where`` and the line as
+        ``{item} {number}`` (the plugin says ``entry``: pytest hands over an ini value's lines
+        without their blank lines and comments, so a line number would be wrong).
         """
         routes: dict[str, Route] = {}
         default: str | None = None
@@ -210,13 +223,13 @@ class ToolMapping:
                 continue
             name, sep, rest = line.partition("=")
             name, words = name.strip(), rest.split()
-            place = f"{where}, line {number}"
+            place = f"{where}, {item} {number}"
             if not sep or not name or not words:
                 raise MappingError(f"{place}: expected 'TOOL = DOMAIN.OPERATION [GATEWAY]'")
             if name == "*":
                 if len(words) != 1:
                     raise MappingError(f"{place}: expected '* = GATEWAY'")
-                default = words[0]
+                default = _gateway(words[0], place)
                 continue
             if len(words) > 2:
                 raise MappingError(f"{place}: expected 'TOOL = DOMAIN.OPERATION [GATEWAY]'")
@@ -241,7 +254,7 @@ class ToolMapping:
             if name == "*":
                 if value is not None and not isinstance(value, str):
                     raise MappingError(f"{place}: the default gateway must be a string")
-                default = value
+                default = _gateway(value, place)
             elif isinstance(value, str):
                 routes[name] = _route(value, None, place)
             elif isinstance(value, Mapping) and isinstance(value.get("target"), str):
@@ -306,7 +319,21 @@ def _route(target: str, gateway: str | None, place: str) -> Route:
     domain, dot, operation = target.partition(".")
     if not dot or not domain or not operation:
         raise MappingError(f"{place}: {target!r} is not DOMAIN.OPERATION")
-    return Route(domain, operation, gateway or None)
+    return Route(domain, operation, _gateway(gateway, place))
+
+
+def _gateway(word: str | None, place: str) -> str | None:
+    """``word`` if it is one of CLEO's gateways, None if empty; else a MappingError naming
+    ``place``, with the nearest gateway as a hint. Not lowercased: CLEO writes them lowercase,
+    and ``Query`` in an entry would count as no gateway at all."""
+    if not word:
+        return None
+    if word in audit.GATEWAYS:
+        return word
+    accepted = sorted(audit.GATEWAYS)
+    close = difflib.get_close_matches(word.lower(), accepted, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise MappingError(f"{place}: gateway {word!r} is not one of {', '.join(accepted)}{hint}")
 
 
 def _hint_gateway(read_only: bool | None) -> str | None:
