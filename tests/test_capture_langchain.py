@@ -281,3 +281,53 @@ def test_a_toolnode_that_handles_every_error_keeps_a_validation_failure_at_1(
     (entry,) = session.entries
     assert (entry.result.success, entry.result.exit_code) == (False, 1)
     assert (entry.error or "").startswith("Error: ToolInvocationError(")
+
+
+def test_a_tool_run_started_in_one_test_and_ended_in_the_next_is_the_first_tests_call(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The handler recorded a run into whatever session was active when it ended: the next
+    # test's, graded for a delete it never made.
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    pytester.makepyfile(
+        """
+import threading
+from langchain_core.tools import tool
+from pytest_cleo_grade.capture.langchain import AuditCallbackHandler
+from pytest_cleo_grade.store.core import AuditStore
+
+go = threading.Event()
+left = []
+sessions = []
+handler = AuditCallbackHandler()
+
+@tool
+def tasks_delete(taskId: str) -> str:
+    \"\"\"Delete a task.\"\"\"
+    go.wait(10)
+    return "ok"
+
+@tool
+def session_list() -> list:
+    \"\"\"List sessions.\"\"\"
+    return []
+
+def test_a_leaves_a_call_running(graded_session):
+    sessions.append(graded_session.id)
+    session_list.invoke({}, config={"callbacks": [handler]})
+    run = lambda: tasks_delete.invoke({"taskId": "T1"}, config={"callbacks": [handler]})
+    thread = threading.Thread(target=run)
+    thread.start()
+    left.append(thread)
+
+def test_b_ends_it(graded_session):
+    session_list.invoke({}, config={"callbacks": [handler]})
+    go.set()
+    left[0].join()
+    assert [e.operation for e in graded_session.entries] == ["list"]
+    with AuditStore(".cleo/audit.db") as store:
+        assert [e.operation for e in store.session_entries(sessions[0])] == ["list", "delete"]
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)

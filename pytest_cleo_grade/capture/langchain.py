@@ -12,6 +12,9 @@ Two ways in, use either:
   for the duration. A call the middleware records is not recorded again by the handler; the
   calls a tool makes (a sub-agent's) are recorded, by either.
 
+Either records a call into the session active when it started: a tool run a test left going (in
+a thread) that ends during the next test is the first test's call, not the next one's.
+
 A LangGraph ``interrupt()`` in a tool (a human approval) pauses the graph: that is no call yet,
 and nothing is recorded; the call resumed with ``Command(resume=...)`` is.
 
@@ -43,13 +46,15 @@ from pytest_cleo_grade.capture.direct import CallIdentity, direct_call, is_own_t
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
+    StartedIn,
     ToolMapping,
     elapsed_ms,
     envelope_failure,
     injected_fault,
     parse_arguments,
-    record_call,
+    record_call_started_in,
     record_injected,
+    session_at_start,
 )
 from pytest_cleo_grade.faults import Fault
 
@@ -101,6 +106,8 @@ class _Started:
     arguments: Any
     started: datetime
     clock: int
+    #: The session active when the call started: it is that test's call wherever it ends.
+    session: StartedIn
     call_id: str | None = None
 
 
@@ -113,7 +120,7 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         self.source = source
 
     def _record(self, started: _Started, failure: Failure | None) -> None:
-        record_call(
+        record_call_started_in(
             Call(
                 tool=started.tool,
                 arguments=started.arguments,
@@ -122,6 +129,7 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
                 duration_ms=elapsed_ms(started.clock),
                 source=self.source,
             ),
+            started.session,
             mapping=self.mapping,
         )
 
@@ -134,7 +142,12 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
             record_injected(fault, name, arguments, source=self.source, mapping=self.mapping)
         call_id = tool_call.get("id")
         begun = _Started(
-            name, arguments, datetime.now(UTC), time.perf_counter_ns(), call_id or None
+            name,
+            arguments,
+            datetime.now(UTC),
+            time.perf_counter_ns(),
+            session_at_start(),
+            call_id or None,
         )
         return begun, None if fault is None else _injected_message(fault, tool_call)
 
@@ -207,7 +220,7 @@ class AuditCallbackHandler(BaseCallbackHandler):
             return  # the middleware records this call (not the calls its tool makes)
         with self._lock:
             self._runs[run_id] = _Started(
-                str(name), arguments, datetime.now(UTC), time.perf_counter_ns()
+                str(name), arguments, datetime.now(UTC), time.perf_counter_ns(), session_at_start()
             )
 
     def _finish(self, run_id: UUID, failure_of: Callable[[str], Failure | None]) -> None:
@@ -215,7 +228,7 @@ class AuditCallbackHandler(BaseCallbackHandler):
             begun = self._runs.pop(run_id, None)
         if begun is None:
             return
-        record_call(
+        record_call_started_in(
             Call(
                 tool=begun.tool,
                 arguments=begun.arguments,
@@ -224,6 +237,7 @@ class AuditCallbackHandler(BaseCallbackHandler):
                 duration_ms=elapsed_ms(begun.clock),
                 source=self.source,
             ),
+            begun.session,
             mapping=self.mapping,
         )
 

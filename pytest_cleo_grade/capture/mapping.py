@@ -37,6 +37,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from pydantic import ValidationError
@@ -73,6 +74,7 @@ __all__ = [
     "MappingError",
     "Route",
     "Rule",
+    "StartedIn",
     "Target",
     "ToolMapping",
     "build_entry",
@@ -84,7 +86,9 @@ __all__ = [
     "map_tool_call",
     "parse_arguments",
     "record_call",
+    "record_call_started_in",
     "says_not_found",
+    "session_at_start",
     "subprocess_env",
     "texts_envelope_failure",
 ]
@@ -649,6 +653,45 @@ def record_call(call: Call, *, mapping: ToolMapping | None = None) -> AuditEntry
             warnings.warn(f"cleo-grade: {exc}", CleoGradeWarning, stacklevel=2)
         return None
     return audit.record_entry(entry)
+
+
+#: The graded session a call started in: what :func:`pytest_cleo_grade.audit.active_session`
+#: said when the adapter saw the call start (None: no session was active).
+StartedIn = tuple[str, Path, bool] | None
+
+
+def session_at_start() -> StartedIn:
+    """The session a call starting now belongs to (a cached look-up: no I/O)."""
+    return audit.active_session()
+
+
+def record_call_started_in(
+    call: Call, started_in: StartedIn, *, mapping: ToolMapping | None = None
+) -> AuditEntry | None:
+    """Record ``call`` into the session it started in (:func:`session_at_start` then), not
+    the one active when it ends.
+
+    A call a test left running (in a thread, a task) that ends during the next test is the
+    first test's: recorded into the next one it would change a grade for a call that test
+    never made. Such a call is delivered to its own session as a child process's would be:
+    held if that session is still open in this process, else stored under it, in no grade
+    (docs/pytest.md). A call that started outside any session is nobody's and is dropped.
+    """
+    if started_in == audit.active_session():
+        return record_call(call, mapping=mapping)  # the usual case: it ends where it began
+    if started_in is None:
+        return None
+    session_id, path, grade_mode = started_in
+    try:
+        entry = build_entry(call, session_id=session_id, mapping=mapping)
+    except CleoGradeError as exc:
+        # Not audit.refuse(): that tells the active session, which this call is not part of.
+        with warnings_shown_not_raised():
+            warnings.warn(f"cleo-grade: {exc}", CleoGradeWarning, stacklevel=2)
+        return None
+    if not grade_mode and entry.metadata.gateway not in audit.MUTATE_GATEWAYS:
+        return None  # outside grade mode only mutations are audited, as record_entry() does
+    return audit._deliver(entry, session_id, path)
 
 
 def injected_fault(

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 try:
     from opentelemetry import context as context_api
@@ -27,7 +28,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from pytest_cleo_grade.capture import direct
 from pytest_cleo_grade.capture.direct import CallIdentity, same_call
-from pytest_cleo_grade.capture.mapping import Call, ToolMapping, record_call
+from pytest_cleo_grade.capture.mapping import (
+    Call,
+    StartedIn,
+    ToolMapping,
+    record_call,
+    record_call_started_in,
+    session_at_start,
+)
 from pytest_cleo_grade.capture.spans import (
     SpanData,
     call_identity_of,
@@ -64,15 +72,47 @@ def span_data(span: ReadableSpan) -> SpanData:
 
 @dataclass(frozen=True)
 class _Open:
-    """An open span: its parent's span id, the span, the direct call it started in."""
+    """An open span: its parent's span id, the span, the direct call it started in, and the
+    graded session active when it started (whose call it is, wherever it ends)."""
 
     parent: int | None
     span: Span
     inside: direct.DirectCall | None
+    session: StartedIn
+
+
+#: How many recorded spans are remembered. The SDK hands an ended span to every processor of
+#: its provider, one after the other, at once: a span's repeats come before thousands of other
+#: spans can end, so forgetting the oldest loses nothing.
+RECORDED_SPANS_KEPT: Final = 4096
+
+# Process-wide, not per processor: a processor added by hand beside the one
+# --cleo-grade-capture=otel installs (or added twice) sees the same spans, and each span is
+# one call however many AuditSpanProcessors see it end.
+_recorded_spans: OrderedDict[tuple[int, int], None] = OrderedDict()
+_recorded_lock = threading.Lock()
+
+
+def _first_to_record(trace_id: int, span_id: int) -> bool:
+    """Claim a span for recording: True for the first processor to ask, False after."""
+    key = (trace_id, span_id)
+    with _recorded_lock:
+        if key in _recorded_spans:
+            return False
+        _recorded_spans[key] = None
+        if len(_recorded_spans) > RECORDED_SPANS_KEPT:
+            _recorded_spans.popitem(last=False)
+    return True
 
 
 def _facts(span: ReadableSpan) -> tuple[str, dict[str, Any]]:
     return span.name, dict(span.attributes or {})
+
+
+#: Every AuditSpanProcessor not shut down (weakly: a dropped provider's goes with it), so that
+#: one can see the open spans of another when deciding whether a span is nested.
+_processors: weakref.WeakSet[AuditSpanProcessor] = weakref.WeakSet()
+_processors_lock = threading.Lock()
 
 
 class AuditSpanProcessor(SpanProcessor):
@@ -83,9 +123,12 @@ class AuditSpanProcessor(SpanProcessor):
     span; a call another adapter records itself (inside
     :func:`~pytest_cleo_grade.capture.direct.direct_call`) is left to that adapter, with the
     tool spans around and inside it that are the same call. A tool span below a model or agent
-    turn (a sub-agent run by a tool) is a call of its own and is recorded. ``recorder``
-    receives each Call (default: record it with ``mapping``, see
-    :func:`~pytest_cleo_grade.capture.mapping.record_call`). While ``enabled`` is false the
+    turn (a sub-agent run by a tool) is a call of its own and is recorded. A span is the call
+    of the session active when it started: one a test left open and that ends during the
+    next test goes to the first test's session (stored, in no grade), not the next one's.
+    ``recorder`` receives each Call (default: record it with ``mapping``, see
+    :func:`~pytest_cleo_grade.capture.mapping.record_call_started_in`; then each span is
+    recorded once however many AuditSpanProcessors see it). While ``enabled`` is false the
     processor records nothing (the SDK cannot remove a processor once added).
     """
 
@@ -111,6 +154,8 @@ class AuditSpanProcessor(SpanProcessor):
         #: if they turn out to be tool spans of it (attributes set after the start).
         self._around_direct: dict[int, CallIdentity] = {}
         direct.add_listener(self._direct_call_started)
+        with _processors_lock:
+            _processors.add(self)
 
     def _direct_call_started(self, call: direct.DirectCall) -> None:
         # The span current when an adapter starts recording a call directly is the one
@@ -139,12 +184,29 @@ class AuditSpanProcessor(SpanProcessor):
                     return
                 span_id = entry.parent
 
+    def _open_span(self, span_id: int) -> _Open | None:
+        """An open span by id: this processor's, else another's. A call traced on two
+        providers (an agent's span on one around a library's span on its own, each with an
+        AuditSpanProcessor) has its outer span in the other processor's table only."""
+        found = self._open.get(span_id)
+        if found is None:
+            with _processors_lock:
+                others = tuple(_processors)
+            for other in others:
+                # A plain dict read, safe without the other's lock; _Open is immutable.
+                found = other._open.get(span_id) if other is not self else None
+                if found is not None:
+                    break
+        return found
+
     def _ancestors(self, entry: _Open) -> Iterator[tuple[str, dict[str, Any]]]:
         # The spans around one, nearest first, up to the direct call it started in: the
         # nearest tool span (or a turn) in there decides; past it, the direct call does.
         parent_id = entry.parent
-        while parent_id is not None and parent_id in self._open:
-            parent = self._open[parent_id]
+        while parent_id is not None:
+            parent = self._open_span(parent_id)
+            if parent is None:
+                return
             if entry.inside is not None and parent.inside is not entry.inside:
                 return
             yield _facts(parent.span)
@@ -168,7 +230,10 @@ class AuditSpanProcessor(SpanProcessor):
         parent = span.parent
         with self._lock:
             self._open[span.context.span_id] = _Open(
-                parent.span_id if parent else None, span, direct.current_direct_call()
+                parent.span_id if parent else None,
+                span,
+                direct.current_direct_call(),
+                session_at_start(),
             )
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -194,12 +259,20 @@ class AuditSpanProcessor(SpanProcessor):
             return
         if self._recorder is not None:
             self._recorder(call)
-        else:
+            return
+        if not _first_to_record(context.trace_id, context.span_id):
+            return  # another AuditSpanProcessor of this provider recorded it
+        if entry is None:
+            # Started before this processor was enabled: where it started is not known.
             record_call(call, mapping=self.mapping)
+        else:
+            record_call_started_in(call, entry.session, mapping=self.mapping)
 
     def shutdown(self) -> None:
         self.enabled = False
         direct.remove_listener(self._direct_call_started)
+        with _processors_lock:
+            _processors.discard(self)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
