@@ -27,6 +27,7 @@ from pytest_cleo_grade.repeats import (
     REPEAT_ATTRIBUTE,
     RUN_FIXTURE,
     RepeatSummary,
+    asked_runs,
     parametrize_runs,
 )
 from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE, Reporter
@@ -461,6 +462,8 @@ def graded_session(
         )
         session.start()
     request.node.stash[SESSION_KEY] = session
+    if cleo_grade_run is None and "graded_session" not in request.node.fixturenames:
+        _warn_runs_not_applied(request)
     uninstall = _install_capture(options)
     try:
         yield session
@@ -484,6 +487,20 @@ def graded_session(
         del request.node.stash[SESSION_KEY]
         if session.env_before is not None:
             request.node.stash[ENV_BEFORE_KEY] = session.env_before
+
+
+def _warn_runs_not_applied(request: pytest.FixtureRequest) -> None:
+    """runs=N makes one item per run at collection, from the test's arguments: a session
+    asked for with ``request.getfixturevalue`` comes too late, and the test runs once."""
+    runs = asked_runs(request.node, request.config.stash[REPEAT_OPTIONS_KEY].runs)
+    if runs > 1:
+        with warnings_shown_not_raised():
+            _warn(
+                f"cleo-grade: {request.node.nodeid}: runs={runs} is not applied: the test "
+                "asks for graded_session with request.getfixturevalue, after its runs were "
+                "made; take it as an argument to run it "
+                f"{runs} times"
+            )
 
 
 def _warn_unused_faults(nodeid: str, session_id: str) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "RUN_FIXTURE",
     "RepeatAggregator",
     "RepeatSummary",
+    "asked_runs",
     "parametrize_runs",
 ]
 
@@ -43,16 +44,21 @@ RUN_FIXTURE: Final = "cleo_grade_run"
 REPEAT_ATTRIBUTE: Final = "cleo_grade_repeat"
 
 
+def asked_runs(node: pytest.Item, option_runs: int | None) -> int:
+    """How many runs a test is asked for: its closest marker's ``runs=``, else the option."""
+    marker_runs = None
+    for mark in node.iter_markers("cleo_grade"):
+        if "runs" in mark.kwargs:
+            marker_runs = mark.kwargs["runs"]  # the closest marker wins
+            break
+    return runs_for(marker_runs, option_runs)
+
+
 def parametrize_runs(metafunc: pytest.Metafunc, option_runs: int | None) -> None:
     """Make one item per run of a graded test asked to run more than once."""
     if "graded_session" not in metafunc.fixturenames:
         return
-    marker_runs = None
-    for mark in metafunc.definition.iter_markers("cleo_grade"):
-        if "runs" in mark.kwargs:
-            marker_runs = mark.kwargs["runs"]  # the closest marker wins
-            break
-    runs = runs_for(marker_runs, option_runs)
+    runs = asked_runs(metafunc.definition, option_runs)
     if runs > 1:
         indices = list(range(1, runs + 1))
         metafunc.parametrize(RUN_FIXTURE, indices, indirect=True, ids=[run_id(i) for i in indices])

@@ -584,3 +584,32 @@ def test_pass_k(graded_session, cleo_grade_run):
     assert decided["test_mean[run-3]"]["cleo_mean_percent"] == "91.66"
     assert decided["test_pass_k[run-7]"]["cleo_decided_by"] == "pass^2 0.28 < 0.29"
     assert decided["test_pass_k[run-7]"]["cleo_pass_hat_2"] == "0.28"
+
+
+def test_runs_asked_of_a_session_taken_with_getfixturevalue_are_said_not_applied(
+    pytester: pytest.Pytester,
+) -> None:
+    # runs=3 makes its items from the test's arguments at collection: a session asked for
+    # in the body came too late, and the test silently ran once.
+    make_suite(
+        pytester,
+        """
+        @pytest.mark.cleo_grade(runs=3)
+        def test_late(request):
+            perfect(request.getfixturevalue("graded_session"))
+
+        @pytest.mark.cleo_grade(runs=3)
+        def test_argument(graded_session):
+            perfect(graded_session)
+        """,
+    )
+    result = pytester.runpytest("-W", "default")
+    result.assert_outcomes(passed=4)
+    text = result.stdout.str()
+    assert text.count("is not applied") == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*CleoGradeWarning: cleo-grade: test_agent.py::test_late: runs=3 is not applied: the"
+            " test asks for graded_session with request.getfixturevalue*"
+        ]
+    )
