@@ -101,10 +101,12 @@ class TestGrades:
 
 
 def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
-    """Group GradeResults by test id (extra ``testId``, else the session id), runs in order."""
+    """Group GradeResults by test id (extra ``testId``, else the session id), a repeated
+    test's runs by their run index (xdist hands them over in the order they finish: a saved
+    baseline would change with the scheduling), else in the order given."""
     totals: dict[str, list[float]] = {}
     dims: dict[str, dict[str, list[float]]] = {}
-    for result in results:
+    for result in sorted(results, key=_run_index):
         extra = result.model_extra or {}
         test_id = str(extra.get("testId") or result.session_id)
         totals.setdefault(test_id, []).append(result.percent)
@@ -116,6 +118,11 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
         test_id: TestGrades(test_id, tuple(values), {k: tuple(v) for k, v in dims[test_id].items()})
         for test_id, values in totals.items()
     }
+
+
+def _run_index(result: Any) -> int:
+    run = (result.model_extra or {}).get("run")
+    return run if isinstance(run, int) and not isinstance(run, bool) else 0
 
 
 def latest_from_history(results: Sequence[Any]) -> dict[str, TestGrades]:

@@ -74,9 +74,14 @@ def bootstrap_mean_interval(
     seed: int = BOOTSTRAP_SEED,
     resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> tuple[float, float]:
-    """A 95 % percentile-bootstrap interval of the mean; one value gives a point."""
+    """A 95 % percentile-bootstrap interval of the mean; one value gives a point.
+
+    The values are sorted first: the draws are fixed by ``seed``, so the same grades in
+    another order (xdist hands runs over in the order they finish) gave another interval.
+    """
     if not values:
         raise ValueError("a bootstrap interval needs at least one value")
+    values = sorted(values)
     if len(set(values)) == 1:
         return values[0], values[0]
     rng = random.Random(seed)

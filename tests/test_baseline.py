@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,13 @@ from pytest_cleo_grade.baseline import (
     TestGrades,
     Tolerance,
     compare_baseline,
+    grades_from_results,
     parse_tolerances,
     read_baseline,
     write_baseline,
 )
 from pytest_cleo_grade.display_baseline import baseline_markdown, change_text
+from pytest_cleo_grade.models import GradeResult
 
 
 def grades(test_id: str, totals: list[float], **dims: list[float]) -> TestGrades:
@@ -200,3 +203,37 @@ def test_the_noise_note_rounds_half_up() -> None:
     note = compare_baseline(base, noisy, parse_tolerances("total:5")).changes[0].note
     # The current interval's top is 83.25 (half-even printed it "83.2").
     assert note == "within noise: 95% intervals overlap (now up to 83.3%, baseline from 60.0%)"
+
+
+def test_the_noise_verdict_does_not_depend_on_the_order_of_the_runs() -> None:
+    # The bootstrap's draws are fixed by a seed: the same grades in another order (xdist
+    # hands runs over as they finish) gave opposite verdicts.
+    base = {"a": grades("a", [80.0, 80.0])}
+    tolerances = parse_tolerances("total:5")
+    verdicts = {
+        compare_baseline(base, {"a": grades("a", list(order))}, tolerances).failed
+        for order in (
+            (40.0, 80.0, 85.0, 55.0, 80.0, 70.0),
+            (80.0, 55.0, 85.0, 70.0, 80.0, 40.0),
+            (85.0, 80.0, 80.0, 70.0, 55.0, 40.0),
+        )
+    }
+    assert len(verdicts) == 1
+
+
+def test_a_repeated_tests_runs_are_kept_in_run_order_whatever_order_they_arrive_in() -> None:
+    def run(index: int, percent: float) -> GradeResult:
+        return GradeResult(
+            session_id=f"s{index}",
+            total_score=percent,
+            max_score=100,
+            dimensions={},
+            flags=[],
+            timestamp=datetime(2026, 3, 1, tzinfo=UTC),
+            entry_count=1,
+            testId="t::a",
+            run=index,
+        )
+
+    arrived = [run(2, 95.0), run(4, 45.0), run(1, 95.0), run(3, 45.0)]
+    assert grades_from_results(arrived)["t::a"].totals == (95.0, 95.0, 45.0, 45.0)
