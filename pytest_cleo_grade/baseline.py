@@ -20,6 +20,7 @@ from typing import Any, Final
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import parse_json_strict, read_regular_bytes, write_atomically
 from pytest_cleo_grade.runs import excluded_of, latest_series
+from pytest_cleo_grade.settings import DEFAULT_RUBRIC
 from pytest_cleo_grade.stats import bootstrap_mean_interval
 
 __all__ = [
@@ -93,6 +94,8 @@ class TestGrades:
     test_id: str
     totals: tuple[float, ...]
     dimensions: Mapping[str, tuple[float, ...]]
+    #: The rubric that graded it (None: a baseline saved before baselines said so).
+    rubric: str | None = None
 
     __test__ = False  # not a pytest test class, whatever its name
 
@@ -106,16 +109,23 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
     baseline would change with the scheduling), else in the order given."""
     totals: dict[str, list[float]] = {}
     dims: dict[str, dict[str, list[float]]] = {}
+    rubrics: dict[str, str] = {}
     for result in sorted(results, key=_run_index):
         extra = result.model_extra or {}
         test_id = str(extra.get("testId") or result.session_id)
+        rubrics[test_id] = str(extra.get("rubric") or DEFAULT_RUBRIC)
         totals.setdefault(test_id, []).append(result.percent)
         per_dim = dims.setdefault(test_id, {})
         for name, score in result.dimensions.items():
             if score.max > 0:
                 per_dim.setdefault(name, []).append(score.score / score.max * 100)
     return {
-        test_id: TestGrades(test_id, tuple(values), {k: tuple(v) for k, v in dims[test_id].items()})
+        test_id: TestGrades(
+            test_id,
+            tuple(values),
+            {k: tuple(v) for k, v in dims[test_id].items()},
+            rubrics[test_id],
+        )
         for test_id, values in totals.items()
     }
 
@@ -214,9 +224,18 @@ def compare_baseline(
     for a metric, its change is shown but never a regression."""
     changes: list[Change] = []
     seen_metrics = {TOTAL}
+    unlike: list[str] = []
     for test_id, now in current.items():
         before = baseline.get(test_id)
         if before is None:
+            continue
+        if before.rubric is not None and now.rubric is not None and before.rubric != now.rubric:
+            # Another rubric's percentages are no measure of this one's: a real drop could pass
+            # and a rubric change read as a regression.
+            unlike.append(
+                f"{test_id}: graded with rubric {now.rubric!r}, the baseline with "
+                f"{before.rubric!r}: not comparable (save a new baseline)"
+            )
             continue
         metrics = [TOTAL, *[m for m in before.dimensions if m in now.dimensions]]
         seen_metrics.update(metrics)
@@ -238,6 +257,7 @@ def compare_baseline(
         for metric in tolerances
         if metric not in seen_metrics and compared
     )
+    problems += tuple(unlike)
     if tolerances and current and not compared:
         # Renamed or moved tests must not disarm the gate: it would pass having checked nothing.
         problems += (
@@ -258,6 +278,7 @@ def baseline_document(grades: Mapping[str, TestGrades], *, source: str) -> dict[
     for test_id in sorted(grades):
         test = grades[test_id]
         tests[test_id] = {
+            **({"rubric": test.rubric} if test.rubric is not None else {}),
             "percents": [round(v, 4) for v in test.totals],
             "dimensions": {
                 name: [round(v, 4) for v in values]
@@ -302,10 +323,14 @@ def parse_baseline(data: object, where: str) -> dict[str, TestGrades]:
         dims = entry.get("dimensions", {})
         if not isinstance(dims, dict):
             raise BaselineError(f"{at}.dimensions: expected an object")
+        rubric = entry.get("rubric")
+        if rubric is not None and not (isinstance(rubric, str) and rubric):
+            raise BaselineError(f"{at}.rubric: expected a rubric name")
         grades[test_id] = TestGrades(
             test_id,
             _numbers(entry.get("percents"), f"{at}.percents"),
             {str(k): _numbers(v, f"{at}.dimensions.{k}") for k, v in dims.items()},
+            rubric,
         )
     return grades
 

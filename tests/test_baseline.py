@@ -237,3 +237,27 @@ def test_a_repeated_tests_runs_are_kept_in_run_order_whatever_order_they_arrive_
 
     arrived = [run(2, 95.0), run(4, 45.0), run(1, 95.0), run(3, 45.0)]
     assert grades_from_results(arrived)["t::a"].totals == (95.0, 95.0, 45.0, 45.0)
+
+
+def test_grades_of_another_rubric_are_not_compared_and_say_why(tmp_path: Path) -> None:
+    # The baseline file had no rubric: a test moved to the trajectory rubric "gained" 5
+    # points on its CLEO baseline, and a real drop could pass.
+    base = {"a": TestGrades("a", (95.0,), {}, "cleo"), "b": TestGrades("b", (80.0,), {}, "cleo")}
+    path = tmp_path / "b.json"
+    write_baseline(path, base, source="test")
+    assert json.loads(path.read_text())["tests"]["a"]["rubric"] == "cleo"
+    saved = read_baseline(path)
+    now = {
+        "a": TestGrades("a", (100.0,), {}, "trajectory"),
+        "b": TestGrades("b", (80.0,), {}, "cleo"),
+    }
+    result = compare_baseline(saved, now, parse_tolerances("total:5"))
+    assert result.failed
+    assert result.problems == (
+        "a: graded with rubric 'trajectory', the baseline with 'cleo': not comparable "
+        "(save a new baseline)",
+    )
+    assert [c.test_id for c in result.changes] == ["b"]
+    # A baseline saved before baselines named their rubric is compared as before.
+    old = {"a": TestGrades("a", (95.0,), {})}
+    assert not compare_baseline(old, now, parse_tolerances("total:5")).failed
