@@ -237,4 +237,4 @@ def test_the_record_of_recorded_spans_keeps_only_the_newest(no_processors: None)
                 pass
     # Outside a graded session nothing is recorded, but each span is still claimed once; the
     # claims stop growing at the bound (a long-lived process traces without end).
-    assert len(openai_agents._recorded_spans) == kept
+    assert len(openai_agents._claims) == kept

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any, Final
 __all__ = [
     "CallIdentity",
     "DirectCall",
+    "SpanClaims",
     "add_listener",
     "current_direct_call",
     "direct_call",
@@ -200,3 +202,28 @@ def is_expected_call(identity: CallIdentity) -> bool:
         call.tool is not None and identity.tool is not None and same_call(identity, call)
         for call in expected
     )
+
+
+class SpanClaims:
+    """Each span recorded once however many processors of one kind see it: the first to
+    claim a span records it, the others leave it. A tracing SDK hands an ended span to
+    every processor one after the other, at once, so a span's repeats come before thousands
+    of other spans can end: keeping the last ``limit`` claims loses nothing."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._claimed: OrderedDict[Hashable, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._claimed)
+
+    def first(self, key: Hashable) -> bool:
+        """Claim ``key`` (a trace and span id): True for the first to ask, False after."""
+        with self._lock:
+            if key in self._claimed:
+                return False
+            self._claimed[key] = None
+            if len(self._claimed) > self.limit:
+                self._claimed.popitem(last=False)
+        return True

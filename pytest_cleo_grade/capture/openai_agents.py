@@ -21,8 +21,6 @@ hands it to, with that processor's mapping and source).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
@@ -35,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[openai-agents]'"
     ) from exc
 
+from pytest_cleo_grade.capture.direct import SpanClaims
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -57,20 +56,12 @@ RECORDED_SPANS_KEPT: Final = 4096
 # records": it needs nothing from the SDK's private processor list, and it still holds when
 # that list is replaced (``set_trace_processors``), an instance is registered twice, or the
 # instance that would have been first is gone.
-_recorded_spans: OrderedDict[tuple[str, str], None] = OrderedDict()
-_recorded_lock = threading.Lock()
+_claims = SpanClaims(RECORDED_SPANS_KEPT)
 
 
 def _first_to_record(span: Any) -> bool:
     """Claim ``span`` for recording: True for the first processor to ask, False after."""
-    key = (str(span.trace_id), str(span.span_id))
-    with _recorded_lock:
-        if key in _recorded_spans:
-            return False
-        _recorded_spans[key] = None
-        if len(_recorded_spans) > RECORDED_SPANS_KEPT:
-            _recorded_spans.popitem(last=False)
-    return True
+    return _claims.first((str(span.trace_id), str(span.span_id)))
 
 
 def _time(value: Any) -> datetime | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -89,20 +88,12 @@ RECORDED_SPANS_KEPT: Final = 4096
 # Process-wide, not per processor: a processor added by hand beside the one
 # --cleo-grade-capture=otel installs (or added twice) sees the same spans, and each span is
 # one call however many AuditSpanProcessors see it end.
-_recorded_spans: OrderedDict[tuple[int, int], None] = OrderedDict()
-_recorded_lock = threading.Lock()
+_claims = direct.SpanClaims(RECORDED_SPANS_KEPT)
 
 
 def _first_to_record(trace_id: int, span_id: int) -> bool:
     """Claim a span for recording: True for the first processor to ask, False after."""
-    key = (trace_id, span_id)
-    with _recorded_lock:
-        if key in _recorded_spans:
-            return False
-        _recorded_spans[key] = None
-        if len(_recorded_spans) > RECORDED_SPANS_KEPT:
-            _recorded_spans.popitem(last=False)
-    return True
+    return _claims.first((trace_id, span_id))
 
 
 def _facts(span: ReadableSpan) -> tuple[str, dict[str, Any]]:
