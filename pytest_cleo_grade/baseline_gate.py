@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
@@ -34,11 +34,33 @@ class DeselectedOnWorker:
         self.deselected = 0
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.deselected += len(items)
+        self.deselected += _graded(items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         output: dict[str, Any] = self.config.workeroutput  # type: ignore[attr-defined]
         output[DESELECTED_KEY] = (self.deselected, *_left_out_by_lf(session.config))
+
+
+def _graded(items: list[pytest.Item]) -> int:
+    """How many of ``items`` are graded tests (a baseline holds only those)."""
+    return sum("graded_session" in getattr(item, "fixturenames", ()) for item in items)
+
+
+#: The options that select part of the suite for one run. Given in the ini's ``addopts`` (or
+#: PYTEST_ADDOPTS) they are the project's standing selection, whose baseline is the norm.
+_SUBSET_OPTIONS: Final = ("-k", "-m", "--keyword", "--deselect", "--lf", "--last-failed", "--sw")
+
+
+def _subset_on_command_line(config: pytest.Config) -> bool:
+    """Whether the command line itself narrowed the run (``-k x``, ``-kx``, ``--lf``...)."""
+    for arg in config.invocation_params.args:
+        text = str(arg)
+        if text.startswith("--"):
+            if text.split("=", 1)[0] in _SUBSET_OPTIONS or text.startswith("--stepwise"):
+                return True
+        elif text[:2] in ("-k", "-m"):
+            return True
+    return False
 
 
 def _left_out_by_lf(config: pytest.Config) -> tuple[int, int]:
@@ -66,6 +88,9 @@ class BaselineGate:
         #: Tests the selection options left out, files --lf skipped and the failures it
         #: re-ran alone: a baseline saved from such a run is partial.
         self.deselected = 0
+        #: The items that ran (their setup was reported): a run stopped by -x after its last
+        #: test is whole.
+        self.ran: set[str] = set()
         self.lf_files = 0
         self.lf_rerun = 0
 
@@ -105,6 +130,8 @@ class BaselineGate:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE
 
+        if report.when == "setup":
+            self.ran.add(report.nodeid)
         encoded = getattr(report, GRADE_ATTRIBUTE, None)
         if report.when != "call" or not isinstance(encoded, str):
             return
@@ -115,7 +142,7 @@ class BaselineGate:
             self.results[graded.nodeid] = graded.result
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.deselected += len(items)
+        self.deselected += _graded(items)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
@@ -129,10 +156,11 @@ class BaselineGate:
     def _partial(self, session: pytest.Session, exitstatus: int) -> str | None:
         """Why this run's grades are not the whole suite's (None: they are)."""
         stopped = session.shouldfail or session.shouldstop
-        if stopped or exitstatus == pytest.ExitCode.INTERRUPTED:
+        interrupted = stopped or exitstatus == pytest.ExitCode.INTERRUPTED
+        if interrupted and len(self.ran) < session.testscollected:
             why = f" ({stopped})" if isinstance(stopped, str) else ""
             return f"the run stopped early{why}"
-        if self.deselected:
+        if self.deselected and _subset_on_command_line(session.config):
             tests = "test was" if self.deselected == 1 else "tests were"
             return f"{self.deselected} {tests} deselected (-k, -m, --deselect, --lf, --sw)"
         files, rerun = _left_out_by_lf(session.config)

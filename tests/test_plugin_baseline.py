@@ -284,10 +284,10 @@ def test_a_run_never_saves_its_baseline_over_its_history(pytester: pytest.Pytest
 @pytest.mark.parametrize(
     ("args", "why"),
     [
-        pytest.param(["-k", "one"], "2 tests were deselected (-k, -m, --deselect, *)", id="-k"),
+        pytest.param(["-k", "one"], "1 test was deselected (-k, -m, --deselect, *)", id="-k"),
         pytest.param(
             ["-k", "one", "-n", "2"],
-            "2 tests were deselected (-k, -m, --deselect, *)",
+            "1 test was deselected (-k, -m, --deselect, *)",
             id="-k under xdist",
         ),
         pytest.param(["--lf"], "--lf re-ran only the tests that failed last time", id="--lf"),
@@ -357,3 +357,34 @@ def test_a_gated_run_that_graded_nothing_says_the_gate_was_not_applied(
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["baseline gate not applied: no graded tests in this run"])
     assert "gate passed" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("addopts", "args"),
+    [
+        pytest.param('-m "not slow"', [], id="the ini's standing selection"),
+        pytest.param("", ["-k", "not test_plain"], id="an ungraded test deselected"),
+        pytest.param("", ["-x", "--cleo-grade-fail-under=A"], id="-x stopping after the last test"),
+    ],
+)
+def test_a_whole_run_saves_its_baseline_whatever_it_left_out_that_is_not_graded(
+    pytester: pytest.Pytester, addopts: str, args: list[str]
+) -> None:
+    # A project whose ini selects -m "not slow" could never save a baseline, nor one that
+    # deselected a test that is not graded, nor a -x run whose last test failed.
+    make_suite(
+        pytester,
+        SUITE
+        + "\nimport pytest\n\n@pytest.mark.slow\ndef test_plain():\n    pass\n"
+        + "\n\ndef test_zz_last(graded_session):\n    forty(graded_session)\n",
+    )
+    pytester.makeini(f"[pytest]\naddopts = -p no:cacheprovider {addopts}\nmarkers = slow\n")
+    _agents(pytester, "perfect", "perfect")
+    result = pytester.runpytest(*args, "--cleo-grade-save-baseline=baseline.json")
+    assert "not saved" not in result.stdout.str()
+    saved = json.loads((pytester.path / "baseline.json").read_text())
+    assert sorted(saved["tests"]) == [
+        "test_agent.py::test_one",
+        "test_agent.py::test_two",
+        "test_agent.py::test_zz_last",
+    ]
