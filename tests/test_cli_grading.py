@@ -132,6 +132,10 @@ def test_a_mistyped_command_is_not_graded_as_an_empty_session(
         "did you mean 'list'? (nothing saved)\n"
     )
     assert not history.exists()
+    # Said in full (`cleo-grade grade ID`), the id is no typo: graded as the empty session.
+    assert main(["grade", "lsit", "--db", str(db), "--history", str(history)]) == 0
+    assert json.loads(history.read_text())["sessionId"] == "lsit"
+    history.unlink()
     # A session of that name with entries is graded as before.
     assert (
         main(

@@ -57,8 +57,6 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     for module in _COMMAND_MODULES:
         module.register(subparsers)
     commands: dict[str, argparse.ArgumentParser] = dict(subparsers.choices)
-    # `cleo-grade ID` grades: a mistyped command arrives there as a session id.
-    commands["grade"].set_defaults(command_names=tuple(commands))
     return parser, commands
 
 
@@ -143,10 +141,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 1 below threshold, 2 usage/input,
     130 interrupted, 143 terminated)."""
     parser, commands = _build()
-    args_list = _normalise(list(sys.argv[1:] if argv is None else argv), commands)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args_list = _normalise(given, commands)
     try:
         with _terminate_as_interrupt():
             args = parser.parse_args(args_list)
+            if given[:1] and not given[0].startswith("-") and given[0] not in commands:
+                # `cleo-grade WORD` grades WORD: a mistyped command arrives there as a
+                # session id (never so with `cleo-grade grade ID`, said in full).
+                args.command_names = tuple(commands)
             handler: Handler = args.handler
             return handler(args)
     except CommandError as exc:
