@@ -41,7 +41,8 @@ _VALIDATION_TEXT: Final = re.compile(
     r"\bvalidation errors?\b|\[type=\w+,\s*input_value="
     # pydantic's errors() as JSON (or a dict's repr): pydantic-ai's retry prompt for arguments
     # that fail validation, its execute_tool span's result, is [{"type":"missing","loc":[...
-    r"""|["']type["']\s*:\s*["']\w+["']\s*,\s*["']loc["']\s*:\s*[\[(]"""
+    # (an error type that is itself a not-found, as a REST API's 404 body may use, is not one)
+    r"""|["']type["']\s*:\s*["'](?!\w*not_?found)\w+["']\s*,\s*["']loc["']\s*:\s*[\[(]"""
     # LangGraph's ToolNode on such arguments (its ToolInvocationError, also as the repr that
     # handle_tool_errors=True writes): "Error invoking tool 'x' with kwargs {...} with error:\n
     # taskId: Field required". Not its "Error executing tool": that one wraps the tool's error.

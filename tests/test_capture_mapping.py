@@ -252,6 +252,21 @@ class RpcError(Exception):
             1,
             id="mcp-input-validation-error",
         ),
+        pytest.param(
+            Failure("t", payload='[{"type": "missing", "loc": ["taskId"], "msg": "not found"}]'),
+            1,
+            id="pydantic-errors-as-json",
+        ),
+        # Shaped like pydantic's errors, yet its type says what failed: a not-found.
+        pytest.param(
+            Failure(
+                "t",
+                payload='{"detail": [{"type": "not_found", "loc": ["taskId"], '
+                '"msg": "Task T9 not found"}]}',
+            ),
+            4,
+            id="an-api-not-found-body-in-pydantics-shape",
+        ),
     ],
 )
 def test_failures_get_cleos_exit_codes(failure: Failure | BaseException, expected: int) -> None:
