@@ -185,8 +185,9 @@ def test_the_attempt_that_uses_up_the_retries_keeps_the_tools_own_not_found(
     ] * 4
 
 
+@pytest.mark.parametrize("capture", ["hooks", "spans"])
 def test_an_agent_giving_up_inside_a_tool_is_that_tools_own_failure(
-    session: GradeSession,
+    session: GradeSession, capture: str
 ) -> None:
     inner = build_agent(model=scripted([("tasks_show", {"taskId": MISSING_TASK})] * 4))
     outer: Agent[None, str] = Agent(scripted([("ask_inner", {})]), retries=3)
@@ -196,9 +197,10 @@ def test_an_agent_giving_up_inside_a_tool_is_that_tools_own_failure(
         return (await inner.run("show")).output
 
     # The outer call is on its first attempt: the inner agent's "exceeded max retries" (from
-    # its tool's ModelRetry) is what this tool raised, not a retry of its own used up.
+    # its tool's ModelRetry) is what this tool raised, not a retry of its own used up; in the
+    # span, the verdict names the inner agent's tool, not ask_inner.
     with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
-        outer.run_sync("delegate", capabilities=[AuditHooks()])
+        run_audited(outer, "delegate", capture)
     (entry,) = session.entries
     assert (entry.operation, entry.result.exit_code) == ("ask_inner", 1)
     assert "exceeded max retries" in (entry.error or "")
@@ -305,24 +307,6 @@ def test_the_code_around_a_used_up_retry_is_not_its_error_text(
     with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
         run_audited(agent, "show", capture)
     assert [(e.result.exit_code, e.error) for e in session.entries] == [(1, "try again later")] * 2
-
-
-def test_an_agent_giving_up_inside_a_tool_is_that_tools_own_failure_in_its_span_too(
-    session: GradeSession,
-) -> None:
-    inner = build_agent(model=scripted([("tasks_show", {"taskId": MISSING_TASK})] * 4))
-    outer: Agent[None, str] = Agent(scripted([("ask_inner", {})]), retries=3)
-
-    @outer.tool_plain
-    async def ask_inner() -> str:
-        return (await inner.run("show")).output
-
-    # The verdict names the inner agent's tool, not ask_inner: ask_inner raised it.
-    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
-        run_audited(outer, "delegate", "spans")
-    (entry,) = session.entries
-    assert (entry.operation, entry.result.exit_code) == ("ask_inner", 1)
-    assert "exceeded max retries" in (entry.error or "")
 
 
 @pytest.mark.parametrize("capture", ["hooks", "spans"])
