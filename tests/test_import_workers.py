@@ -312,6 +312,34 @@ def test_a_sigterm_as_the_store_is_opened_leaves_nothing(tmp_path: Path) -> None
     assert_a_sigterm_leaves_nothing(tmp_path, patch)
 
 
+def test_a_sigterm_as_the_schema_is_created_leaves_no_traceback(tmp_path: Path) -> None:
+    # The store's tables are made inside sqlite-utils' ``atomic()`` blocks: a handler run
+    # right after such a block's generator yielded (before its ``with`` holds it) left the
+    # generator open, and its cleanup ran at exit, on the closed connection, printing a
+    # traceback ("Exception ignored in: <generator object Database.atomic>").
+    patch = """
+        import os, signal
+        from sqlite_utils import db
+
+        atomic = db.Database.atomic
+
+        class Entered:
+            def __init__(self, managed):
+                self.managed = managed
+
+            def __enter__(self):
+                entered = self.managed.__enter__()
+                os.kill(os.getpid(), signal.SIGTERM)  # handled as this call returns
+                return entered
+
+            def __exit__(self, *exc):
+                return self.managed.__exit__(*exc)
+
+        db.Database.atomic = lambda self: Entered(atomic(self))
+        """
+    assert_a_sigterm_leaves_nothing(tmp_path, patch)
+
+
 def test_a_sigterm_the_caller_ignores_stays_ignored(tmp_path: Path) -> None:
     # A program that starts the command with SIGTERM ignored wants it to finish: the
     # command does not take the signal back (as shells leave a background job's alone).

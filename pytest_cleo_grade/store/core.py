@@ -216,9 +216,14 @@ class AuditStore:
             # same moment migrate it one after another; Migrations nests in savepoints.
             conn.execute("BEGIN IMMEDIATE")
             try:
-                self._check_version()
-                MIGRATIONS.ensure_migrations_table(self.db)
-                MIGRATIONS.apply(self.db)
+                # sqlite-utils makes the tables in ``atomic()`` generators: a signal handled
+                # right after one yielded, before its ``with`` held it, would leave it open,
+                # to be closed at exit on a closed connection (a traceback). The write lock
+                # is held by now, so nothing in here waits for another process.
+                with interrupts_held():
+                    self._check_version()
+                    MIGRATIONS.ensure_migrations_table(self.db)
+                    MIGRATIONS.apply(self.db)
                 conn.execute("COMMIT")
             except BaseException:
                 _roll_back(conn)
