@@ -8,7 +8,7 @@ import os
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -26,6 +26,7 @@ from pytest_cleo_grade.repeat_options import (
 from pytest_cleo_grade.repeats import (
     REPEAT_ATTRIBUTE,
     RUN_FIXTURE,
+    STRICT_XFAIL_ATTRIBUTE,
     RepeatSummary,
     asked_runs,
     parametrize_runs,
@@ -689,6 +690,21 @@ def _utf8_text(value: object) -> object:
     return value
 
 
+_STRICT_XPASS: Final = "[XPASS(strict)] "
+
+
+def _run_of_a_strict_xfail(report: pytest.TestReport) -> None:
+    """A run of a repeated ``xfail(strict=True)`` test that did not fail: not the test's
+    failure, since a run never fails for its grade (the decision over all runs may still
+    fail, the expected failure). It reads as a non-strict XPASS; the controller makes the
+    run that completes the test its XFAIL or strict XPASS (repeats.RepeatAggregator)."""
+    assert isinstance(report.longrepr, str)
+    report.outcome = "passed"
+    report.wasxfail = report.longrepr[len(_STRICT_XPASS) :]
+    report.longrepr = None
+    setattr(report, STRICT_XFAIL_ATTRIBUTE, True)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -709,8 +725,11 @@ def pytest_runtest_makereport(
         strict_xpass = (
             report.failed
             and isinstance(report.longrepr, str)
-            and report.longrepr.startswith("[XPASS(strict)]")
+            and report.longrepr.startswith(_STRICT_XPASS)
         )
+        if strict_xpass and ends_run and _repeat_info(item) is not None:
+            _run_of_a_strict_xfail(report)
+            strict_xpass = False
         excluded = getattr(report, "wasxfail", None) is not None or strict_xpass
         if report.skipped and not excluded:
             # Skipped after all (a unittest skip reported late): never graded or counted.

@@ -12,6 +12,7 @@ terminal, JUnit, ``-x`` and the exit status all see exactly one failure per fail
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterable
 from typing import Final
@@ -32,6 +33,7 @@ from pytest_cleo_grade.runs import (
 __all__ = [
     "REPEAT_ATTRIBUTE",
     "RUN_FIXTURE",
+    "STRICT_XFAIL_ATTRIBUTE",
     "RepeatAggregator",
     "RepeatSummary",
     "asked_runs",
@@ -42,6 +44,8 @@ __all__ = [
 RUN_FIXTURE: Final = "cleo_grade_run"
 #: The TestReport attribute telling the controller which test and run a report belongs to.
 REPEAT_ATTRIBUTE: Final = "cleo_grade_repeat"
+#: Set on a run of an ``xfail(strict=True)`` test that did not fail (shown as an XPASS).
+STRICT_XFAIL_ATTRIBUTE: Final = "cleo_grade_strict_xfail"
 
 
 def asked_runs(node: pytest.Item, option_runs: int | None) -> int:
@@ -117,12 +121,37 @@ class RepeatAggregator:
         # (as a single xfailed test's grade is left out of the gate).
         runs.xfail = getattr(report, "wasxfail", None) is not None
         message = repeat_message(info.test_id, stats, runs.mode)
+        if runs.xfail and report.passed:
+            _expected_failure_decided(report, failed=not stats.decided_pass)
         if stats.decided_pass or report.failed or runs.mode != "fail":
             report.sections.append(("CLEO repeats", message))
         else:
             # The test's one failure, carried by the run that completed it.
             report.outcome = "failed"
             report.longrepr = message
+
+
+def _expected_failure_decided(report: pytest.TestReport, *, failed: bool) -> None:
+    """The run completing an xfail-marked test carries the test's outcome, as one run would:
+    XFAIL when the decision over the runs fails (the expected failure happened), else XPASS,
+    a failure under ``strict=True``. Its grade's mark follows (``xfailed`` or ``xpassed``)."""
+    if failed:
+        report.outcome = "skipped"
+        _mark_grade(report, "xfailed")
+    elif getattr(report, STRICT_XFAIL_ATTRIBUTE, False):
+        report.outcome = "failed"
+        report.longrepr = f"[XPASS(strict)] {report.wasxfail}"
+        del report.wasxfail  # as pytest reports a strict XPASS
+
+
+def _mark_grade(report: pytest.TestReport, excluded: str) -> None:
+    from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE
+    from pytest_cleo_grade.verdict import decode_graded_test, encode_graded_test
+
+    encoded = getattr(report, GRADE_ATTRIBUTE, None)
+    if isinstance(encoded, str):
+        graded = dataclasses.replace(decode_graded_test(encoded), excluded=excluded)
+        setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
 
 
 def _graded(report: pytest.TestReport) -> bool:

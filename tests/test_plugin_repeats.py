@@ -424,6 +424,58 @@ def test_agent(graded_session):
     result.stdout.no_fnmatch_line("*FAILED*")
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_an_xfail_marked_repeated_test_whose_decision_fails_is_one_xfail(
+    pytester: pytest.Pytester, strict: bool
+) -> None:
+    # The agent fails as expected (below B in every run) without the body raising: as a
+    # single-run test is XFAIL, the repeated test is XFAIL once, carried by its last run;
+    # its other runs are samples (XPASS, not counted), never strict-XPASS failures.
+    make_suite(
+        pytester,
+        f"""
+@pytest.mark.xfail(reason="known bad agent", strict={strict})
+@pytest.mark.cleo_grade(runs=3, fail_under="B")
+def test_agent(graded_session):
+    forty(graded_session)
+""",
+    )
+    result = pytester.runpytest("-rxX")
+    result.assert_outcomes(xpassed=2, xfailed=1)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["XFAIL test_agent.py::test_agent[[]run-3[]] - known bad agent"])
+    result.stdout.no_fnmatch_line("*XPASS(strict)*")
+    assert [line["excluded"] for line in _history(pytester)] == ["xpassed", "xpassed", "xfailed"]
+
+
+@pytest.mark.parametrize(
+    ("strict", "failed", "workers"), [(False, 0, None), (True, 1, None), (True, 1, "2")]
+)
+def test_an_xfail_marked_repeated_test_whose_decision_passes_is_one_xpass(
+    pytester: pytest.Pytester, strict: bool, failed: int, workers: str | None
+) -> None:
+    # Under xdist the runs' strictness travels to the controller with their reports.
+    make_suite(
+        pytester,
+        f"""
+@pytest.mark.xfail(reason="fixed by now?", strict={strict})
+@pytest.mark.cleo_grade(runs=3, fail_under="B")
+def test_agent(graded_session):
+    perfect(graded_session)
+""",
+    )
+    if workers is None:
+        result = pytester.runpytest("-rfxX")
+    else:
+        result = pytester.runpytest_subprocess("-rfxX", "-n", workers)
+    result.assert_outcomes(xpassed=3 - failed, failed=failed)
+    assert result.ret == failed
+    if strict:
+        result.stdout.fnmatch_lines(
+            ["FAILED test_agent.py::test_agent[[]run-3[]] - [[]XPASS(strict)[]] fixed by now?"]
+        )
+
+
 def test_a_parameter_id_holding_run_n_is_not_taken_for_the_run(pytester: pytest.Pytester) -> None:
     make_suite(
         pytester,
