@@ -178,6 +178,9 @@ class BaselineComparison:
     new_tests: tuple[str, ...]
     missing_tests: tuple[str, ...]
     problems: tuple[str, ...] = ()
+    #: Repeated tests of which only some runs ran (``-k``, ``--lf``), with how many: not
+    #: compared (the runs re-run for being low are no measure of the test's mean).
+    partial_tests: tuple[tuple[str, str], ...] = ()
 
     @property
     def regressions(self) -> tuple[Change, ...]:
@@ -219,15 +222,22 @@ def compare_baseline(
     baseline: Mapping[str, TestGrades],
     current: Mapping[str, TestGrades],
     tolerances: Mapping[str, Tolerance],
+    partial: Mapping[str, str] | None = None,
 ) -> BaselineComparison:
     """Every common test's total and dimensions against the baseline; without a tolerance
-    for a metric, its change is shown but never a regression."""
+    for a metric, its change is shown but never a regression. ``partial`` names repeated
+    tests of which only some runs ran (with "1 of 4 runs"): they are listed, not compared."""
+    partial = partial or {}
     changes: list[Change] = []
     seen_metrics = {TOTAL}
     unlike: list[str] = []
+    parts: list[tuple[str, str]] = []
     for test_id, now in current.items():
         before = baseline.get(test_id)
         if before is None:
+            continue
+        if test_id in partial:
+            parts.append((test_id, partial[test_id]))
             continue
         if before.rubric is not None and now.rubric is not None and before.rubric != now.rubric:
             # Another rubric's percentages are no measure of this one's: a real drop could pass
@@ -251,14 +261,14 @@ def compare_baseline(
             changes.append(
                 Change(test_id, metric, base_mean, now_mean, tolerance, beyond and not note, note)
             )
-    compared = bool(baseline.keys() & current.keys())
+    compared = bool((baseline.keys() & current.keys()) - partial.keys())
     problems = tuple(
         f"tolerance for {metric!r}: no test compared has this dimension"
         for metric in tolerances
         if metric not in seen_metrics and compared
     )
     problems += tuple(unlike)
-    if tolerances and current and not compared:
+    if tolerances and current and not compared and not parts:
         # Renamed or moved tests must not disarm the gate: it would pass having checked nothing.
         problems += (
             "no test graded in this run is in the baseline, so nothing was compared "
@@ -269,6 +279,7 @@ def compare_baseline(
         new_tests=tuple(t for t in current if t not in baseline),
         missing_tests=tuple(t for t in baseline if t not in current),
         problems=problems,
+        partial_tests=tuple(parts),
     )
 
 

@@ -93,6 +93,9 @@ class BaselineGate:
         self.ran: set[str] = set()
         self.lf_files = 0
         self.lf_rerun = 0
+        #: Per repeated test: how many runs it asks for, and the runs that ran.
+        self.runs_asked: dict[str, int] = {}
+        self.runs_ran: dict[str, set[int]] = {}
 
     @property
     def gated(self) -> bool:
@@ -132,6 +135,7 @@ class BaselineGate:
 
         if report.when == "setup":
             self.ran.add(report.nodeid)
+        self._count_run(report)
         encoded = getattr(report, GRADE_ATTRIBUTE, None)
         if report.when != "call" or not isinstance(encoded, str):
             return
@@ -140,6 +144,26 @@ class BaselineGate:
         graded = decode_graded_test(encoded)
         if graded.excluded is None:
             self.results[graded.nodeid] = graded.result
+
+    def _count_run(self, report: pytest.TestReport) -> None:
+        from pytest_cleo_grade.repeats import REPEAT_ATTRIBUTE
+
+        encoded = getattr(report, REPEAT_ATTRIBUTE, None)
+        if not isinstance(encoded, str) or str(report.outcome) == "rerun":
+            return  # not a run of a repeated test, or an attempt a rerun replaced
+        from pytest_cleo_grade.runs import decode_repeat
+
+        info = decode_repeat(encoded)
+        self.runs_asked[info.test_id] = info.runs
+        self.runs_ran.setdefault(info.test_id, set()).add(info.run)
+
+    def _partial_series(self) -> dict[str, str]:
+        """Repeated tests of which only some runs ran (-k, --lf, a run stopped early)."""
+        return {
+            test_id: f"{len(self.runs_ran[test_id])} of {runs} runs"
+            for test_id, runs in self.runs_asked.items()
+            if len(self.runs_ran[test_id]) < runs
+        }
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected += _graded(items)
@@ -182,7 +206,9 @@ class BaselineGate:
             tolerances = (
                 parse_tolerances(self.options.fail_on_regression or "") if self.gated else {}
             )
-            self.comparison = compare_baseline(self.baseline, self._current(), tolerances)
+            self.comparison = compare_baseline(
+                self.baseline, self._current(), tolerances, self._partial_series()
+            )
             if self.gated and self.comparison.failed:
                 session.testsfailed += 1
             self._junit(session.config, self.comparison)
@@ -223,6 +249,8 @@ class BaselineGate:
             xml.add_global_property("cleo_baseline_new_test", test)
         for test in comparison.missing_tests:
             xml.add_global_property("cleo_baseline_missing_test", test)
+        for test, _ in comparison.partial_tests:
+            xml.add_global_property("cleo_baseline_partial_test", test)
 
     # The step summary leads with the regressions: this block is written before the others.
     @pytest.hookimpl(tryfirst=True)

@@ -67,6 +67,8 @@ def baseline_verdict(
     if comparison.failed:
         why = f"{count} regression{'s' if count != 1 else ''}" if count else "cannot check"
         return f"baseline gate FAILED: {why}"
+    if comparison.empty and comparison.partial_tests:
+        return "baseline gate not applied: no test in the baseline ran all of its runs"
     if comparison.empty:
         # Nothing graded (every agent test skipped, say without an API key): the gate checked
         # nothing and says so, as the run's gate does, instead of "passed".
@@ -83,6 +85,7 @@ def baseline_lines(
     lines += [f"within noise {change_text(c)}" for c in comparison.changes if c.note]
     lines += [f"new test (not in baseline): {t}" for t in comparison.new_tests]
     lines += [f"missing from this run (in baseline): {t}" for t in comparison.missing_tests]
+    lines += [f"not compared, {ran} ran: {t}" for t, ran in comparison.partial_tests]
     others = [c for c in comparison.changes if not c.regressed and not c.note]
     lines += [f"  {change_text(c)}" for c in others if c.metric == "total"]
     return lines
@@ -112,4 +115,7 @@ def baseline_markdown(comparison: BaselineComparison, *, gated: bool) -> str:
     for test in comparison.missing_tests:
         code = markdown_code_cell(test, in_table=False)
         rows.append(f"\nMissing from this run (in baseline): {code}")
+    for test, ran in comparison.partial_tests:
+        code = markdown_code_cell(test, in_table=False)
+        rows.append(f"\nNot compared, {markdown_cell(ran)} ran: {code}")
     return "\n".join(rows) + "\n"

@@ -233,6 +233,46 @@ def test_with_repeats_on_both_sides_only_a_drop_beyond_the_noise_fails_under_xdi
     assert ("cleo_regressions", "1") in suite
 
 
+@pytest.mark.parametrize("workers", [None, "2"])
+def test_a_repeated_test_of_which_only_some_runs_ran_is_not_compared(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: str | None
+) -> None:
+    # `-k run-2` (or --lf re-running the run that carried a failing decision) grades one
+    # run of four: its 75 % is no measure of the baseline's mean of 87.5 %, not a regression.
+    make_suite(
+        pytester, REPEATED + "\n\ndef test_one(graded_session):\n    perfect(graded_session)\n"
+    )
+    pytester.makefile(".txt", agent="flip")
+    pytester.runpytest("--cleo-grade-save-baseline=baseline.json").assert_outcomes(passed=5)
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    gate = ["--cleo-grade-baseline=baseline.json", "--cleo-grade-fail-on-regression=total:5"]
+    args = [*gate, "-k", "run-2 or test_one", "--junitxml=out.xml"]
+    if workers is None:
+        result = pytester.runpytest(*args)
+    else:
+        result = pytester.runpytest_subprocess(*args, "-n", workers)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            "baseline gate passed: no drop beyond the tolerances",
+            "not compared, 1 of 4 runs ran: test_agent.py::test_agent",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*REGRESSION*")
+    text = summary.read_text()
+    assert "Not compared, 1 of 4 runs ran: `test_agent.py::test_agent`" in text
+    root = ET.parse(pytester.path / "out.xml").getroot()
+    suite = {(p.get("name"), p.get("value")) for p in root.iter("property")}
+    assert ("cleo_baseline_partial_test", "test_agent.py::test_agent") in suite
+    # Only part of a test's runs, and nothing else: the gate says it checked nothing.
+    alone = pytester.runpytest(*gate, "-k", "run-2")
+    assert alone.ret == 0
+    alone.stdout.fnmatch_lines(
+        ["baseline gate not applied: no test in the baseline ran all of its runs"]
+    )
+
+
 XFAILED = """
 def test_ok(graded_session):
     perfect(graded_session)
