@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -368,3 +369,49 @@ def test_a_store_file_the_user_cannot_write_says_cannot_write_once(shared: Path)
     assert done.returncode == 2
     assert f"{db}: cannot write (attempt to write a readonly database)" in done.stderr
     assert "cannot write: cannot write" not in done.stderr
+
+
+def test_ctrl_c_ends_a_store_open_waiting_for_a_file_held_exclusively(tmp_path: Path) -> None:
+    # An import undoing itself holds the store file's flock exclusively while it checks the
+    # file is unused; an operator's `flock -x` may hold it for longer. A store opening then
+    # waits, and Ctrl-C (or a CI job's SIGTERM) must still end the wait.
+    import fcntl
+
+    path = tmp_path / ".cleo" / "audit.db"
+    AuditStore(path).close()
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from pytest_cleo_grade.store import AuditStore
+        print("opening", flush=True)
+        try:
+            AuditStore({str(path)!r})
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(130)
+        """
+    )
+    with open(path, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        child = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "opening\n"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not _waits_in_the_claim(child.pid):
+                time.sleep(0.01)
+            child.send_signal(signal.SIGINT)
+            out, err = child.communicate(timeout=20)
+        finally:
+            child.kill()
+    assert (child.returncode, out, err) == (130, "interrupted\n", "")
+
+
+def _waits_in_the_claim(pid: int) -> bool:
+    """Whether the process sleeps (its store open retrying the flock, or blocked in it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+    except OSError:
+        return False

@@ -130,12 +130,18 @@ class AuditStore:
                 ) from exc
             self._refuse_links()
             self._check_regular(missing=None)
-            if self._claim is None:
+            while self._claim is None:
                 # A signal raised between the file's open and this assignment would leave
                 # the descriptor, and its flock, to nobody: a failed import could then never
                 # remove the store it created (remove_if_unused needs the exclusive flock).
                 with interrupts_held():
-                    self._claim = _claim_file(self.path)
+                    claim = _claim_file(self.path)
+                    if claim != _BUSY:
+                        self._claim = claim
+                        break
+                # Held exclusively elsewhere (an import undoing itself checks the file is
+                # unused): waited for here, where Ctrl-C and SIGTERM still end the wait.
+                time.sleep(_CLAIM_WAIT_S)
             # nofollow: SQLite itself refuses a link planted between the check and the open.
             # Autocommit: every statement outside an explicit transaction commits at once.
             conn = sqlite3.connect(
@@ -767,6 +773,12 @@ def _holds_no_row(path: Path) -> bool:
 _CLAIM_ATTEMPTS: Final = 50
 
 
+#: What :func:`_claim_file` returns while another process holds the exclusive flock.
+_BUSY: Final = -1
+#: How often a claim waiting for that flock tries again.
+_CLAIM_WAIT_S: Final = 0.005
+
+
 def _claim_file(path: Path) -> int | None:
     """A descriptor of the store file (created if missing) holding a shared flock on it.
 
@@ -774,7 +786,8 @@ def _claim_file(path: Path) -> int | None:
     import may remove (:func:`remove_if_unused`, which needs the exclusive flock) is
     never one a writer has open. The flock is taken on the file the path names *now*; if it
     was removed (or replaced) before the flock was granted, the path is opened again. None
-    when the file cannot be opened here: SQLite's own open then reports why.
+    when the file cannot be opened here: SQLite's own open then reports why; ``_BUSY``
+    (without waiting) while another process holds the flock exclusively.
     """
     for _ in range(_CLAIM_ATTEMPTS):
         try:
@@ -783,9 +796,12 @@ def _claim_file(path: Path) -> int | None:
         except OSError:
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             if _same_file(os.fstat(fd), path):
                 return fd
+        except BlockingIOError:
+            os.close(fd)
+            return _BUSY
         except OSError:
             pass
         os.close(fd)
