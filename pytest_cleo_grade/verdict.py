@@ -140,6 +140,12 @@ def decode_graded_test(text: str) -> GradedTest:
     )
 
 
+def _test_of(test: GradedTest) -> str:
+    """The test a graded run belongs to: a repeated test's runs (extra ``run``) are one."""
+    extra = test.result.model_extra or {}
+    return str(extra["testId"]) if "run" in extra and "testId" in extra else test.nodeid
+
+
 @dataclass(frozen=True, slots=True)
 class RunGrade:
     """The run's grade: the mean of the graded tests' exact percentages, and the gate verdict."""
@@ -157,9 +163,7 @@ class RunGrade:
         their mean, so a test run eight times does not weigh eight times in the gate."""
         groups: dict[str, list[float]] = {}
         for test in self.counted:
-            extra = test.result.model_extra or {}
-            key = str(extra["testId"]) if "run" in extra and "testId" in extra else test.nodeid
-            groups.setdefault(key, []).append(test.result.percent)
+            groups.setdefault(_test_of(test), []).append(test.result.percent)
         return [sum(values) / len(values) for values in groups.values()]
 
     @property
@@ -210,7 +214,8 @@ class RunGrade:
     def run_line(self) -> str:
         count = len(self._per_test())
         noun = "test" if count == 1 else "tests"
-        left_out = len(self.tests) - len(self.counted)
+        # Tests, as the count beside it: a repeated xfail test's runs are one test left out.
+        left_out = len({_test_of(test) for test in self.tests if test.excluded is not None})
         note = f" ({left_out} xfail/xpass not counted)" if left_out else ""
         if self.mean is None:
             return f"no graded tests{note}"
