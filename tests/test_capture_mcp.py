@@ -264,6 +264,71 @@ def test_with_otel_capture_on_too_an_audited_client_records_each_call_once(
     assert len(sources) == 2 * len(CALLS) and "otel" not in sources
 
 
+@pytest.mark.parametrize("side", ["client", "server"])
+def test_with_otel_capture_on_too_a_call_the_tools_code_makes_is_recorded_once(
+    session: GradeSession, side: str
+) -> None:
+    """session_start's code calls tasks_find: two calls, each recorded once, whichever layer
+    the adapter is on. Server: the middleware records session_start, the MCP SDK's spans of
+    the inner call record tasks_find. Client: the agent's traced session_start (an
+    execute_tool span, as instrumented frameworks make) runs an audited client's tasks_find."""
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    from opentelemetry import trace
+
+    server = MCPServer("agent", middleware=[AuditMiddleware()] if side == "server" else [])
+
+    @server.tool()
+    async def session_start() -> str:
+        async with Client(mcp_tasks.build()) as inner:
+            await inner.call_tool("tasks_find", {"query": "login"})
+        return "S1"
+
+    async def main() -> None:
+        if side == "server":
+            async with Client(server) as client:
+                await client.call_tool("session_start", {})
+            return
+        span = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "session_start"}
+        with trace.get_tracer("agent").start_as_current_span("execute_tool", attributes=span):
+            async with Client(mcp_tasks.build()) as client:
+                await audited_client(client).call_tool("tasks_find", {"query": "login"})
+
+    # As --cleo-grade-capture=otel does: the global SDK provider gets the span processor.
+    uninstall = otel.install_otel_capture()
+    try:
+        anyio.run(main)
+    finally:
+        uninstall()
+    recorded = sorted((f"{e.domain}.{e.operation}", e.metadata.source) for e in session.entries)
+    if side == "server":
+        assert recorded == [("session.start", "mcp"), ("tasks.find", "otel")]
+    else:
+        assert recorded == [("session.start", "otel"), ("tasks.find", "mcp")]
+
+
+def test_with_otel_capture_on_too_a_fault_injected_on_the_server_is_recorded_once(
+    session: GradeSession,
+) -> None:
+    # The middleware answers with isError before the tool runs; the SDK's tools/call span
+    # around it ends as a tool error, which is the same call, not a failure of its own.
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    session.inject("tasks.show")
+
+    async def main() -> None:
+        async with Client(mcp_tasks.build(audited=True)) as client:
+            result = await client.call_tool("tasks_show", {"taskId": "T1"})
+            assert result.is_error
+
+    uninstall = otel.install_otel_capture()
+    try:
+        anyio.run(main)
+    finally:
+        uninstall()
+    (entry,) = session.entries
+    assert (entry.operation, entry.result.exit_code, entry.metadata.source) == ("show", 4, "mcp")
+    assert (entry.metadata.model_extra or {}).get("injected") is True
+
+
 class Confirm(BaseModel):
     ok: bool
 

@@ -261,6 +261,76 @@ def test_spans_and_the_capability_together_record_each_call_once(session: GradeS
     assert {entry.metadata.source for entry in session.entries} == {"pydantic-ai"}
 
 
+@pytest.mark.parametrize("where", ["constructor", "audit_agent"])
+def test_with_spans_too_an_injected_fault_is_recorded_once(
+    session: GradeSession, where: str
+) -> None:
+    # The injected call never reaches the tool, but its execute_tool span ends with the
+    # ModelRetry the hooks raise: it must not be recorded a second time, as a plain failure.
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    from opentelemetry.sdk.trace import TracerProvider
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+
+    provider = TracerProvider()
+    provider.add_span_processor(otel.AuditSpanProcessor())
+    session.inject("tasks.show")
+    hooks = [AuditHooks()] if where == "constructor" else []
+    agent = build_agent(model=scripted(CALLS), capabilities=hooks)
+    agent.instrument = InstrumentationSettings(tracer_provider=provider)
+    try:
+        if where == "constructor":
+            agent.run_sync("triage the login bug")
+        else:
+            with audit_agent(agent):
+                agent.run_sync("triage the login bug")
+    finally:
+        provider.shutdown()
+    # The injected not-found grades exactly like the scenario's real one, and only once.
+    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert {entry.metadata.source for entry in session.entries} == {"pydantic-ai"}
+    show = session.entries[3]
+    assert (show.operation, show.result.exit_code) == ("show", 4)
+    assert (show.metadata.model_extra or {}).get("injected") is True
+
+
+@pytest.mark.parametrize("where", ["constructor", "audit_agent"])
+def test_with_otel_capture_too_a_call_the_tools_code_makes_is_recorded_once(
+    session: GradeSession, where: str
+) -> None:
+    # session_start's code calls another tool through an MCP client, whose tools/call spans
+    # (the SDK's own) are a call of their own: recorded from the spans, once, beside the
+    # hooks' entry of session_start (which its execute_tool span does not record again).
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra (MCP SDK 2.x)")
+    from mcp import Client
+
+    from tests.capture_servers import mcp_tasks
+
+    hooks = [AuditHooks()] if where == "constructor" else []
+    agent: Agent[None, str] = Agent(scripted([("session_start", {})]), capabilities=hooks)
+
+    @agent.tool_plain
+    async def session_start() -> str:
+        async with Client(mcp_tasks.build()) as client:
+            await client.call_tool("tasks_find", {"query": "login"})
+        return "S1"
+
+    # As --cleo-grade-capture=otel does: the global SDK provider gets the span processor,
+    # and the agent and the MCP SDK trace there.
+    uninstall = otel.install_otel_capture()
+    agent.instrument = True
+    try:
+        if where == "constructor":
+            agent.run_sync("start")
+        else:
+            with audit_agent(agent):
+                agent.run_sync("start")
+    finally:
+        uninstall()
+    recorded = sorted((f"{e.domain}.{e.operation}", e.metadata.source) for e in session.entries)
+    assert recorded == [("session.start", "pydantic-ai"), ("tasks.find", "otel")]
+
+
 def run_audited(agent: Agent[None, str], prompt: str, capture: str) -> None:
     """Run ``agent`` recorded by ``capture``: its AuditHooks, or its own instrumentation's
     execute_tool spans through the span processor (what ``--cleo-grade-capture=otel`` does)."""

@@ -186,7 +186,9 @@ def audited_client(
         begun = rounds.begin(state)
         started, clock = begun
         try:
-            with direct_call():
+            # Named: a tool span around it of another tool (the tool whose code makes this
+            # call) is another call, and so is one inside it of another tool.
+            with direct_call(name, arguments=arguments):
                 result = await original_call(name, arguments, *args, **kwargs)
         except BaseException as exc:
             failure: Failure | None = _raised(name, exc)
@@ -338,23 +340,28 @@ class AuditMiddleware:
         if not _continues(state, ctx.params.get("inputResponses")):
             fault = injected_fault(name, arguments, mapping=self.mapping)
         if fault is not None:
-            read_only = await self._hint(name)
-            record_injected(
-                fault,
-                name,
-                arguments,
-                read_only=read_only,
-                source=self.source,
-                mapping=self.mapping,
-            )
-            return _error_result(fault)
+            # Still a call recorded here: the SDK's tools/call span around it, which ends with
+            # this isError result, must not record it again (as a failure of its own).
+            with direct_call(name, arguments=arguments):
+                read_only = await self._hint(name)
+                record_injected(
+                    fault,
+                    name,
+                    arguments,
+                    read_only=read_only,
+                    source=self.source,
+                    mapping=self.mapping,
+                )
+                return _error_result(fault)
         _listen_for_crashes()
         crashes: list[BaseException] = []
         token = _crash.set(crashes)
         begun = self._rounds.begin(state)
         started, clock = begun
         try:
-            with direct_call():
+            # Named: a tool span inside it that names another tool (a call the tool's own
+            # code makes) is another call, recorded by whoever sees it, not this one.
+            with direct_call(name, arguments=arguments):
                 result = await call_next(ctx)
         except BaseException as exc:
             # A cancelled task cannot wait for the tool listing: the hint known so far.

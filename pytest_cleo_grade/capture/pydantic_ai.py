@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[pydantic-ai]'"
     ) from exc
 
-from pytest_cleo_grade.capture.direct import direct_call
+from pytest_cleo_grade.capture.direct import DirectCall, direct_call
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -80,6 +80,13 @@ def _failure(ctx: RunContext[Any], call: ToolCallPart, exc: Exception) -> Failur
     ):
         return Failure(tool=call.tool_name, exception=cause)
     return Failure(tool=call.tool_name, exception=exc)
+
+
+def _this_call(call: ToolCallPart, args: Any) -> AbstractContextManager[DirectCall]:
+    """The call as one these hooks record themselves, named: a tool span inside it that names
+    another tool (a call the tool's own code makes, through an MCP client say) is another
+    call, recorded by whoever sees it, not this one."""
+    return direct_call(call.tool_name, call_id=call.tool_call_id, arguments=args)
 
 
 class AuditHooks(AbstractCapability[Any]):
@@ -127,7 +134,7 @@ class AuditHooks(AbstractCapability[Any]):
     ) -> Any:
         started, clock = datetime.now(UTC), time.perf_counter_ns()
         try:
-            with direct_call():
+            with _this_call(call, args):
                 return await handler(args)
         except _NOT_FAILURES:
             raise
@@ -146,12 +153,17 @@ class AuditHooks(AbstractCapability[Any]):
     ) -> Any:
         fault = injected_fault(call.tool_name, args, mapping=self.mapping)
         if fault is not None:
-            # The tool never runs; the model is told what a failing tool would tell it.
-            record_injected(fault, call.tool_name, args, source=self.source, mapping=self.mapping)
-            raise ModelRetry(fault.error)
+            # The tool never runs; the model is told what a failing tool would tell it. Still
+            # a call recorded here: the execute_tool span around it, which ends with this
+            # ModelRetry, must not record it again (as a failure of its own).
+            with _this_call(call, args):
+                record_injected(
+                    fault, call.tool_name, args, source=self.source, mapping=self.mapping
+                )
+                raise ModelRetry(fault.error)
         started, clock = datetime.now(UTC), time.perf_counter_ns()
         try:
-            with direct_call():
+            with _this_call(call, args):
                 result = await handler(args)
         except _NOT_FAILURES:
             raise
