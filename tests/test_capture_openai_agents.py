@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,11 @@ import pytest
 pytest.importorskip("agents", reason="needs the openai-agents extra (OpenAI Agents SDK)")
 
 from agents import Agent, Runner, add_trace_processor, function_tool, set_trace_processors
+from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.items import ModelResponse
+from agents.mcp import MCPServerStdio
 from agents.models.interface import Model
+from agents.tool_guardrails import ToolGuardrailFunctionOutput, tool_input_guardrail
 from agents.tracing import function_span, trace
 from agents.usage import Usage
 from openai.types.responses import (
@@ -238,3 +242,119 @@ def test_the_record_of_recorded_spans_keeps_only_the_newest(no_processors: None)
     # Outside a graded session nothing is recorded, but each span is still claimed once; the
     # claims stop growing at the bound (a long-lived process traces without end).
     assert len(openai_agents._claims) == kept
+
+
+# An MCP SDK server (MCPServer) whose failing tools become isError results the way MCPServer
+# makes them; run over stdio by the Agents SDK's own MCPServerStdio.
+MCP_SERVER = """
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("tasks")
+
+@server.tool()
+def tasks_show(taskId: str) -> str:
+    raise ToolError(f"Task {taskId} not found")
+
+@server.tool()
+def tasks_get(taskId: str) -> str:
+    return {"T1": "Fix login"}[taskId]  # a crash: only "Error executing tool tasks_get"
+
+@server.tool()
+def tasks_find(query: str) -> str:
+    return f"Task {query} not found in the archive; T1 matches"  # a success that says so
+
+@server.tool()
+def tasks_add(title: str) -> str:
+    return '{"success": false, "error": {"code": "E_NOT_FOUND", "exitCode": 4}}'
+
+server.run()
+"""
+
+
+def test_an_mcp_servers_error_result_is_a_failure_and_its_not_found_is_exit_four(
+    session: GradeSession, processor: AuditTracingProcessor
+) -> None:
+    calls = [
+        ("tasks_show", {"taskId": "T9"}),
+        ("tasks_get", {"taskId": "T9"}),
+        ("tasks_find", {"query": "T9"}),
+        ("tasks_add", {"title": "x"}),
+    ]
+
+    async def run() -> None:
+        params = {"command": sys.executable, "args": ["-c", MCP_SERVER]}
+        async with MCPServerStdio(params=params) as server:
+            agent = Agent(name="triage", model=ScriptedModel(calls), mcp_servers=[server])
+            await Runner.run(agent, "go")
+
+    asyncio.run(run())
+    show, get, find, add = session.entries
+    # The SDK hands the isError result to the model as output and keeps the flag off the
+    # span: MCPServer's "Error executing tool" text is what says it failed.
+    assert (show.result.success, show.result.exit_code) == (False, 4)
+    assert show.error == "Error executing tool tasks_show: Task T9 not found"
+    assert show.metadata.model_extra is not None and "mcp" in show.metadata.model_extra
+    assert (get.result.success, get.result.exit_code) == (False, 1)
+    assert (find.result.success, find.result.exit_code) == (True, 0)
+    # CLEO's envelope as the text of an MCP result, as from a function tool.
+    assert (add.result.success, add.result.exit_code) == (False, 4)
+
+
+DELETED: list[str] = []
+
+
+@function_tool(needs_approval=True)
+def tasks_delete(taskId: str) -> str:
+    """Delete a task."""
+    DELETED.append(taskId)
+    return "deleted"
+
+
+def test_a_call_rejected_by_an_approval_decision_is_not_recorded(
+    session: GradeSession, processor: AuditTracingProcessor
+) -> None:
+    DELETED.clear()
+    calls = [("tasks_delete", {"taskId": "T1"}), ("tasks_delete", {"taskId": "T2"})]
+    agent = Agent(name="triage", model=ScriptedModel(calls), tools=[tasks_delete])
+
+    async def run() -> None:
+        paused = await Runner.run(agent, "go")
+        (approval,) = paused.interruptions
+        state = paused.to_state()
+        state.reject(approval, always_reject=True)
+        resumed = await Runner.run(agent, state)
+        assert resumed.interruptions == []
+
+    asyncio.run(run())
+    assert DELETED == []
+    # T2 came after "always reject": its span carries the SDK's rejection and is left out.
+    # T1's span is the call paused for approval, which says nothing of the pause (the limit
+    # docs/capture.md states); the rejected T1 itself leaves no span.
+    assert [entry.params for entry in session.entries] == [{"taskId": "T1"}]
+
+
+@tool_input_guardrail
+def no_deleting(data: Any) -> ToolGuardrailFunctionOutput:
+    return ToolGuardrailFunctionOutput.raise_exception(output_info="deleting is not allowed")
+
+
+@function_tool(tool_input_guardrails=[no_deleting])
+def tasks_delete_guarded(taskId: str) -> str:
+    """Delete a task."""
+    DELETED.append(taskId)
+    return "deleted"
+
+
+def test_a_call_stopped_by_a_tool_input_guardrails_tripwire_is_not_recorded(
+    session: GradeSession, processor: AuditTracingProcessor
+) -> None:
+    DELETED.clear()
+    calls = [("tasks_find", {"query": "login"}), ("tasks_delete_guarded", {"taskId": "T1"})]
+    agent = Agent(
+        name="triage", model=ScriptedModel(calls), tools=[tasks_find, tasks_delete_guarded]
+    )
+    with pytest.raises(ToolInputGuardrailTripwireTriggered):
+        asyncio.run(Runner.run(agent, "go"))
+    assert DELETED == []
+    assert [f"{entry.domain}.{entry.operation}" for entry in session.entries] == ["tasks.find"]

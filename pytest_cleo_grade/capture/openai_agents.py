@@ -14,6 +14,20 @@ a ``KeyError`` or a "not found" message is CLEO's E_NOT_FOUND (4) by the shared 
 rules. A trace only tells what happened: this adapter cannot fail a call (use fault injection
 through the dispatcher or an MCP adapter for that).
 
+The tool of an MCP server (an agent's ``mcp_servers``) is a function span with ``mcp_data``,
+but the SDK hands a result flagged ``isError`` to the model as ordinary output (its content)
+and leaves the flag off the span. MCPServer, the MCP SDK's server, starts every error result
+it makes "Error executing tool NAME": an MCP span whose output is one text block starting so
+is a failure, its text deciding the exit code. Any other server's ``isError`` result looks
+like a success on the span (docs/capture.md says so).
+
+A call the SDK stops before its tool runs is left out when its span says so: the SDK's
+"manually rejected by user" error (an approval decision it already held) or a tool input
+guardrail's tripwire. A call paused for approval (its span ends with no output) and a call a
+tool input guardrail rejects with ``reject_content`` (its output is the rejection message)
+leave nothing on their spans that tells them from a call that ran: they are recorded as
+successes (a known limit, in docs/capture.md).
+
 The SDK's processors are process-wide, so one added per test stays for the next: every span
 is recorded once however many AuditTracingProcessors are registered (by the first one the SDK
 hands it to, with that processor's mapping and source).
@@ -21,6 +35,7 @@ hands it to, with that processor's mapping and source).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
@@ -40,9 +55,16 @@ from pytest_cleo_grade.capture.mapping import (
     ToolMapping,
     envelope_failure,
     record_call,
+    texts_envelope_failure,
 )
 
-__all__ = ["AuditTracingProcessor", "span_failure"]
+__all__ = [
+    "MCP_ERROR_PREFIX",
+    "AuditTracingProcessor",
+    "mcp_output_failure",
+    "span_failure",
+    "stopped_before_running",
+]
 
 SOURCE = "openai-agents"
 
@@ -74,9 +96,53 @@ def _time(value: Any) -> datetime | None:
     return stamp if stamp.tzinfo is not None else None
 
 
-def span_failure(tool: str, error: Mapping[str, Any] | None, output: Any) -> Failure | None:
+#: How MCPServer (the MCP SDK's server) starts the text of every ``isError`` result it makes of
+#: a failing tool: "Error executing tool NAME: <the ToolError's text>", or only "Error executing
+#: tool NAME" for a crash. The Agents SDK leaves the flag itself off the span.
+MCP_ERROR_PREFIX: Final = "Error executing tool "
+
+# The SDK's span error (its data's "error") on a call it stopped before the tool ran
+# (agents/run_internal/tool_execution.py): rejected by an approval decision it already held
+# (`_maybe_execute_tool_approval`), or a tool input guardrail's tripwire (its exception's text,
+# written there only when the trace includes sensitive data).
+_STOPPED_BEFORE_RUNNING: Final = re.compile(
+    r"Tool execution for \S* ?was manually rejected by user\."
+    r"|Tool input guardrail \w+ triggered tripwire"
+)
+
+
+def stopped_before_running(error: Mapping[str, Any] | None) -> bool:
+    """Whether a function span's error says the SDK stopped the call before its tool ran: no
+    call to grade (as other adapters leave out a call denied before it runs)."""
+    data = error.get("data") if error else None
+    detail = data.get("error") if isinstance(data, Mapping) else None
+    return isinstance(detail, str) and _STOPPED_BEFORE_RUNNING.fullmatch(detail) is not None
+
+
+def mcp_output_failure(tool: str, output: Any) -> Failure | None:
+    """How an MCP tool's output on its span says the call failed: one text block (the SDK's
+    shape for a result of one content block) that is MCPServer's error text, or CLEO's error
+    envelope as a text block's JSON; else None (a result that only mentions "not found" is a
+    success: the words alone are no error flag)."""
+    blocks = output if isinstance(output, list) else [output]
+    texts = [
+        block["text"]
+        for block in blocks
+        if isinstance(block, Mapping)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    ]
+    if isinstance(output, Mapping) and texts and texts[0].startswith(MCP_ERROR_PREFIX):
+        return Failure(tool=tool, payload=[dict(output)], message=texts[0])
+    return texts_envelope_failure(tool, texts)
+
+
+def span_failure(
+    tool: str, error: Mapping[str, Any] | None, output: Any, *, mcp: bool = False
+) -> Failure | None:
     """How a function span says its tool failed: ``span.error`` (its data's ``error`` text is
-    the tool's), or CLEO's error envelope as the output; else None."""
+    the tool's), CLEO's error envelope as the output, or (``mcp``: the span has ``mcp_data``)
+    an MCP error result as the output (:func:`mcp_output_failure`); else None."""
     if error:
         data = error.get("data")
         detail = data.get("error") if isinstance(data, Mapping) else None
@@ -87,6 +153,10 @@ def span_failure(tool: str, error: Mapping[str, Any] | None, output: Any) -> Fai
         if isinstance(output, str) and output and output not in text:
             text = f"{text} ({output[:500]})"
         return Failure(tool=tool, payload=dict(error), message=text)
+    if mcp:
+        found = mcp_output_failure(tool, output)
+        if found is not None:
+            return found
     if isinstance(output, str | Mapping):
         return envelope_failure(tool, output if isinstance(output, str) else dict(output))
     return None
@@ -113,18 +183,23 @@ class AuditTracingProcessor(TracingProcessor):
 
     def on_span_end(self, span: Any) -> None:
         data = span.span_data
-        if not isinstance(data, FunctionSpanData) or not _first_to_record(span):
+        if not isinstance(data, FunctionSpanData) or stopped_before_running(span.error):
+            return
+        if not _first_to_record(span):
             return
         started, ended = _time(span.started_at), _time(span.ended_at)
         duration = (ended - started).total_seconds() * 1000 if started and ended else None
         extra: dict[str, Any] = {"spanId": span.span_id}
-        if isinstance(data.mcp_data, Mapping):
-            extra["mcp"] = dict(data.mcp_data)
+        mcp_data = data.mcp_data
+        if isinstance(mcp_data, Mapping):
+            extra["mcp"] = dict(mcp_data)
         record_call(
             Call(
                 tool=data.name,
                 arguments=data.input,
-                failure=span_failure(data.name, span.error, data.output),
+                failure=span_failure(
+                    data.name, span.error, data.output, mcp=isinstance(mcp_data, Mapping)
+                ),
                 started=started,
                 duration_ms=duration,
                 source=self.source,
