@@ -389,3 +389,90 @@ def test_a_call_traced_on_two_providers_each_with_a_processor_is_recorded_once(
         mcp_tool(library.get_tracer("mcp"), "tasks_find", {"query": "login"})
     assert [(e.domain, e.operation) for e in session.entries] == [("tasks", "find")]
     library.shutdown()
+
+
+APP_TRACING = """
+import json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+early = trace.get_tracer("early")  # a proxy tracer, as a library takes one at import
+
+def tool(tracer, name):
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+    with tracer.start_as_current_span("execute_tool " + name, attributes=attributes):
+        pass
+
+def setup_tracing():  # the program's own tracing, set up lazily (in main(), a fixture)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    assert trace.get_tracer_provider() is provider
+    return exporter
+"""
+
+
+def test_the_programs_own_provider_set_during_a_graded_test_takes_effect_and_is_graded(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The capture set the global provider at the test's setup, using up the one set a process
+    # gets: the program's own was refused ("Overriding of current TracerProvider is not
+    # allowed") and its exporter received nothing once grading was on.
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
+    pytester.makepyfile(
+        APP_TRACING
+        + """
+def test_the_program_sets_up_tracing(graded_session, caplog):
+    tool(early, "session_list")  # before: no provider of the program's yet
+    exporter = setup_tracing()
+    tool(trace.get_tracer("app"), "tasks_find")
+    tool(early, "admin_help")  # the proxy tracer taken before the set follows it
+    assert [s.name for s in exporter.get_finished_spans()] == [
+        "execute_tool tasks_find", "execute_tool admin_help"]
+    assert [(e.domain, e.operation) for e in graded_session.entries] == [
+        ("session", "list"), ("tasks", "find"), ("admin", "help")]
+    assert "Overriding" not in caplog.text
+
+def test_the_next_test_is_graded_through_the_programs_provider(graded_session):
+    tool(trace.get_tracer("app"), "session_list")
+    tool(early, "tasks_show")
+    assert [e.operation for e in graded_session.entries] == ["list", "show"]
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_an_opentelemetry_without_the_expected_internals_gets_a_provider_set_the_public_way(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stand-in relies on private names of opentelemetry.trace; where they differ, the
+    # capture sets an SDK provider as before (the program cannot set its own after it).
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
+    pytester.makeconftest(
+        """
+from opentelemetry import trace
+
+class OtherOnce:  # a set-once whose insides are not the ones the capture knows
+    def __init__(self, once):
+        self.do_once = once.do_once
+
+trace._TRACER_PROVIDER_SET_ONCE = OtherOnce(trace._TRACER_PROVIDER_SET_ONCE)
+"""
+    )
+    pytester.makepyfile(
+        APP_TRACING
+        + """
+from opentelemetry.sdk.trace import TracerProvider
+
+def test_an_agent_without_a_provider_is_graded(graded_session):
+    tool(early, "session_list")
+    assert type(trace.get_tracer_provider()) is TracerProvider
+    assert [e.operation for e in graded_session.entries] == ["list"]
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)

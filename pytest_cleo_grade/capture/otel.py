@@ -277,6 +277,106 @@ _installed: weakref.WeakKeyDictionary[TracerProvider, tuple[AuditSpanProcessor, 
 _install_lock = threading.Lock()
 
 
+class _FollowingTracer(trace_api.Tracer):
+    """A tracer of the stand-in provider: each span goes to the provider that is the global
+    one when it starts, the stand-in until the program sets its own. A ProxyTracer keeps the
+    first real tracer it gets, so one handed out before the program's set would otherwise
+    send to the stand-in for ever, never to the program's exporters."""
+
+    def __init__(self, stand_in: _StandInProvider, scope: tuple[Any, ...]) -> None:
+        self._stand_in = stand_in
+        self._scope = scope
+        self._resolved: tuple[object, trace_api.Tracer] | None = None
+
+    def _tracer(self) -> trace_api.Tracer:
+        current = getattr(trace_api, "_TRACER_PROVIDER", None)
+        resolved = self._resolved
+        if resolved is not None and resolved[0] is current:
+            return resolved[1]
+        if current is None or current is self._stand_in:
+            tracer = TracerProvider.get_tracer(self._stand_in, *self._scope)
+        else:
+            tracer = current.get_tracer(*self._scope)
+        self._resolved = (current, tracer)
+        return tracer
+
+    def start_span(self, *args: Any, **kwargs: Any) -> trace_api.Span:
+        return self._tracer().start_span(*args, **kwargs)
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        return self._tracer().start_as_current_span(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # The SDK tracer's other attributes (resource, sampler), for code that reads them.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._tracer(), name)
+
+
+class _StandInProvider(TracerProvider):
+    """The global provider set up when the program has none, until it sets its own."""
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Any = None,
+    ) -> trace_api.Tracer:
+        scope = (instrumenting_module_name, instrumenting_library_version, schema_url, attributes)
+        return _FollowingTracer(self, scope)
+
+
+_stand_in_lock = threading.Lock()
+_observing_sets = False
+
+
+def _stand_in() -> _StandInProvider | None:
+    """Make a stand-in the global provider without using up OpenTelemetry's set-once, so that
+    the program's own ``set_tracer_provider`` later still takes effect; None when this
+    OpenTelemetry does not look as expected (then the caller sets one the public way).
+
+    Private names of ``opentelemetry.trace`` (the same from 1.45 on, this extra's floor):
+    ``_TRACER_PROVIDER`` (the global, read by ``get_tracer_provider`` and the proxies),
+    ``_TRACER_PROVIDER_SET_ONCE`` (its ``Once``: ``_lock``, ``_done``) and
+    ``_set_tracer_provider`` (every set goes through it: watched to give the program's
+    provider its processor). Each is checked before use.
+    """
+    once: Any = getattr(trace_api, "_TRACER_PROVIDER_SET_ONCE", None)
+    lock: Any = getattr(once, "_lock", None)
+    setter: Any = getattr(trace_api, "_set_tracer_provider", None)
+    usable = (
+        hasattr(lock, "__enter__")
+        and isinstance(getattr(once, "_done", None), bool)
+        and callable(setter)
+        and hasattr(trace_api, "_TRACER_PROVIDER")
+    )
+    if not usable:
+        return None
+    _observe_sets(setter)
+    with lock:  # the program's set takes it too: never replace a provider it just set
+        if once._done or getattr(trace_api, "_TRACER_PROVIDER", None) is not None:
+            return None
+        created = _StandInProvider()
+        setattr(trace_api, "_TRACER_PROVIDER", created)  # noqa: B010 - a module global
+    return created
+
+
+def _observe_sets(setter: Callable[..., object]) -> None:
+    """Wrap OpenTelemetry's setter (once per process) to follow the program's provider."""
+    global _observing_sets
+    with _stand_in_lock:
+        if _observing_sets:
+            return
+        _observing_sets = True
+
+        def observed(*args: Any, **kwargs: Any) -> None:
+            setter(*args, **kwargs)
+            _follow_global()
+
+        setattr(trace_api, "_set_tracer_provider", observed)  # noqa: B010 - a module global
+
+
 def _sdk_provider(provider: Any) -> TracerProvider:
     if provider is not None:
         if not isinstance(provider, TracerProvider):
@@ -290,9 +390,13 @@ def _sdk_provider(provider: Any) -> TracerProvider:
         return current
     if isinstance(current, trace_api.ProxyTracerProvider):
         # Nobody set up the SDK: the agent's spans would go nowhere. Set one up so that
-        # instrumented code produces spans to grade (it exports nowhere else).
-        created = TracerProvider()
-        trace_api.set_tracer_provider(created)
+        # instrumented code produces spans to grade (it exports nowhere else), as a stand-in
+        # the program can still replace with its own.
+        stand_in = _stand_in()
+        if stand_in is not None:
+            return stand_in
+        # Then the public way, which uses up the one set a process gets.
+        trace_api.set_tracer_provider(TracerProvider())
         chosen = trace_api.get_tracer_provider()
         if isinstance(chosen, TracerProvider):
             return chosen
@@ -303,17 +407,7 @@ def _sdk_provider(provider: Any) -> TracerProvider:
     )
 
 
-def install_otel_capture(
-    provider: Any = None, *, mapping: ToolMapping | None = None
-) -> Callable[[], None]:
-    """Record tool spans of ``provider`` (default: the global SDK tracer provider, set up
-    when none is) into the active graded session; returns the callable that stops it.
-
-    One processor per provider, added once and shared: each install enables it and its
-    uninstall disables it again once every install is undone. Raises CaptureError when the
-    provider is not the SDK's.
-    """
-    sdk = _sdk_provider(provider)
+def _install_on(sdk: TracerProvider, mapping: ToolMapping | None) -> Callable[[], None]:
     token = object()
     with _install_lock:
         found = _installed.get(sdk)
@@ -332,5 +426,51 @@ def install_otel_capture(
                 holders[:] = [holder for holder in holders if holder is not token]
             if not holders:
                 processor.enabled = False
+
+    return uninstall
+
+
+#: Installs on the stand-in that also go to the program's provider once it sets one: each
+#: token's mapping and the uninstalls to run.
+_following: dict[object, tuple[ToolMapping | None, list[Callable[[], None]]]] = {}
+_following_lock = threading.Lock()
+
+
+def _follow_global() -> None:
+    """The program set its provider: give it the processor of every install on the stand-in
+    (the SDK's only; another implementation is refused at the next test's install)."""
+    current = getattr(trace_api, "_TRACER_PROVIDER", None)
+    if not isinstance(current, TracerProvider) or isinstance(current, _StandInProvider):
+        return
+    with _following_lock:
+        for mapping, undo in _following.values():
+            undo.append(_install_on(current, mapping))
+        _following.clear()  # the global is set once: nothing more to follow
+
+
+def install_otel_capture(
+    provider: Any = None, *, mapping: ToolMapping | None = None
+) -> Callable[[], None]:
+    """Record tool spans of ``provider`` (default: the global SDK tracer provider, set up
+    when none is) into the active graded session; returns the callable that stops it.
+
+    One processor per provider, added once and shared: each install enables it and its
+    uninstall disables it again once every install is undone. Raises CaptureError when the
+    provider is not the SDK's. With no provider and none set up, a stand-in is the global one
+    until the program sets its own, which then gets the processor too.
+    """
+    sdk = _sdk_provider(provider)
+    undo = [_install_on(sdk, mapping)]
+    token = object()
+    if isinstance(sdk, _StandInProvider):
+        with _following_lock:
+            _following[token] = (mapping, undo)
+        _follow_global()  # the program's set may have come in between
+
+    def uninstall() -> None:
+        with _following_lock:
+            _following.pop(token, None)
+        for each in undo:
+            each()
 
     return uninstall
