@@ -381,8 +381,11 @@ def test_ctrl_c_ends_a_store_open_waiting_for_a_file_held_exclusively(tmp_path: 
     AuditStore(path).close()
     code = textwrap.dedent(
         f"""
-        import sys
+        import signal, sys
         from pytest_cleo_grade.store import AuditStore
+        # As a terminal gives it: a runner started in the background (xdist's workers, a
+        # shell's `&`) hands its children SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         print("opening", flush=True)
         try:
             AuditStore({str(path)!r})
