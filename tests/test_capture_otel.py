@@ -446,6 +446,59 @@ def test_the_next_test_is_graded_through_the_programs_provider(graded_session):
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
+def test_a_tracer_decorating_tools_before_the_programs_set_follows_its_provider(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tool module loaded during a graded test takes its tracer from the stand-in and wraps
+    # its tools with @tracer.start_as_current_span(...): the manager made once is re-entered
+    # on every call, and stayed on the stand-in: the program's exporter got nothing, and from
+    # the next test on the calls were not graded at all.
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
+    pytester.makepyfile(
+        APP_TRACING
+        + """
+import asyncio
+
+tools = {}
+
+def load_tools():  # the agent's tool module, imported lazily
+    tracer = trace.get_tracer("tools")
+    def make(name):
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+        @tracer.start_as_current_span("execute_tool " + name, attributes=attributes)
+        def tool():
+            return "ok"
+        return tool
+    for name in ("session_list", "tasks_find", "admin_help"):
+        tools[name] = make(name)
+    @tracer.start_as_current_span("execute_tool tasks_show", attributes={
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "tasks_show"})
+    async def show():
+        await asyncio.sleep(0)
+    tools["tasks_show"] = show
+
+def test_the_tools_are_loaded(graded_session):
+    load_tools()
+    tools["session_list"]()
+    assert [e.operation for e in graded_session.entries] == ["list"]
+
+def test_the_program_sets_up_tracing(graded_session):
+    exporter = setup_tracing()
+    tools["tasks_find"]()
+    asyncio.run(tools["tasks_show"]())
+    assert [s.name for s in exporter.get_finished_spans()] == [
+        "execute_tool tasks_find", "execute_tool tasks_show"]
+    assert [e.operation for e in graded_session.entries] == ["find", "show"]
+
+def test_the_next_test_is_graded(graded_session):
+    tools["admin_help"]()
+    assert [e.operation for e in graded_session.entries] == ["help"]
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)
+
+
 def test_an_opentelemetry_without_the_expected_internals_gets_a_provider_set_the_public_way(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

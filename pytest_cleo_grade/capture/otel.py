@@ -277,6 +277,12 @@ _installed: weakref.WeakKeyDictionary[TracerProvider, tuple[AuditSpanProcessor, 
 _install_lock = threading.Lock()
 
 
+try:  # OpenTelemetry's own: as a decorator, it also spans the whole of an async function
+    from opentelemetry.util._decorator import _agnosticcontextmanager as _span_manager
+except ImportError:  # pragma: no cover - another OpenTelemetry: sync functions only
+    from contextlib import contextmanager as _span_manager  # type: ignore[assignment]
+
+
 class _FollowingTracer(trace_api.Tracer):
     """A tracer of the stand-in provider: each span goes to the provider that is the global
     one when it starts, the stand-in until the program sets its own. A ProxyTracer keeps the
@@ -303,8 +309,13 @@ class _FollowingTracer(trace_api.Tracer):
     def start_span(self, *args: Any, **kwargs: Any) -> trace_api.Span:
         return self._tracer().start_span(*args, **kwargs)
 
-    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
-        return self._tracer().start_as_current_span(*args, **kwargs)
+    @_span_manager
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Iterator[trace_api.Span]:
+        # The tracer is resolved as the block, or the function it decorates, starts: used as
+        # a decorator (``@tracer.start_as_current_span(...)``), the manager is made once and
+        # re-entered on every call, so resolving it here would bind it to the stand-in.
+        with self._tracer().start_as_current_span(*args, **kwargs) as span:
+            yield span
 
     def __getattr__(self, name: str) -> Any:
         # The SDK tracer's other attributes (resource, sampler), for code that reads them.
