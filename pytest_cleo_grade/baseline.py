@@ -19,7 +19,12 @@ from typing import Any, Final
 
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import parse_json_strict, read_regular_bytes, write_atomically
-from pytest_cleo_grade.runs import excluded_of, latest_series
+from pytest_cleo_grade.runs import (
+    excluded_of,
+    latest_series,
+    latest_whole_series,
+    short_series,
+)
 from pytest_cleo_grade.settings import DEFAULT_RUBRIC
 from pytest_cleo_grade.stats import bootstrap_mean_interval
 
@@ -40,6 +45,7 @@ __all__ = [
     "parse_tolerances",
     "read_baseline",
     "read_text",
+    "short_in_history",
     "write_baseline",
 ]
 
@@ -135,12 +141,12 @@ def _run_index(result: Any) -> int:
     return run if isinstance(run, int) and not isinstance(run, bool) else 0
 
 
-def latest_from_history(results: Sequence[Any]) -> dict[str, TestGrades]:
+def latest_from_history(results: Sequence[Any], *, whole: bool = True) -> dict[str, TestGrades]:
     """Each test's most recent grade in a history; a repeated test's most recent series
-    (its last ``runs`` lines that carry a run index)."""
-    latest = latest_series(
-        results, lambda result: str((result.model_extra or {}).get("testId") or result.session_id)
-    )
+    (its last ``runs`` lines that carry a run index), its latest whole one when ``whole`` (a
+    baseline: see :func:`runs.latest_whole_series`)."""
+    pick = latest_whole_series if whole else latest_series
+    latest = pick(results, _history_test)
     # An expected failure's latest grade is left out, as the run's baseline gate leaves it.
     ordered = [
         r
@@ -149,6 +155,21 @@ def latest_from_history(results: Sequence[Any]) -> dict[str, TestGrades]:
         if excluded_of(r.model_extra) is None
     ]
     return grades_from_results(ordered)
+
+
+def short_in_history(results: Sequence[Any]) -> dict[str, str]:
+    """The repeated tests whose latest series in a history is short, with "1 of 4 runs": the
+    ``partial`` of :func:`compare_baseline` for a history compared as the candidate."""
+    found = {}
+    for test_id, series in latest_series(results, _history_test).items():
+        short = short_series(series)
+        if short is not None:
+            found[test_id] = f"{short[0]} of {short[1]} runs"
+    return found
+
+
+def _history_test(result: Any) -> str:
+    return str((result.model_extra or {}).get("testId") or result.session_id)
 
 
 @dataclass(frozen=True, slots=True)

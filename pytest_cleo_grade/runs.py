@@ -31,9 +31,11 @@ __all__ = [
     "encode_repeat",
     "excluded_of",
     "latest_series",
+    "latest_whole_series",
     "run_id",
     "run_of",
     "runs_for",
+    "short_series",
 ]
 
 
@@ -81,6 +83,47 @@ def latest_series(results: Sequence[R], test_of: Callable[[R], str]) -> dict[str
         if first.get(SERIES_KEY) is not None and extra.get(SERIES_KEY) != first[SERIES_KEY]:
             continue
         series.append(result)
+    return latest
+
+
+def short_series(series: Sequence[Any]) -> tuple[int, int] | None:
+    """(runs held, runs asked) when a repeated test's series holds fewer runs than it asked
+    (``-k "run-2"``, ``--lf``, a run stopped early); None for a whole one or a single run."""
+    extra = (getattr(series[0], "model_extra", None) or {}) if series else {}
+    if extra.get("run") is None:
+        return None
+    asked = int(extra.get("runs") or 1)
+    return (len(series), asked) if len(series) < asked else None
+
+
+def latest_whole_series(results: Sequence[R], test_of: Callable[[R], str]) -> dict[str, list[R]]:
+    """:func:`latest_series`, but a test whose latest series is short takes its latest whole
+    one (a single grade, or a series holding every run it asked), when the history has one.
+
+    A baseline is what a test scores: the one run ``--lf`` re-ran for being low, or the run
+    ``-k`` looked at, is not (as a baseline saved by pytest is never saved from them).
+    """
+    latest = latest_series(results, test_of)
+    short = {test for test, series in latest.items() if short_series(series) is not None}
+    if not short:
+        return latest
+    groups: dict[tuple[str, object], list[R]] = {}
+    for result in reversed(results):
+        test = test_of(result)
+        if test not in short:
+            continue
+        extra = getattr(result, "model_extra", None) or {}
+        if extra.get("run") is None:  # the test graded once: whole by itself
+            latest[test] = [result]
+            short.discard(test)
+            continue
+        if extra.get(SERIES_KEY) is None:
+            continue  # written before runs carried a series: runs of another run unknown
+        group = groups.setdefault((test, extra[SERIES_KEY]), [])
+        group.append(result)
+        if len(group) >= int(extra.get("runs") or 1):
+            latest[test] = group
+            short.discard(test)
     return latest
 
 

@@ -273,6 +273,35 @@ def test_a_repeated_test_of_which_only_some_runs_ran_is_not_compared(
     )
 
 
+def test_a_short_series_in_the_history_is_no_baseline_and_no_candidate(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `-k run-1` (100 %) after a whole run (87.5 %): as `latest`, or saved from the history,
+    # the one run was the test's baseline, so the unchanged agent "regressed" to 87.5 %.
+    from pytest_cleo_grade.cli.main import main
+
+    make_suite(pytester, REPEATED)
+    pytester.makefile(".txt", agent="flip")
+    pytester.runpytest().assert_outcomes(passed=4)
+    pytester.runpytest("-k", "run-1").assert_outcomes(passed=1)
+    gate = ["--cleo-grade-baseline=latest", "--cleo-grade-fail-on-regression=total:5"]
+    result = pytester.runpytest(*gate)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["  test_agent.py::test_agent total: 87.5% -> 87.5% (+0.0*"])
+    history = str(pytester.path / ".cleo" / "metrics" / "GRADES.jsonl")
+    pytester.runpytest("-k", "run-1").assert_outcomes(passed=1)
+    saved = pytester.path / "b.json"
+    assert main(["baseline", "save", str(saved), "--history", history]) == 0
+    tests = json.loads(saved.read_text())["tests"]
+    assert sorted(tests["test_agent.py::test_agent"]["percents"]) == [75.0, 75.0, 100.0, 100.0]
+    # As the candidate, the history's short series is not compared (as in pytest's own run).
+    capsys.readouterr()
+    assert main(["baseline", "diff", str(saved), history, "--fail-on-regression=total:5"]) == 0
+    out = capsys.readouterr().out
+    assert "not compared, 1 of 4 runs ran: test_agent.py::test_agent" in out
+    assert "REGRESSION" not in out
+
+
 XFAILED = """
 def test_ok(graded_session):
     perfect(graded_session)

@@ -396,7 +396,8 @@ def test_a_later_run_of_some_runs_is_never_mixed_with_the_runs_before_it(
     history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
     assert main(["baseline", "save", str(baseline), "--history", str(history)]) == 0
     saved = json.loads(baseline.read_text())["tests"]["test_agent.py::test_agent"]
-    assert saved["percents"] == [75.0]
+    # A baseline takes the latest whole series, never a mix: the run looked at alone is none.
+    assert saved["percents"] == [100.0, 75.0, 100.0, 75.0]
     report = pytester.path / "r.html"
     assert main(["report", "--html", str(report), "--history", str(history)]) == 0
     assert "(1 grades)" in capsys.readouterr().out

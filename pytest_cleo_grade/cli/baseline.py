@@ -19,6 +19,7 @@ from pytest_cleo_grade.baseline import (
     parse_tolerances,
     read_baseline,
     read_text,
+    short_in_history,
     write_baseline,
 )
 from pytest_cleo_grade.cli.common import (
@@ -76,7 +77,14 @@ def register(subparsers: Any) -> None:
 
 
 def load_grades(path: Path) -> dict[str, TestGrades]:
-    """A baseline file, or a grade history (each test's latest grade or series)."""
+    """A baseline file, or a grade history (each test's latest grade or whole series)."""
+    return _load(path, candidate=False)[0]
+
+
+def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[str, str]]:
+    """The grades of a baseline file or a history, and the tests whose series is short (only
+    from a history read as the ``candidate``: its latest series, as pytest's run would be;
+    read as a baseline, a history gives each test's latest whole series)."""
     try:
         text = _checked(lambda: read_text(path))
     except FileNotFoundError:
@@ -92,14 +100,16 @@ def load_grades(path: Path) -> dict[str, TestGrades]:
             _checked(lambda: read_baseline(path))
         data = None
     if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
-        return _checked(lambda: parse_baseline(data, str(path)))
+        return _checked(lambda: parse_baseline(data, str(path))), {}
     from pytest_cleo_grade.history import read_grades
 
     with warnings_to_stderr():
         results = read_grades(path)
     if not results:
         raise CommandError(f"cleo-grade baseline: {path}: neither a baseline nor a grade history")
-    return latest_from_history(results)
+    if candidate:
+        return latest_from_history(results, whole=False), short_in_history(results)
+    return latest_from_history(results), {}
 
 
 def _checked(read: Callable[[], T]) -> T:
@@ -150,10 +160,10 @@ def run_diff(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.display_baseline import baseline_lines
 
     old = load_grades(Path(args.old))
-    new = load_grades(Path(args.new))
+    new, short = _load(Path(args.new), candidate=True)
     expression: str | None = args.fail_on_regression
     tolerances = parse_tolerances(expression) if expression is not None else {}
-    comparison = compare_baseline(old, new, tolerances)
+    comparison = compare_baseline(old, new, tolerances, short)
     gated = expression is not None
     for line in baseline_lines(comparison, gated=gated, option="--fail-on-regression"):
         print(terminal_text(line))
