@@ -109,6 +109,8 @@ class RepeatAggregator:
             runs.skipped.add(info.run)
         else:
             runs.samples[info.run] = _sample(report, info)
+            # An xfail-marked run that raised: the expected failure happened (XFAIL).
+            runs.raised_as_expected |= report.skipped and _expected_failure(report)
         if not runs.complete or runs.stats is not None:
             return
         stats = runs.decide()
@@ -119,10 +121,13 @@ class RepeatAggregator:
         self._properties[report.nodeid] = junit_repeat_properties(stats)
         # An xfail-marked test is expected to fail: its decision is shown, never a failure
         # (as a single xfailed test's grade is left out of the gate).
-        runs.xfail = getattr(report, "wasxfail", None) is not None
+        runs.xfail = _expected_failure(report)
         message = repeat_message(info.test_id, stats, runs.mode)
         if runs.xfail and report.passed:
-            _expected_failure_decided(report, failed=not stats.decided_pass)
+            # As one run would be XFAIL for raising whatever its grade, so is the test when
+            # any of its runs raised, whichever run happens to complete it.
+            failed = not stats.decided_pass or runs.raised_as_expected
+            _expected_failure_decided(report, failed=failed)
         if stats.decided_pass or report.failed or runs.mode != "fail":
             report.sections.append(("CLEO repeats", message))
         else:
@@ -154,6 +159,10 @@ def _mark_grade(report: pytest.TestReport, excluded: str) -> None:
         setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
 
 
+def _expected_failure(report: pytest.TestReport) -> bool:
+    return getattr(report, "wasxfail", None) is not None
+
+
 def _graded(report: pytest.TestReport) -> bool:
     from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE
 
@@ -169,7 +178,8 @@ def _sample(report: pytest.TestReport, info: RepeatInfo) -> RunSample:
     from pytest_cleo_grade.verdict import decode_graded_test
 
     graded = decode_graded_test(encoded)
-    own_pass = report.passed or getattr(report, "wasxfail", None) is not None
+    # A run that raised is a failed run, expected (an xfail-marked test's XFAIL) or not.
+    own_pass = report.passed
     return RunSample(info.run, graded.result.percent, own_pass and graded.passed)
 
 

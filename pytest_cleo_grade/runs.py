@@ -233,6 +233,8 @@ class TestRuns:
     stats: RepeatStats | None = None
     #: An xfail-marked test: its decision is shown, never a failure.
     xfail: bool = False
+    #: One of its runs raised under its xfail marker (that run's XFAIL).
+    raised_as_expected: bool = False
 
     __test__ = False  # not a pytest test class, whatever its name
 

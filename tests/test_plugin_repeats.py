@@ -480,6 +480,34 @@ def test_agent(graded_session):
         )
 
 
+@pytest.mark.parametrize("crash", [1, 3])
+def test_a_repeated_xfail_test_of_which_one_run_raised_is_one_xfail_whichever_run_it_was(
+    pytester: pytest.Pytester, crash: int
+) -> None:
+    # Its grades pass the decision, but a run raised: the expected failure happened, as one
+    # run raising is XFAIL. It depended on which run raised (the last: XFAIL; an earlier
+    # one: a strict XPASS failure), so under xdist on scheduling; the raised run counted as
+    # a passed run ("stable pass, 3/3").
+    make_suite(
+        pytester,
+        f"""
+@pytest.mark.xfail(reason="known crash", strict=True)
+@pytest.mark.cleo_grade(runs=3, fail_under="B")
+def test_agent(graded_session, cleo_grade_run):
+    perfect(graded_session)
+    if cleo_grade_run == {crash}:
+        raise RuntimeError("boom")
+""",
+    )
+    result = pytester.runpytest("-rfxX")
+    assert result.ret == 0
+    # The raised run is XFAIL on its own; the last run carries the test's XFAIL.
+    result.assert_outcomes(xfailed=2 if crash == 1 else 1, xpassed=1 if crash == 1 else 2)
+    result.stdout.fnmatch_lines(["XFAIL test_agent.py::test_agent[[]run-3[]] - known crash"])
+    result.stdout.fnmatch_lines(["*pass rate 2/3*"])
+    result.stdout.no_fnmatch_line("*XPASS(strict)*")
+
+
 def test_a_parameter_id_holding_run_n_is_not_taken_for_the_run(pytester: pytest.Pytester) -> None:
     make_suite(
         pytester,
