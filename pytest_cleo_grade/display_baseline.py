@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import ROUND_DOWN, ROUND_HALF_UP, ROUND_UP, Decimal
+from itertools import takewhile
+from typing import Final
 
 from pytest_cleo_grade.baseline import BaselineComparison, Change, figure_text
-from pytest_cleo_grade.display import markdown_cell, markdown_code_cell
+from pytest_cleo_grade.display import (
+    SUMMARY_BYTES,
+    SUMMARY_TEXT,
+    _Budget,
+    clipped,
+    markdown_cell,
+    markdown_code_cell,
+)
 
 __all__ = [
+    "BASELINE_SUMMARY_BYTES",
     "baseline_lines",
     "baseline_markdown",
     "baseline_verdict",
@@ -91,31 +102,87 @@ def baseline_lines(
     return lines
 
 
-def baseline_markdown(comparison: BaselineComparison, *, gated: bool) -> str:
-    rows = [
+#: The most bytes the step summary's baseline block takes. GitHub drops a step's whole summary
+#: beyond 1 MiB: with the grades' 512 KiB (display.SUMMARY_BYTES) and the repeats' 128 KiB,
+#: this half of it leaves 128 KiB for other steps of the job.
+BASELINE_SUMMARY_BYTES: Final = SUMMARY_BYTES // 2
+#: Kept back for what is always written: the lines counting what was left out (five at most).
+_BASELINE_RESERVE: Final = 1024
+#: The longest problem shown whole: one names a test and two rubrics, each cut on its own
+#: elsewhere, and the problem's own words must survive a long test id.
+_PROBLEM_TEXT: Final = 3 * SUMMARY_TEXT
+
+
+def _markdown_row(change: Change) -> str:
+    status = "**REGRESSION**" if change.regressed else markdown_cell(change.note or "ok")
+    baseline, current, delta = change_figures(change)
+    return (
+        f"| {markdown_code_cell(clipped(change.test_id))} | {markdown_cell(clipped(change.metric))}"
+        f" | {baseline}% | {current}% | {delta} | {status} |"
+    )
+
+
+def _fitting(lines: Iterable[str], budget: _Budget) -> list[str]:
+    """The first ``lines`` that ``budget`` holds: once one does not fit, none after it does."""
+    return list(takewhile(budget.take, lines))
+
+
+def _counted(shown: list[str], count: int, what: str) -> list[str]:
+    """``shown`` (of ``count`` lines), then a line counting the ones left out, if any."""
+    left = count - len(shown)
+    return [*shown, f"\n... and {left} more {what}"] if left else shown
+
+
+def _listed(label: str, tests: Iterable[str]) -> list[str]:
+    return [f"\n{label}: {markdown_code_cell(clipped(test), in_table=False)}" for test in tests]
+
+
+def _lists(comparison: BaselineComparison) -> list[tuple[str, list[str]]]:
+    """The lines below the table after the problems, each kind with its name in the count."""
+    partial = [
+        f"\nNot compared, {markdown_cell(ran)} ran: "
+        f"{markdown_code_cell(clipped(test), in_table=False)}"
+        for test, ran in comparison.partial_tests
+    ]
+    return [
+        ("new tests", _listed("New test (not in baseline)", comparison.new_tests)),
+        ("missing tests", _listed("Missing from this run (in baseline)", comparison.missing_tests)),
+        ("tests not compared", partial),
+    ]
+
+
+def baseline_markdown(
+    comparison: BaselineComparison, *, gated: bool, size: int = BASELINE_SUMMARY_BYTES
+) -> str:
+    """The step summary's comparison with the baseline, at most ``size`` bytes.
+
+    The heading and the verdict are always there. What the gate decided on takes the room
+    first: the regressions, then the problems; then the other rows (within noise, totals)
+    and the tests new, missing or not compared. What does not fit is counted ("... and N
+    more"), and test ids are cut to :data:`~pytest_cleo_grade.display.SUMMARY_TEXT` characters.
+    """
+    head = [
         "### Against the baseline\n",
         f"**{markdown_cell(baseline_verdict(comparison, gated=gated))}**\n",
         "| Test | Metric | Baseline | Now | Change | Status |",
         "|---|---|---|---|---|---|",
     ]
-    ordered = sorted(comparison.changes, key=lambda c: (not c.regressed, c.note is None))
-    for change in ordered:
-        if not (change.regressed or change.note or change.metric == "total"):
-            continue
-        status = "**REGRESSION**" if change.regressed else markdown_cell(change.note or "ok")
-        baseline, current, delta = change_figures(change)
-        rows.append(
-            f"| {markdown_code_cell(change.test_id)} | {markdown_cell(change.metric)} | "
-            f"{baseline}% | {current}% | {delta} | {status} |"
-        )
-    for problem in comparison.problems:
-        rows.append(f"\nProblem: {markdown_cell(problem)}")
-    for test in comparison.new_tests:
-        rows.append(f"\nNew test (not in baseline): {markdown_code_cell(test, in_table=False)}")
-    for test in comparison.missing_tests:
-        code = markdown_code_cell(test, in_table=False)
-        rows.append(f"\nMissing from this run (in baseline): {code}")
-    for test, ran in comparison.partial_tests:
-        code = markdown_code_cell(test, in_table=False)
-        rows.append(f"\nNot compared, {markdown_cell(ran)} ran: {code}")
-    return "\n".join(rows) + "\n"
+    budget = _Budget(max(0, size - len("\n".join(head).encode("utf-8")) - 1 - _BASELINE_RESERVE))
+    listed = [c for c in comparison.changes if c.regressed or c.note or c.metric == "total"]
+    ordered = sorted(listed, key=lambda c: (not c.regressed, c.note is None))
+    rows = [_markdown_row(change) for change in ordered]
+    regressions = len(comparison.regressions)
+    table = _fitting(rows[:regressions], budget)
+    problems = _fitting(
+        (f"\nProblem: {markdown_cell(clipped(p, _PROBLEM_TEXT))}" for p in comparison.problems),
+        budget,
+    )
+    table += _fitting(rows[regressions:], budget)
+    if len(table) < len(rows):
+        among = max(0, regressions - len(table))
+        of_them = f" ({among} of them regressions)" if among else ""
+        table.append(f"| ... and {len(rows) - len(table)} more rows{of_them} | | | | | |")
+    lines = [*head, *table, *_counted(problems, len(comparison.problems), "problems")]
+    for what, kind in _lists(comparison):
+        lines += _counted(_fitting(kind, budget), len(kind), what)
+    return "\n".join(lines) + "\n"

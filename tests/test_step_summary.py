@@ -10,7 +10,9 @@ from pathlib import Path
 import cmarkgfm
 import pytest
 
+from pytest_cleo_grade.baseline import BaselineComparison, Change, Tolerance
 from pytest_cleo_grade.display import SUMMARY_BYTES, markdown_summary
+from pytest_cleo_grade.display_baseline import BASELINE_SUMMARY_BYTES, baseline_markdown
 from pytest_cleo_grade.display_repeats import ESTIMATOR_NOTE, REPEAT_SUMMARY_BYTES, repeat_markdown
 from pytest_cleo_grade.models import DimensionScore, GradeResult
 from pytest_cleo_grade.runs import RepeatInfo, TestRuns
@@ -301,3 +303,113 @@ def test_a_few_repeated_tests_are_listed_whole() -> None:
     text = repeat_markdown(_repeated(3))
     assert "more tests" not in text
     assert text.count("| `test_many.py::test_m[") == 3
+
+
+def _compared(count: int, *, problems: int = 0) -> BaselineComparison:
+    """``count`` tests with ids of ~500 characters, each dropped 30 points in total (one
+    regression) and within noise in one dimension, plus as many new and missing tests."""
+    tolerance = Tolerance(5.0)
+    changes = []
+    for i in range(count):
+        test_id = f"test_many.py::test_m[{i:05d}-{'x' * 480}]"
+        changes.append(Change(test_id, "total", 90.0, 60.0, tolerance, regressed=True))
+        changes.append(Change(test_id, "only", 90.0, 80.0, tolerance, False, "within noise"))
+    return BaselineComparison(
+        changes=tuple(changes),
+        new_tests=tuple(f"test_new.py::test_n[{i:05d}-{'y' * 480}]" for i in range(count)),
+        missing_tests=tuple(f"test_old.py::test_o[{i:05d}-{'z' * 480}]" for i in range(count)),
+        problems=tuple(f"problem {i}: {'p' * 1000}" for i in range(problems)),
+    )
+
+
+def test_the_baseline_block_stays_within_its_bound_regressions_and_problems_first() -> None:
+    # 800 regressed tests, 800 new and 800 missing, with ids of ~500 characters: about 1.3 MB
+    # listed whole, which with the other blocks passed GitHub's 1 MiB and lost the summary.
+    text = baseline_markdown(_compared(800, problems=3), gated=True)
+    assert len(text.encode("utf-8")) <= BASELINE_SUMMARY_BYTES
+    assert SUMMARY_BYTES + REPEAT_SUMMARY_BYTES + BASELINE_SUMMARY_BYTES < 1024 * 1024
+    lines = text.splitlines()
+    assert lines[:3] == [
+        "### Against the baseline",
+        "",
+        "**baseline gate FAILED: 800 regressions**",
+    ]
+    # Every regression and every problem is there; the other rows fill what is left.
+    rows = [line for line in lines if line.startswith("| `")]
+    assert all(row.endswith("| **REGRESSION** |") for row in rows[:800])
+    assert 800 < len(rows) < 1600
+    assert f"| ... and {1600 - len(rows)} more rows | | | | | |" in lines
+    problems = [line for line in lines if line.startswith("Problem: ")]
+    # A problem is cut too (600 characters), keeping its start.
+    assert problems == [f"Problem: problem {i}: {'p' * 588}…" for i in range(3)]
+    # Each id is cut to 200 characters; the tests new and missing are counted, not listed.
+    assert all(len(line.split("`")[1]) == 200 for line in rows)
+    assert "... and 800 more new tests" in lines
+    assert "... and 800 more missing tests" in lines
+    html = cmarkgfm.github_flavored_markdown_to_html(text)
+    assert html.count("<table>") == 1
+    assert html.count("<tr>") == len(rows) + 2  # the header and the counting row
+
+
+def test_when_even_the_regressions_do_not_fit_the_verdict_stays_and_they_are_counted() -> None:
+    text = baseline_markdown(_compared(5000, problems=2), gated=True)
+    assert len(text.encode("utf-8")) <= BASELINE_SUMMARY_BYTES
+    lines = text.splitlines()
+    assert lines[2] == "**baseline gate FAILED: 5000 regressions**"
+    rows = [line for line in lines if line.startswith("| `")]
+    assert 0 < len(rows) < 5000
+    assert all(row.endswith("| **REGRESSION** |") for row in rows)
+    left = 5000 - len(rows)
+    assert f"| ... and {left + 5000} more rows ({left} of them regressions) | | | | | |" in lines
+    assert "... and 2 more problems" in lines
+    assert "... and 5000 more new tests" in lines
+
+
+def test_a_short_comparison_is_listed_whole() -> None:
+    text = baseline_markdown(_compared(3, problems=1), gated=True)
+    assert "... and" not in text
+    assert text.count("| **REGRESSION** |") == 3
+    assert text.count("| within noise |") == 3
+    assert text.count("New test (not in baseline): `test_new.py") == 3
+
+
+def test_a_large_suite_regressed_against_its_baseline_keeps_the_summary_under_1_mib(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 400 tests with ids of 2,000 characters, each regressing in two metrics: the baseline
+    # block alone was 2.4 MB, and GitHub showed nothing of the step summary.
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(
+        test_many="""
+        import os
+        import pytest
+
+        IDS = [f"{k:03d}-" + "x" * 2000 for k in range(400)]
+
+        @pytest.mark.parametrize("i", range(400), ids=IDS)
+        def test_m(graded_session, i):
+            s = graded_session
+            s.record("session", "list")
+            s.record("admin", "help")
+            s.record("tasks", "find", {"q": "x"})
+            s.record("session", "end")
+            if os.environ.get("WORSE"):
+                for _ in range(3):
+                    s.record("tasks", "list")
+        """
+    )
+    assert pytester.runpytest("--cleo-grade-save-baseline=b.json").ret == 0
+    path = pytester.path / "s.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(path))
+    monkeypatch.setenv("WORSE", "1")
+    gate = "--cleo-grade-fail-on-regression=total:5,discoveryEfficiency:5,disclosureUse:5"
+    result = pytester.runpytest("--cleo-grade-baseline=b.json", gate)
+    assert result.ret == 1
+    text = path.read_text(encoding="utf-8")
+    assert len(text.encode("utf-8")) < 1024 * 1024
+    block = text.split("### Against the baseline", 1)[1].split("### cleo-grade", 1)[0]
+    assert len(block.encode("utf-8")) <= BASELINE_SUMMARY_BYTES
+    assert "**baseline gate FAILED: 800 regressions**" in block
+    rows = [line for line in block.splitlines() if line.startswith("| `")]
+    assert len(rows) == 800
+    assert all(len(line.split("`")[1]) == 200 for line in rows)
