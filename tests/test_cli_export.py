@@ -164,6 +164,15 @@ def test_junit_onto_a_directory_is_a_one_line_error_leaving_no_partial_file(
     assert sorted(p.name for p in in_tmp.iterdir()) == [".cleo", "out"]
 
 
+def test_junit_of_a_history_that_is_not_there_is_a_one_line_error_writing_nothing(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    # A misspelt --history wrote an empty JUnit file ("0 session(s)") with exit 0.
+    assert main(["junit", "out.xml", "--history", "GRADE.jsonl"]) == 2
+    assert capsys.readouterr().err == "cleo-grade junit: GRADE.jsonl: no grade history there\n"
+    assert not (in_tmp / "out.xml").exists()
+
+
 def test_junit_without_a_threshold_passes_and_can_write_to_stdout(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -127,6 +127,25 @@ def test_the_cli_sends_each_sessions_latest_grade(
     assert out == f"{sent} (7 score configs created, 0 existed)\n"
 
 
+def test_a_misspelt_history_or_session_is_said_not_sent_as_nothing(
+    fake: FakeLangfuse,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A CI job's typo in --history exported nothing with exit 0, as for an empty history.
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    missing = tmp_path / "GRADE.jsonl"
+    assert main(["export", "langfuse", "--history", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"cleo-grade export langfuse: {missing}: no grade history there\n"
+    history = tmp_path / "GRADES.jsonl"
+    append_grade(GRADE, history)
+    assert main(["export", "langfuse", "--history", str(history), "--session-id", "nope"]) == 0
+    assert capsys.readouterr().out == f"langfuse: no grades of 'nope' in {history}: nothing sent\n"
+
+
 def test_the_cli_without_keys_says_which_to_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

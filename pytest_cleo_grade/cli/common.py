@@ -18,6 +18,7 @@ __all__ = [
     "CommandError",
     "Handler",
     "add_history_option",
+    "existing_history",
     "history_path",
     "parse_threshold",
     "print_json",
@@ -46,6 +47,15 @@ def add_history_option(parser: argparse.ArgumentParser) -> None:
 def history_path(args: argparse.Namespace) -> Path:
     value: str | None = getattr(args, "history", None)
     return Path(value) if value else Path.cwd() / DEFAULT_HISTORY
+
+
+def existing_history(args: argparse.Namespace, *, where: str) -> Path:
+    """The history a command reads, which must exist: a misspelt ``--history`` in a CI job
+    must not pass as an empty history (nothing exported, an empty JUnit file, exit 0)."""
+    history = history_path(args)
+    if not history.exists():  # what is there but cannot be read says so when it is read
+        raise CommandError(f"{where}: {history}: no grade history there")
+    return history
 
 
 def session_id_arg(value: str) -> str:

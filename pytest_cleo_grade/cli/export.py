@@ -13,6 +13,7 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_history_option,
+    existing_history,
     history_path,
     parse_threshold,
     print_json,
@@ -117,6 +118,7 @@ def run_junit(args: argparse.Namespace) -> int:
     history = history_path(args)
     if args.output != "-":
         refuse_replacing(Path(args.output), history, db_path(args), where="cleo-grade junit")
+    existing_history(args, where="cleo-grade junit")
     with warnings_to_stderr():
         grades = latest_by_session(read_grades(history))
     threshold: float | None = args.fail_under

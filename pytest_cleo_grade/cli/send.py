@@ -11,7 +11,7 @@ from typing import Any
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_history_option,
-    history_path,
+    existing_history,
     session_id_arg,
     warnings_to_stderr,
 )
@@ -69,12 +69,14 @@ def run_export(args: argparse.Namespace) -> int:
     keys = keys_from(os.environ)
     if keys is None:
         raise CommandError(f"cleo-grade export langfuse: {KEYS_HINT}")
+    history = existing_history(args, where="cleo-grade export langfuse")
     with warnings_to_stderr():
-        grades = read_grades(history_path(args), session_id=args.session_id)
+        grades = read_grades(history, session_id=args.session_id)
     if not args.all:
         grades = latest_by_session(grades)
     if not grades:
-        print(terminal_text(f"langfuse: no grades in {history_path(args)}: nothing sent"))
+        what = "no grades" if args.session_id is None else f"no grades of {args.session_id!r}"
+        print(terminal_text(f"langfuse: {what} in {history}: nothing sent"))
         return 0
     if importlib.util.find_spec("langfuse") is None:
         raise CommandError(
