@@ -80,6 +80,25 @@ def test_agent(graded_session):
     importable.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_a_provider_that_is_not_the_sdks_errors_at_setup_with_its_one_line_once(
+    importable: pytest.Pytester,
+) -> None:
+    # Failed inside the except that caught the capture's error, the line was shown twice,
+    # joined by "During handling of the above exception, another exception occurred:".
+    importable.makeconftest(
+        "from opentelemetry import trace\ntrace.set_tracer_provider(trace.NoOpTracerProvider())\n"
+    )
+    importable.makepyfile("def test_two(graded_session):\n    pass\n")
+    result = importable.runpytest_subprocess("--cleo-grade-capture=otel", "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    lines = result.stdout.lines
+    start = lines.index(next(line for line in lines if "ERROR at setup of test_two" in line))
+    assert lines[start + 1].startswith(
+        "cleo-grade: the global tracer provider is NoOpTracerProvider, not the OpenTelemetry SDK"
+    )
+    assert "short test summary info" in lines[start + 2]  # the one line, and nothing else
+
+
 def test_an_agent_in_a_subprocess_is_graded_through_the_sessions_otlp_endpoint(
     importable: pytest.Pytester,
 ) -> None:

@@ -494,6 +494,33 @@ def test_invalid_marker_arguments_are_usage_errors_naming_the_test(
     result.stderr.fnmatch_lines([expected])
 
 
+def test_an_invalid_marker_a_fixture_adds_fails_the_test_with_its_message_once(
+    pytester: pytest.Pytester,
+) -> None:
+    # Failed inside the except that caught it, the message was shown twice, joined by
+    # "During handling of the above exception, another exception occurred:".
+    make_suite(
+        pytester,
+        """
+        @pytest.fixture
+        def strict(request):
+            request.applymarker(pytest.mark.cleo_grade(fail_under="great"))
+
+        def test_b(strict, graded_session):
+            seventy_five(graded_session)
+        """,
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if re.fullmatch(r"_+ test_b _+", line))
+    assert lines[start + 1].startswith(
+        "cleo-grade: test_agent.py::test_b: @pytest.mark.cleo_grade(fail_under=...): invalid "
+        "grade 'great'"
+    )
+    assert "short test summary info" in lines[start + 2]  # the one line, and nothing else
+
+
 def test_the_marker_is_registered_for_strict_markers(pytester: pytest.Pytester) -> None:
     make_suite(
         pytester,
@@ -635,3 +662,137 @@ def test_a_file_the_run_writes_is_never_the_audit_store(
         [f"ERROR: cleo-grade: {option} (ini *) {store}{suffix}: is the audit store's file *"]
     )
     assert store.read_bytes() == before
+
+
+#: A valid rule file (CLEO's rubric as rules): the run reads it when it gets that far.
+CLEO_RULES = Path(__file__).resolve().parent.parent / "pytest_cleo_grade" / "rubrics" / "cleo.toml"
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "written", "other"),
+    [
+        pytest.param(
+            ["--cleo-grade-save-baseline=b.json", "--cleo-grade-html=./b.json"],
+            "",
+            "--cleo-grade-html",
+            "--cleo-grade-save-baseline",
+            id="report-over-the-baseline-it-saves",
+        ),
+        pytest.param(
+            ["--cleo-grade-rubric=rules", "--cleo-grade-html=sub/../rules.toml"],
+            "cleo_grade_rubric_file = rules.toml\n",
+            "--cleo-grade-html",
+            "--cleo-grade-rubric-file",
+            id="report-over-the-ini-rubric-file",
+        ),
+        pytest.param(
+            ["--cleo-grade-rubric=rules", "--cleo-grade-rubric-file=rules.toml"],
+            "cleo_grade_save_baseline = rules.toml\n",
+            "--cleo-grade-save-baseline",
+            "--cleo-grade-rubric-file",
+            id="baseline-over-the-rubric-file",
+        ),
+        pytest.param(
+            [
+                "--cleo-grade-rubric=rules",
+                "--cleo-grade-rubric-file=rules.toml",
+                "--cleo-grade-history=linked/rules.toml",
+            ],
+            "",
+            "--cleo-grade-history",
+            "--cleo-grade-rubric-file",
+            id="history-appended-to-the-rubric-file-through-a-linked-directory",
+        ),
+        pytest.param(
+            [
+                "--cleo-grade-rubric=rules",
+                "--cleo-grade-rubric-file=link.toml",
+                "--cleo-grade-html=rules.toml",
+            ],
+            "",
+            "--cleo-grade-html",
+            "--cleo-grade-rubric-file",
+            id="report-over-the-file-a-linked-rubric-file-names",
+        ),
+    ],
+)
+def test_two_path_options_naming_one_file_are_one_usage_error_before_anything_is_written(
+    pytester: pytest.Pytester, args: list[str], ini: str, written: str, other: str
+) -> None:
+    # The page replaced the baseline this run had just saved, or the rule file (the next run
+    # then failed on invalid TOML); the history's lines turned the rule file into no TOML.
+    make_suite(
+        pytester,
+        """
+        def test_agent(graded_session):
+            perfect(graded_session)
+        """,
+        ini=ini,
+    )
+    rules = pytester.path / "rules.toml"
+    rules.write_bytes(CLEO_RULES.read_bytes())
+    (pytester.path / "sub").mkdir()
+    (pytester.path / "linked").symlink_to(pytester.path, target_is_directory=True)
+    (pytester.path / "link.toml").symlink_to(rules)
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    assert len(errors) == 1, errors
+    line = f"ERROR: cleo-grade: {written} (ini *) {pytester.path}/*: is also the file of "
+    result.stderr.fnmatch_lines([f"{line}{other} (ini *)*; * would destroy the *: choose *"])
+    assert rules.read_bytes() == CLEO_RULES.read_bytes()
+    assert not (pytester.path / "b.json").exists()
+    assert not (pytester.path / ".cleo" / "metrics").exists()  # no test ran
+
+
+def test_our_report_and_pytest_htmls_on_one_path_are_one_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
+    # Both said they wrote the page; pytest-html's was lost under ours.
+    pytest.importorskip("pytest_html", reason="pytest-html is a development dependency")
+    make_suite(
+        pytester,
+        """
+        def test_agent(graded_session):
+            perfect(graded_session)
+        """,
+    )
+    result = pytester.runpytest("--cleo-grade-html=page.html", "--html=./page.html")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: cleo-grade: --html (pytest-html) {pytester.path / 'page.html'}: is also the "
+            "file of --cleo-grade-html (ini cleo_grade_html); one would destroy the other: "
+            "choose another path"
+        ]
+    )
+    assert not (pytester.path / "page.html").exists()
+    # Without pytest-html its option does not exist, and ours alone is written.
+    result = pytester.runpytest("-p", "no:html", "--cleo-grade-html=page.html")
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "page.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_pytests_own_report_files_are_never_one_of_ours(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+        def test_agent(graded_session):
+            perfect(graded_session)
+        """,
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    before = history.read_bytes()
+    result = pytester.runpytest("--junitxml=.cleo/metrics/GRADES.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: cleo-grade: --junitxml {history}: is also the file of --cleo-grade-history *"]
+    )
+    assert history.read_bytes() == before
+    store = pytester.path / ".cleo" / "audit.db"
+    result = pytester.runpytest("--junitxml=.cleo/audit.db-wal")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: cleo-grade: --junitxml {store}-wal: is the audit store's *"]
+    )
