@@ -150,6 +150,10 @@ class Reporter:
         self._history_written = True
 
     def problem(self, message: str) -> None:
+        from pytest_cleo_grade.display import terminal_text
+
+        # A server's or a path's text in it must not rewrite the terminal (escape sequences).
+        message = terminal_text(message)
         # Every test meets the same broken path: say it once.
         if message not in self.problems:
             self.problems.append(message)

@@ -270,6 +270,22 @@ def test_an_output_that_is_a_fifo_or_a_directory_is_refused_and_left_as_it_was(
     assert path.is_fifo() if kind == "fifo" else path.is_dir()
 
 
+def test_a_warning_of_the_run_shows_a_paths_control_characters_escaped(
+    pytester: pytest.Pytester,
+) -> None:
+    # The run's warnings (a report or history not written, a Langfuse server's refusal)
+    # carry text from outside: an escape sequence in it recoloured or rewrote the terminal.
+    fifo = pytester.path / "pipe\x1b[31m"
+    os.mkfifo(fifo)
+    pytester.makepyfile(
+        "def test_a(graded_session):\n    graded_session.record('tasks', 'find', {'q': 'x'})\n"
+    )
+    result = pytester.runpytest(f"--cleo-grade-html={fifo.name}", "-W", "default")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*CleoGradeWarning: cleo-grade: HTML report *pipe\\x1b[[]31m: *"])
+    assert "\x1b[31m" not in result.stdout.str()
+
+
 def test_the_plugins_html_report_over_a_fifo_is_a_warning_and_the_fifo_stays(
     pytester: pytest.Pytester,
 ) -> None:
