@@ -70,6 +70,10 @@ def _refuse_non_unicode_ids(results: Iterable[GradeResult], target: Path) -> Non
             ) from None
 
 
+#: How every SQLite database file begins.
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+
+
 @contextmanager
 def _locked_append(path: Path) -> Iterator[int]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +81,13 @@ def _locked_append(path: Path) -> Iterator[int]:
     # never into a FIFO or a device.
     fd = open_append_no_follow(path)
     try:
+        # Checked before the lock: the audit store holds a lock on its own file, which this
+        # process's store (the CLI saving into both) would hold against us for ever.
+        if os.pread(fd, len(_SQLITE_HEADER), 0) == _SQLITE_HEADER:
+            raise HistoryError(
+                f"{path}: an SQLite database (an audit store, a CLEO project's database), not "
+                "a grade history: nothing appended (name a .jsonl file)"
+            )
         # An exclusive lock serialises writers across processes; O_APPEND alone does not
         # guarantee that a large line is written in one piece.
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -12,6 +14,8 @@ from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.history import read_grades
 from pytest_cleo_grade.store import AuditStore
 from tests.entries import model, sequence
+
+CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
 
 
 @pytest.fixture(autouse=True)
@@ -127,6 +131,31 @@ def test_a_history_that_cannot_be_written_saves_the_grade_nowhere(
     (in_tmp / "blocked").mkdir()
     assert main([*command, "--history", "blocked"]) == 2
     assert "blocked: cannot append grade" in capsys.readouterr().err
+    with AuditStore(Path(".cleo/audit.db"), read_only=True) as store:
+        assert store.grades() == []
+
+
+@pytest.mark.parametrize("history", [".cleo/audit.db", "cleo.db"])
+def test_a_history_naming_an_sqlite_database_is_refused_and_left_as_it_was(
+    in_tmp: Path, history: str
+) -> None:
+    # The audit store as --history hung for ever (the history's lock waited on the store's,
+    # held by the same command); any other database got a JSON line appended, exit 0.
+    store_session("good", *GOOD)
+    with AuditStore(in_tmp / "cleo.db") as other:
+        assert other.grades() == []
+    before = (in_tmp / history).read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-c", CLI, "grade", "good", "--history", history],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stdout.startswith("Session:    good\n")  # printed, as ever; saved nowhere
+    assert done.stderr.count("\n") == 1
+    assert f"{history}: an SQLite database" in done.stderr
+    assert (in_tmp / history).read_bytes() == before
     with AuditStore(Path(".cleo/audit.db"), read_only=True) as store:
         assert store.grades() == []
 
