@@ -160,6 +160,24 @@ def test_a_history_naming_an_sqlite_database_is_refused_and_left_as_it_was(
         assert store.grades() == []
 
 
+@pytest.mark.parametrize("command", [["list"], ["list", "--json"], ["show", "good"], ["good"]])
+def test_output_that_cannot_be_written_is_one_line_and_exit_two(
+    in_tmp: Path, command: list[str]
+) -> None:
+    # `> out.txt` on a full disk was a traceback with exit status 1, the status of a grade
+    # below its threshold. /dev/full fails every write as a full disk does.
+    store_session("good", *GOOD)
+    assert main(["grade", "good"]) == 0
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-c", CLI, *command], stdout=full, stderr=subprocess.PIPE, text=True
+        )
+    assert (done.returncode, done.stderr) == (
+        2,
+        "cleo-grade: error: cannot write the output: No space left on device\n",
+    )
+
+
 def test_junit_writes_one_testcase_per_session_with_its_latest_grade(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import io
+import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
 from types import FrameType
+from typing import Final
 
 from pytest_cleo_grade.cli import (
     baseline,
@@ -137,6 +140,21 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+#: What writing the output can fail with (a full disk under `> out.txt`, a quota): said in
+#: one line, as every other error, not a traceback with exit status 1 ("below threshold").
+_OUTPUT_FAILURES: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _output_failed(exc: OSError) -> int:
+    # What stdout still holds would fail again at exit (a second traceback): it goes nowhere.
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    print(f"cleo-grade: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 1 below threshold, 2 usage/input,
     130 interrupted, 143 terminated)."""
@@ -151,7 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # session id (never so with `cleo-grade grade ID`, said in full).
                 args.command_names = tuple(commands)
             handler: Handler = args.handler
-            return handler(args)
+            status = handler(args)
+            sys.stdout.flush()  # output that cannot be written fails here, said in one line
+            return status
     except CommandError as exc:
         print(terminal_text(exc), file=sys.stderr)
         return exc.status
@@ -165,3 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_FAILURES:
+            raise
+        return _output_failed(exc)
