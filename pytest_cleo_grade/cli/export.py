@@ -91,6 +91,13 @@ def _xml_text(text: str) -> str:
     return _NOT_XML.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
+def _agent_text(text: str) -> str:
+    """Agent text in a test's name or failure: also what a terminal or a CI's test list acts
+    on (C1 controls such as CSI, bidirectional overrides) escaped, as in every other output
+    (``junit -`` writes to the terminal)."""
+    return terminal_text(_xml_text(text))
+
+
 def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     shown = (
         f"{grade.display_percent}%"
@@ -99,7 +106,7 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     )
     summary = f"{score_text(grade)} ({shown}, grade {grade.letter}), {len(grade.flags)} flag(s)"
     case = TestCase(
-        name=_xml_text(grade.session_id),
+        name=_agent_text(grade.session_id),
         classname="cleo_grade",
         stdout=_xml_text(render_grade(grade)),
         timestamp=format_timestamp(grade.timestamp),
@@ -108,7 +115,7 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
         assert threshold is not None
         case.add_failure_info(
             message=f"{summary}: below {describe_threshold(threshold)}",
-            output=_xml_text("\n".join(grade.flags)),
+            output="\n".join(map(_agent_text, grade.flags)),
             failure_type="cleo_grade",
         )
     return case
