@@ -194,7 +194,8 @@ def read_grades(path: str | os.PathLike[str], session_id: str | None = None) -> 
     absurdly nested, a number no percentage can hold, a session id with a lone surrogate) is
     skipped with a CleoGradeWarning naming its line number, so one bad line never hides the
     rest; a lone surrogate escape elsewhere (agent text, see :func:`grade_line`) reads back
-    as written. Only ``\n`` ends a line. A history that is not a regular file is a HistoryError.
+    as written. Only ``\n`` ends a line. A history that is not a regular file, or that is an
+    SQLite database, is a HistoryError.
     """
     target = Path(path)
     try:
@@ -206,6 +207,12 @@ def read_grades(path: str | os.PathLike[str], session_id: str | None = None) -> 
     results: list[GradeResult] = []
     with handle:
         try:
+            if os.pread(handle.fileno(), len(_SQLITE_HEADER), 0) == _SQLITE_HEADER:
+                # One line, not a warning for every "line" of a database's pages.
+                raise HistoryError(
+                    f"{target}: an SQLite database (an audit store, a CLEO project's "
+                    "database), not a grade history"
+                )
             for number, raw in iter_lines(handle, str(target), on_long=_long_line(target)):
                 result = _parse_line(target, number, raw)
                 if result is not None and (session_id is None or result.session_id == session_id):

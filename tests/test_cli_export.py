@@ -220,6 +220,19 @@ def test_junit_of_a_history_that_is_not_there_is_a_one_line_error_writing_nothin
     assert not (in_tmp / "out.xml").exists()
 
 
+@pytest.mark.parametrize("command", [["junit", "out.xml", "--fail-under", "A"], ["list"]])
+def test_an_sqlite_database_read_as_a_history_is_one_line_not_a_warning_per_page(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, command: list[str]
+) -> None:
+    # The store given as --history: 48 "invalid JSON" warnings, then a JUnit file of zero
+    # test cases, exit 0 under --fail-under.
+    store_session("good", *GOOD)
+    assert main([*command, "--history", ".cleo/audit.db"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ".cleo/audit.db: an SQLite database" in err
+    assert not (in_tmp / "out.xml").exists()
+
+
 def test_junit_without_a_threshold_passes_and_can_write_to_stdout(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
