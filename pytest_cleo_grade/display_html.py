@@ -308,6 +308,13 @@ def _run_number(test: HtmlTest, position: int) -> int:
     return run if isinstance(run, int) else position + 1
 
 
+def _runs_asked(test: HtmlTest) -> int:
+    """How many runs the test asked for (its grades' ``runs``): more than were graded when a
+    run could not be graded or was not selected."""
+    asked = [(t.result.model_extra or {}).get("runs") for t in test.tests]
+    return max([len(test.tests), *(n for n in asked if isinstance(n, int))])
+
+
 def _runs_line(test: HtmlTest) -> str:
     """A repeated test's runs, each with its percentage and letter, and which one is shown."""
     if len(test.tests) < 2:
@@ -316,13 +323,15 @@ def _runs_line(test: HtmlTest) -> str:
         f"#{_run_number(test, i)} {describe_percent(t.result.percent)} {t.result.letter}"
         for i, t in enumerate(test.tests)
     )
-    return f"<p>{len(test.tests)} runs, mean {_e(describe_percent(test.percent))}: {_e(runs)}</p>\n"
+    graded, asked = len(test.tests), _runs_asked(test)
+    count = f"{graded} runs" if graded == asked else f"{graded} of {asked} runs graded"
+    return f"<p>{count}, mean {_e(describe_percent(test.percent))}: {_e(runs)}</p>\n"
 
 
 def _shown_of(test: HtmlTest) -> str:
     if len(test.tests) < 2:
         return ""
-    return f"run {_run_number(test, test.shown_index)} of {len(test.tests)} (the lowest): "
+    return f"run {_run_number(test, test.shown_index)} of {_runs_asked(test)} (the lowest): "
 
 
 def _section(index: int, test: HtmlTest) -> str:

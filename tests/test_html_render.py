@@ -209,6 +209,14 @@ def test_a_repeated_tests_row_shows_its_flaky_verdict() -> None:
     assert "<h2>t::a <span class='letter C'>C</span></h2>" in page
 
 
+def test_a_repeated_test_with_a_run_not_graded_says_how_many_of_its_runs_are_shown() -> None:
+    # Run 2 could not be graded: the page said "run 3 of 2 (the lowest)" and "2 runs".
+    runs = [grade("t::a", p, minute=i, run=i, runs=3) for i, p in ((1, 90), (3, 80))]
+    page = render_html(build_report(run_of(*runs, threshold=75), runs))
+    assert "run 3 of 3 (the lowest): 80/100 (80%)" in page
+    assert "2 of 3 runs graded, mean 85%: #1 90% A, #3 80% B" in page
+
+
 def test_an_expected_failure_is_shown_as_not_counted() -> None:
     result = grade("t::a", 30)
     run = RunGrade((GradedTest("t::a", result, None, None, "fail", excluded="xfailed"),), None)
