@@ -8,6 +8,8 @@ in this process, mapped by :mod:`pytest_cleo_grade.capture.mapping`.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -277,10 +279,13 @@ _installed: weakref.WeakKeyDictionary[TracerProvider, tuple[AuditSpanProcessor, 
 _install_lock = threading.Lock()
 
 
-try:  # OpenTelemetry's own: as a decorator, it also spans the whole of an async function
-    from opentelemetry.util._decorator import _agnosticcontextmanager as _span_manager
-except ImportError:  # pragma: no cover - another OpenTelemetry: sync functions only
-    from contextlib import contextmanager as _span_manager  # type: ignore[assignment]
+#: OpenTelemetry's own context-manager decorator (private, in 1.45): as a decorator, the
+#: manager it makes also spans the whole of an async function; else contextlib's (sync only).
+_span_manager: Callable[[Callable[..., Iterator[Any]]], Callable[..., Any]] = getattr(
+    importlib.import_module("opentelemetry.util._decorator"),
+    "_agnosticcontextmanager",
+    contextlib.contextmanager,
+)
 
 
 class _FollowingTracer(trace_api.Tracer):
