@@ -475,8 +475,9 @@ def test_agent(graded_session):
     result.assert_outcomes(xpassed=3 - failed, failed=failed)
     assert result.ret == failed
     if strict:
+        # As pytest reports a strict XPASS (pytest 8 leaves its reason out of the summary line).
         result.stdout.fnmatch_lines(
-            ["FAILED test_agent.py::test_agent[[]run-?[]] - [[]XPASS(strict)[]] fixed by now?"]
+            ["[[]XPASS(strict)[]] fixed by now?", "FAILED test_agent.py::test_agent[[]run-?[]]*"]
         )
 
 
