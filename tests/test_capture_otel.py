@@ -305,13 +305,19 @@ def test_a_tool_calling_another_tool_in_its_code_makes_two_calls(
     ]
 
 
+def otel_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A project with otel capture on, whose pytest runs in a subprocess (each its own
+    process-wide tracer provider) that imports these tests' helpers."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
+
+
 def test_a_span_started_in_one_test_and_ended_in_the_next_is_the_first_tests_call(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The span was recorded into whatever session was active when it ended: the next test's,
     # graded for a delete it never made (and before its session.list, losing points).
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-    pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
+    otel_project(pytester, monkeypatch)
     pytester.makepyfile(
         """
 import json, threading
@@ -421,8 +427,7 @@ def test_the_programs_own_provider_set_during_a_graded_test_takes_effect_and_is_
     # The capture set the global provider at the test's setup, using up the one set a process
     # gets: the program's own was refused ("Overriding of current TracerProvider is not
     # allowed") and its exporter received nothing once grading was on.
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-    pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
+    otel_project(pytester, monkeypatch)
     pytester.makepyfile(
         APP_TRACING
         + """
@@ -453,8 +458,7 @@ def test_a_tracer_decorating_tools_before_the_programs_set_follows_its_provider(
     # its tools with @tracer.start_as_current_span(...): the manager made once is re-entered
     # on every call, and stayed on the stand-in: the program's exporter got nothing, and from
     # the next test on the calls were not graded at all.
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-    pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
+    otel_project(pytester, monkeypatch)
     pytester.makepyfile(
         APP_TRACING
         + """
@@ -504,8 +508,7 @@ def test_an_opentelemetry_without_the_expected_internals_gets_a_provider_set_the
 ) -> None:
     # The stand-in relies on private names of opentelemetry.trace; where they differ, the
     # capture sets an SDK provider as before (the program cannot set its own after it).
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
-    pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
+    otel_project(pytester, monkeypatch)
     pytester.makeconftest(
         """
 from opentelemetry import trace
