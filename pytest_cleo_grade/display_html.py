@@ -11,6 +11,7 @@ the script only makes the table sortable.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,11 +25,13 @@ from pytest_cleo_grade.display import (
     signed_text,
 )
 from pytest_cleo_grade.models import GradeResult, Point, format_timestamp
+from pytest_cleo_grade.runs import latest_whole_series, short_series
 from pytest_cleo_grade.scale import letter_for
 from pytest_cleo_grade.stats import verdict_for
 from pytest_cleo_grade.verdict import GradedTest, RunGrade, describe_percent, shown_percent
 
 __all__ = [
+    "MAX_NOT_GRADED",
     "MAX_TREND_POINTS",
     "HtmlReport",
     "HtmlTest",
@@ -40,6 +43,9 @@ __all__ = [
 #: The most history points one trend line draws (the most recent ones): a test graded on
 #: every commit for years must not make the page megabytes long.
 MAX_TREND_POINTS: Final = 500
+
+#: The most runs without a grade a repeated test's run list names (the rest are counted).
+MAX_NOT_GRADED: Final = 20
 
 #: Extras whose change between two grades of a test is marked on its trend.
 _VERSION_KEYS: Final = ("rubric", "rubricVersion", "model", "judgeModel")
@@ -102,7 +108,46 @@ class HtmlTest:
         if len(self.tests) < 2 or all(test.threshold is None for test in self.tests):
             return None
         passed = sum(test.passed for test in self.tests)
+        if self.partial is not None:
+            # Runs missing from the series may have failed: no verdict over the others.
+            return f"{passed}/{len(self.tests)} graded runs passed"
         return f"{verdict_for(passed, len(self.tests))} ({passed}/{len(self.tests)} passed)"
+
+    @property
+    def runs_asked(self) -> int:
+        """How many runs the test asked for (its grades' ``runs``): more than were graded when
+        a run could not be graded or did not run (``-k``, ``--lf``)."""
+        asked = [(t.result.model_extra or {}).get("runs") for t in self.tests]
+        return max([len(self.tests), *(n for n in asked if isinstance(n, int))])
+
+    @property
+    def repeated(self) -> bool:
+        """A test of several runs, even when only one of them was graded."""
+        return self.runs_asked > 1
+
+    def run_number(self, position: int) -> int:
+        """The run index of the grade at ``position`` (its ``run`` extra)."""
+        run = (self.tests[position].result.model_extra or {}).get("run")
+        return run if isinstance(run, int) else position + 1
+
+    @property
+    def not_graded(self) -> tuple[tuple[int, ...], int]:
+        """The first :data:`MAX_NOT_GRADED` runs the test asked for that have no grade here
+        (failed, or did not run), and how many such runs there are in all."""
+        asked = self.runs_asked
+        graded = {self.run_number(i) for i in range(len(self.tests))}
+        graded = {n for n in graded if 1 <= n <= asked}
+        # ``runs`` is read from a history: a huge one is counted, never listed run by run.
+        missing = (n for n in range(1, asked + 1) if n not in graded)
+        return tuple(itertools.islice(missing, MAX_NOT_GRADED)), asked - len(graded)
+
+    @property
+    def partial(self) -> str | None:
+        """``1 of 4 runs graded`` for a repeated test graded over fewer runs than it asked
+        (``-k run-2``, ``--lf``, a run that could not be graded), else None: such a series is
+        no measure of the test's mean, and is not compared (as the baseline gate does)."""
+        graded, asked = len(self.tests), self.runs_asked
+        return f"{graded} of {asked} runs graded" if graded < asked else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,10 +229,16 @@ def _previous(
         return (sum(values) / len(values), "baseline") if values else (None, "baseline")
     if not before:
         return None, "previous run"
-    last = before[-1]
-    runs = int((last.model_extra or {}).get("runs") or 1)
-    series = [r for r in before[-runs:] if (r.model_extra or {}).get("run") is not None] or [last]
+    # The latest earlier series that holds every run the test asked: the runs a ``-k`` or
+    # ``--lf`` run re-ran are no measure of the test (as a baseline from a history).
+    series = latest_whole_series(before, grade_test_id)[key]
+    if short_series(series) is not None:
+        return None, _PARTIAL_PREVIOUS
     return sum(r.percent for r in series) / len(series), "previous run"
+
+
+#: The previous runs of a test hold no whole series: nothing to compare with.
+_PARTIAL_PREVIOUS: Final = "no whole previous run"
 
 
 # -- rendering --------------------------------------------------------------------------
@@ -269,6 +320,8 @@ def _row(index: int, test: HtmlTest) -> str:
         or test.repeat_verdict
         or (f"{len(test.tests)} runs" if len(test.tests) > 1 else "")
     )
+    if test.partial is not None:
+        runs = f"{runs}; {test.partial}" if runs else test.partial
     excluded = test.tests[-1].excluded
     if excluded is not None:
         runs = f"{runs}; {excluded}, not counted" if runs else f"{excluded}, not counted"
@@ -296,42 +349,41 @@ def _table_percent(test: HtmlTest) -> str:
 
 
 def _change(test: HtmlTest) -> tuple[str, str]:
+    if test.partial is not None:
+        # As the baseline gate: a partial series is listed, never compared.
+        return f"not compared, {test.partial}", "0"
     if test.previous is None:
+        if test.previous_source == _PARTIAL_PREVIOUS:
+            return f"not compared, {_PARTIAL_PREVIOUS}", "0"
         return ("new" if test.previous_source == "previous run" else "not in baseline"), "0"
     delta = test.percent - test.previous
     sign = "+" if delta > 0 else "" if delta < 0 else "±"
     return f"{sign}{_num(delta)} vs {test.previous_source}", repr(delta)
 
 
-def _run_number(test: HtmlTest, position: int) -> int:
-    run = (test.tests[position].result.model_extra or {}).get("run")
-    return run if isinstance(run, int) else position + 1
-
-
-def _runs_asked(test: HtmlTest) -> int:
-    """How many runs the test asked for (its grades' ``runs``): more than were graded when a
-    run could not be graded or was not selected."""
-    asked = [(t.result.model_extra or {}).get("runs") for t in test.tests]
-    return max([len(test.tests), *(n for n in asked if isinstance(n, int))])
-
-
 def _runs_line(test: HtmlTest) -> str:
-    """A repeated test's runs, each with its percentage and letter, and which one is shown."""
-    if len(test.tests) < 2:
+    """A repeated test's runs in run order, each with its percentage and letter, or ``not
+    graded`` (it failed before a grade, or did not run: ``-k``, ``--lf``)."""
+    if not test.repeated:
         return ""
-    runs = ", ".join(
-        f"#{_run_number(test, i)} {describe_percent(t.result.percent)} {t.result.letter}"
+    shown = {
+        test.run_number(i): f"{describe_percent(t.result.percent)} {t.result.letter}"
         for i, t in enumerate(test.tests)
-    )
-    graded, asked = len(test.tests), _runs_asked(test)
-    count = f"{graded} runs" if graded == asked else f"{graded} of {asked} runs graded"
+    }
+    listed, missing = test.not_graded
+    shown.update((run, "not graded") for run in listed)
+    runs = ", ".join(f"#{run} {shown[run]}" for run in sorted(shown))
+    if missing > len(listed):
+        runs += f" and {missing - len(listed)} more not graded"
+    count = test.partial or f"{len(test.tests)} runs"
     return f"<p>{count}, mean {_e(describe_percent(test.percent))}: {_e(runs)}</p>\n"
 
 
 def _shown_of(test: HtmlTest) -> str:
-    if len(test.tests) < 2:
+    if not test.repeated:
         return ""
-    return f"run {_run_number(test, test.shown_index)} of {_runs_asked(test)} (the lowest): "
+    which = "the lowest" if len(test.tests) > 1 else "the only one graded"
+    return f"run {test.run_number(test.shown_index)} of {test.runs_asked} ({which}): "
 
 
 def _section(index: int, test: HtmlTest) -> str:

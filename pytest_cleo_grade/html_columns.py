@@ -19,6 +19,8 @@ __all__ = ["HtmlReportColumns"]
 
 #: Where the columns go: after Result and Test, before Duration.
 _AT = 2
+#: Why a run whose tests all passed exits with status 1 (a gate failed), as the terminal says.
+_EXIT_REMINDER = "the run exits with status 1 even where no test failed"
 #: The most flags a cell lists (the rest are counted).
 _FLAGS = 5
 
@@ -105,10 +107,15 @@ class HtmlReportColumns:
             if verdict is not None:
                 lines.append(f"cleo-grade {verdict}")
                 if run.gate_failed:
-                    lines.append("the run exits with status 1 even where no test failed")
+                    lines.append(_EXIT_REMINDER)
             lines.append(f"cleo-grade: {run.run_line()}")
         if self.baseline is not None:
             text = self.baseline.verdict_text()
             if text:
                 lines.append(f"cleo-grade {text}")
+            # A failing baseline gate alone also sets the exit status: say so once, as the
+            # terminal does, or an all-green table explains nothing of the status 1.
+            run_failed = run is not None and run.gate_failed
+            if getattr(self.baseline, "failed", False) and not run_failed:
+                lines.append(_EXIT_REMINDER)
         return lines

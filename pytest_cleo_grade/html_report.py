@@ -6,12 +6,20 @@ The page itself is rendered by :mod:`pytest_cleo_grade.display_html` (pure); the
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pytest_cleo_grade.display_html import build_report, grade_test_id, render_html
 from pytest_cleo_grade.errors import CleoGradeError
-from pytest_cleo_grade.files import replaced_input, write_atomically
+from pytest_cleo_grade.files import (
+    NotRegularFileError,
+    kind_of,
+    replaced_input,
+    write_atomically,
+)
 from pytest_cleo_grade.models import GradeResult, collector_paused, order_entries
 from pytest_cleo_grade.runs import EXCLUDED_KEY, excluded_of, latest_series
 from pytest_cleo_grade.verdict import GradedTest, RunGrade
@@ -55,22 +63,35 @@ def _excluded(result: GradeResult) -> str | None:
     return excluded_of(result.model_extra)
 
 
-def session_calls(db: Path, sessions: Sequence[str]) -> dict[str, dict[int, str]] | None:
+def session_calls(
+    db: Path, sessions: Sequence[str], *, required: bool = False
+) -> dict[str, dict[int, str]] | None:
     """Each session's entries as ``domain.operation`` by index (grading order), or None when
-    the store is missing or unreadable: the report then names entries by index only."""
-    if not db.is_file():
+    the store is missing or unreadable: the report then names entries by index only.
+
+    ``required`` (a store the user named): a store that cannot be opened is a ReportError
+    naming it instead. A session the store cannot read (a bad row) loses only its own names.
+    """
+    if not required and not db.is_file():
         return None
     from pytest_cleo_grade.store import AuditStore
 
     calls: dict[str, dict[int, str]] = {}
     try:
-        with AuditStore(db, read_only=True) as store:
-            for session in dict.fromkeys(sessions):
-                # The order every rubric grades in, so a point's indices name these entries.
-                entries = order_entries(store.session_entries(session))
-                calls[session] = {i: f"{e.domain}.{e.operation}" for i, e in enumerate(entries)}
-    except CleoGradeError:
+        store = AuditStore(db, read_only=True)
+    except CleoGradeError as exc:
+        if required:
+            raise ReportError(f"audit store {exc}") from None
         return None
+    with store:
+        for session in dict.fromkeys(sessions):
+            try:
+                entries = store.session_entries(session)
+            except CleoGradeError:
+                continue  # this session's entries are named by index only
+            # The order every rubric grades in, so a point's indices name these entries.
+            ordered = order_entries(entries)
+            calls[session] = {i: f"{e.domain}.{e.operation}" for i, e in enumerate(ordered)}
     return calls
 
 
@@ -111,16 +132,34 @@ def write_report(path: Path, text: str) -> None:
     # A lone surrogate in an agent's string cannot be UTF-8: show it as its escape.
     data = text.encode("utf-8", "backslashreplace")
     try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "Is a directory")
-        if path.parent.exists() and not path.parent.is_dir():
-            raise NotADirectoryError(20, f"{path.parent} is not a directory")
+        _refuse_target(path)
         write_atomically(path, data)
     except FileExistsError:
         # mkdir found a file where a parent directory should be.
         raise ReportError(f"HTML report {path}: {path.parent} is not a directory") from None
     except OSError as exc:
         raise ReportError(f"HTML report {path}: {exc.strerror or exc}") from exc
+
+
+def _refuse_target(path: Path) -> None:
+    """Raise the OSError :func:`write_report` says for a target no page can replace."""
+    if path.is_dir():
+        raise IsADirectoryError(21, "Is a directory")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise NotADirectoryError(20, f"{path.parent} is not a directory")
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.lstat(path).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            raise NotRegularFileError(path, kind_of(mode))
+
+
+def check_target(path: Path) -> None:
+    """ReportError, as :func:`write_report` would raise it, for a target that cannot take a
+    page (a directory, a FIFO): said before the inputs are read, whose problems come next."""
+    try:
+        _refuse_target(path)
+    except OSError as exc:
+        raise ReportError(f"HTML report {path}: {exc.strerror or exc}") from None
 
 
 def write_html_report(
@@ -134,14 +173,18 @@ def write_html_report(
     decisions: Mapping[str, str] | None = None,
     gates: Sequence[tuple[bool | None, str]] = (),
     reads: Mapping[Path, str] | None = None,
+    db_required: bool = False,
 ) -> None:
     """Render the run with its history (entries named from the store at ``db``) to ``path``;
     ``decisions`` and ``gates`` as :func:`build_report` takes them. ``path`` may not be
-    ``db`` or one of ``reads`` (:func:`inputs_of`: the history, a baseline file): ReportError."""
+    ``db`` or one of ``reads`` (:func:`inputs_of`: the history, a baseline file): ReportError.
+    ``db_required``: a store that cannot be opened is a ReportError, nothing written."""
     refuse_replacing_inputs(path, {**inputs_of(db=db), **(reads or {})}, what="HTML report")
+    check_target(path)
     calls = None
     if db is not None:
-        calls = session_calls(db, [test.result.session_id for test in run.tests])
+        sessions = [test.result.session_id for test in run.tests]
+        calls = session_calls(db, sessions, required=db_required)
     # A page of a long history is many small objects and no cycles: full collections would
     # only traverse the history again (the larger the process, the more they cost).
     with collector_paused():

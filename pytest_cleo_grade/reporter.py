@@ -326,6 +326,12 @@ class Reporter:
         try:
             with warnings_shown_not_raised():  # a corrupt history line is skipped, said once
                 history = read_grades(self.options.history_path)
+        except CleoGradeError as exc:
+            # The history's own warning says only that it could not be read: this one says
+            # which artefact the run did not write because of it.
+            self.problem(f"cleo-grade: HTML report {path} not written: {exc}")
+            return
+        try:
             reads = inputs_of(history=self.options.history_path, baseline=_baseline_file(gate))
             write_html_report(
                 path,

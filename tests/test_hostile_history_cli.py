@@ -135,6 +135,8 @@ def test_a_report_of_a_history_with_a_huge_finite_score_is_written(
         "entryCount": 1,
     }
     history.write_text(json.dumps(line) + "\n")
+    # A store named with --db must be there (it need not hold the session).
+    AuditStore(tmp_path / "a.db").close()
     page = tmp_path / "r.html"
     args = [
         "report",

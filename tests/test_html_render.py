@@ -214,7 +214,49 @@ def test_a_repeated_test_with_a_run_not_graded_says_how_many_of_its_runs_are_sho
     runs = [grade("t::a", p, minute=i, run=i, runs=3) for i, p in ((1, 90), (3, 80))]
     page = render_html(build_report(run_of(*runs, threshold=75), runs))
     assert "run 3 of 3 (the lowest): 80/100 (80%)" in page
-    assert "2 of 3 runs graded, mean 85%: #1 90% A, #3 80% B" in page
+    # The run that could not be graded is named where it ran, never left out unsaid.
+    assert "2 of 3 runs graded, mean 85%: #1 90% A, #2 not graded, #3 80% B" in page
+    # No verdict over the graded runs alone: the missing one may have failed.
+    assert "2/2 graded runs passed; 2 of 3 runs graded" in page
+    assert "stable pass" not in page
+
+
+def test_a_huge_runs_count_in_a_history_is_counted_never_listed_run_by_run() -> None:
+    # A history line is input: ``runs`` of 10**12 must not make a list of every run.
+    runs = [grade("t::a", p, minute=i, run=i, runs=10**12) for i, p in ((1, 90), (3, 80))]
+    page = render_html(build_report(run_of(*runs), runs))
+    assert "#1 90% A, #2 not graded, #3 80% B, #4 not graded" in page  # in run order
+    assert f"#22 not graded and {10**12 - 2 - 20} more not graded" in page
+
+
+def test_a_partial_series_is_marked_and_never_compared() -> None:
+    # A whole series (85, 74, 85), then `-k run-2` re-ran run 2 alone: 74 is no measure of
+    # the test's mean, so no "-7.3 vs previous run" (the baseline gate refuses it too).
+    whole = [
+        grade("t::a", p, minute=i, run=i, runs=3, series="s1")
+        for i, p in ((1, 85), (2, 74), (3, 85))
+    ]
+    again = grade("t::a", 74, minute=9, run=2, runs=3, series="s2")
+    page = render_html(build_report(run_of(again, threshold=75), [*whole, again]))
+    row = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    assert "vs previous run" not in page
+    assert "<td data-sort='0'>not compared, 1 of 3 runs graded</td>" in row
+    assert "<td data-sort='1 of 3 runs graded'>1 of 3 runs graded</td>" in row
+    assert "1 of 3 runs graded, mean 74%: #1 not graded, #2 74% C, #3 not graded" in page
+    assert "run 2 of 3 (the only one graded): 74/100 (74%)" in page
+    against = build_report(run_of(again), [again], baseline={"t::a": [85.0, 74.0, 85.0]})
+    assert "not compared, 1 of 3 runs graded" in render_html(against)
+
+
+def test_a_whole_series_is_compared_with_the_last_whole_one_never_a_partial_one() -> None:
+    first = [grade("t::a", 60, minute=i, run=i, runs=2, series="s1") for i in (1, 2)]
+    partial = grade("t::a", 10, minute=5, run=2, runs=2, series="s2")
+    now = [grade("t::a", 80, minute=9 + i, run=i, runs=2, series="s3") for i in (1, 2)]
+    page = render_html(build_report(run_of(*now), [*first, partial, *now]))
+    assert "+20 vs previous run" in page  # against 60, never the lone re-run's 10
+    # Only a partial series before: nothing whole to compare with.
+    alone = render_html(build_report(run_of(*now), [partial, *now]))
+    assert "not compared, no whole previous run" in alone and ">new<" not in alone
 
 
 def test_an_expected_failure_is_shown_as_not_counted() -> None:

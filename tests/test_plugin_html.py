@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,23 @@ def test_an_unwritable_report_path_is_one_warning_and_the_run_keeps_its_outcome(
     )
 
 
+def test_a_history_that_cannot_be_read_says_the_report_was_not_written(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    (pytester.path / "hdir").mkdir()
+    args = ["--cleo-grade-history=hdir", "--cleo-grade-html=rh.html"]
+    result = pytester.runpytest(*args, "-W", "ignore::DeprecationWarning")
+    result.assert_outcomes(passed=6, warnings=2)
+    assert result.ret == 0
+    assert not (pytester.path / "rh.html").exists()
+    # One line each: the grades not appended, and the page not written with the reason.
+    result.stdout.fnmatch_lines(
+        ["*CleoGradeWarning: cleo-grade: HTML report *rh.html not written: *hdir: cannot read*"]
+    )
+    assert f"cleo-grade: HTML report {pytester.path / 'rh.html'}" not in result.stdout.lines
+
+
 @pytest.mark.parametrize(
     ("target", "role"),
     [(".cleo/metrics/GRADES.jsonl", "grade history"), ("base.json", "baseline")],
@@ -156,6 +175,25 @@ def test_a_repeated_test_is_one_row_with_its_flaky_verdict(pytester: pytest.Pyte
     assert "flaky, PASSED (mean 80% reaches 75% (B))" in page and "mean of 3 runs (80%)" in page
 
 
+def test_a_partial_series_of_a_run_is_marked_and_not_compared(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+        @pytest.mark.cleo_grade(runs=3, fail_under="B", mode="report")
+        def test_agent(graded_session, cleo_grade_run):
+            (forty if cleo_grade_run == 2 else perfect)(graded_session)
+        """,
+    )
+    pytester.runpytest().assert_outcomes(passed=3)
+    # Only run 2 again (as -k or --lf pick it): 40 % is no measure of the test's mean.
+    again = pytester.runpytest("-k", "run-2", "--cleo-grade-html=r.html")
+    again.assert_outcomes(passed=1)
+    page = (pytester.path / "r.html").read_text()
+    assert "vs previous run" not in page
+    assert ">not compared, 1 of 3 runs graded<" in page
+    assert "1 of 3 runs graded, mean 40%: #1 not graded, #2 40% F, #3 not graded" in page
+
+
 def test_a_run_that_graded_nothing_still_writes_its_page(pytester: pytest.Pytester) -> None:
     make_suite(pytester, "def test_plain():\n    pass\n")
     pytester.runpytest("--cleo-grade-html=r.html").assert_outcomes(passed=1)
@@ -189,7 +227,7 @@ def grade(test_id: str, total: int, minute: int, **extra: object) -> GradeResult
 
 
 def test_the_report_command_renders_the_latest_run_of_a_history(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     history = tmp_path / "GRADES.jsonl"
     append_grades(
@@ -203,7 +241,10 @@ def test_the_report_command_renders_the_latest_run_of_a_history(
     )
     out = tmp_path / "site" / "report.html"
     args = ["report", "--html", str(out), "--history", str(history), "--gate", "C"]
-    assert main([*args, "--db", str(tmp_path / "none.db")]) == 0
+    # No store where the default points: entries are named by index only (a store named
+    # with --db must be there).
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "none.db"))
+    assert main(args) == 0
     assert capsys.readouterr().out == f"cleo-grade: wrote {out} (2 grades)\n"
     page = out.read_text()
     assert "gate passed: mean 65% reaches 60% (C)" in page
@@ -257,6 +298,50 @@ def test_bad_paths_are_one_line_errors(
 
 
 @pytest.mark.parametrize(
+    ("db", "problem"),
+    [
+        ("nope.db", "nope.db: no such database file"),  # a typo
+        ("h.jsonl", "h.jsonl: not a usable SQLite database (file is not a database)"),
+        ("sub", "sub: not a regular file (a directory)"),
+    ],
+)
+def test_a_store_named_with_db_that_cannot_be_read_is_an_error_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    db: str,
+    problem: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    append_grades([grade("t::a", 50, 0)], tmp_path / "h.jsonl")
+    (tmp_path / "sub").mkdir()
+    argv = ["report", "--html", "r.html", "--history", "h.jsonl", "--db", db]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"cleo-grade: error: audit store {problem}\n"
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_one_bad_row_in_the_store_loses_only_its_sessions_call_names(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_suite(pytester, SUITE)
+    pytester.runpytest().assert_outcomes(passed=6)
+    lines = (pytester.path / ".cleo" / "metrics" / "GRADES.jsonl").read_text().splitlines()
+    history = [json.loads(line) for line in lines]
+    bad = history[0]["sessionId"]
+    with sqlite3.connect(".cleo/audit.db") as conn:
+        conn.execute("UPDATE audit_log SET details_json = '{bad' WHERE session_id = ?", (bad,))
+    conn.close()
+    monkeypatch.chdir(pytester.path)
+    argv = ["report", "--html", "r.html", "--history", ".cleo/metrics/GRADES.jsonl"]
+    assert main([*argv, "--db", ".cleo/audit.db"]) == 0
+    page = (pytester.path / "r.html").read_text()
+    sections = page.split("<section id='t")[1:]
+    named = {s.split("<code>", 2)[1].split("<", 1)[0]: "<li>#0 <code>" in s for s in sections}
+    assert named == {item["sessionId"]: item["sessionId"] != bad for item in history}
+
+
+@pytest.mark.parametrize(
     ("html", "kept"),
     [
         ("h.jsonl", "h.jsonl"),  # the history it renders
@@ -304,7 +389,7 @@ def test_a_run_never_writes_its_report_over_the_audit_store(pytester: pytest.Pyt
 
 
 def test_the_report_command_leaves_an_expected_failure_out_of_the_gate_as_the_run_did(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     history = tmp_path / "GRADES.jsonl"
     # The run marks an xfailed (or xpassed) test's history line; its mean left it out.
@@ -318,7 +403,10 @@ def test_the_report_command_leaves_an_expected_failure_out_of_the_gate_as_the_ru
     )
     out = tmp_path / "report.html"
     args = ["report", "--html", str(out), "--history", str(history), "--gate", "B"]
-    assert main([*args, "--db", str(tmp_path / "none.db")]) == 0
+    # No store where the default points: entries are named by index only (a store named
+    # with --db must be there).
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "none.db"))
+    assert main(args) == 0
     page = out.read_text()
     assert "gate FAILED: mean 55% is below 75% (B)" in page  # (100 + 10) / 2, not / 3
     assert page.count(">xfailed, not counted<") == 1

@@ -107,6 +107,26 @@ def test_a_failed_baseline_gate_shows_in_the_summary(pytester: pytest.Pytester) 
     assert "<p>cleo-grade baseline gate FAILED: 1 regression</p>" in page
 
 
+def test_a_failed_baseline_gate_alone_says_why_the_run_exits_with_status_1(
+    pytester: pytest.Pytester,
+) -> None:
+    baseline = Path(pytester.path / "baseline.json")
+    pytester.makepyfile(test_agent=SUITE)
+    pytester.runpytest(f"--cleo-grade-save-baseline={baseline}")
+    worse = SUITE.replace('("session", "list"), ', "")
+    pytester.makepyfile(test_agent=worse)
+    args = ["--html=report.html", "--self-contained-html", f"--cleo-grade-baseline={baseline}"]
+    result = pytester.runpytest(*args, "--cleo-grade-fail-on-regression=total:5")
+    # Every test passed and the run gate passed: only the baseline gate sets status 1.
+    assert result.ret == 1
+    result.assert_outcomes(passed=3)
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    summary = page.split('<div class="cleo-grade failed"', 1)[1].split("</div>", 1)[0]
+    assert "<p>cleo-grade baseline gate FAILED: 1 regression</p>" in summary
+    reminder = "<p>the run exits with status 1 even where no test failed</p>"
+    assert summary.count(reminder) == 1
+
+
 #: Graded 100 %, 75 % and 40 % (and one ungraded test): as text, "100%" sorts before "40%".
 SCORED = """
 def test_perfect(graded_session):

@@ -84,6 +84,9 @@ def run_report(args: argparse.Namespace) -> int:
         baseline=baseline,
         source=str(history),
         reads=reads,
+        # A store named on the command line that cannot be read is an error, as a bad
+        # --history is; the default one may well be absent (a history copied from CI).
+        db_required=args.db is not None,
     )
     print(terminal_text(f"cleo-grade: wrote {target} ({len(run.tests)} grades)"))
     return 0
