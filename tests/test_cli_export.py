@@ -220,6 +220,24 @@ def test_junit_of_a_history_that_is_not_there_is_a_one_line_error_writing_nothin
     assert not (in_tmp / "out.xml").exists()
 
 
+@pytest.mark.parametrize("content", ["", "{not json\n"])
+def test_junit_fail_under_on_a_history_without_grades_says_it_was_not_applied(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, content: str
+) -> None:
+    # Zero test cases and exit 0, silently: a CI shows that as a gate passed. Exit 0 stays,
+    # as for the run gate with no graded tests (docs/pytest.md), but it says so.
+    (in_tmp / "h\x1b[2J.jsonl").write_text(content)
+    assert main(["junit", "out.xml", "--history", "h\x1b[2J.jsonl", "--fail-under", "B"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        "cleo-grade junit: --fail-under 75% (B) not applied: no grades in h\\x1b[2J.jsonl"
+    )
+    suite = ET.parse("out.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("tests") == "0"
+    assert main(["junit", "out.xml", "--history", "h\x1b[2J.jsonl"]) == 0
+    assert "not applied" not in capsys.readouterr().err  # no gate asked for, none to skip
+
+
 @pytest.mark.parametrize("command", [["junit", "out.xml", "--fail-under", "A"], ["list"]])
 def test_an_sqlite_database_read_as_a_history_is_one_line_not_a_warning_per_page(
     capsys: pytest.CaptureFixture[str], in_tmp: Path, command: list[str]

@@ -333,13 +333,46 @@ def test_an_exit_code_beyond_64_bits_is_a_clear_error(
     status, _, err = run(capsys, "record", "a", "b", "--exit-code", str(2**70))
     assert status == 2
     bound = "less than or equal to 9223372036854775807"
-    assert err == f"cleo-grade: error: a.b: result.exit_code: Input should be {bound}\n"
+    assert err == f"cleo-grade: error: --exit-code: Input should be {bound}\n"
     (in_tmp / "e.jsonl").write_text(line(0, result={"success": False, "exitCode": 2**70}))
     status, _, err = run(capsys, "import", "e.jsonl")
     assert status == 2
     # Refused where it is read, naming the line and the field (no store is created).
     assert err == f"cleo-grade: error: e.jsonl:1: result.exitCode: Input should be {bound}\n"
     assert not (in_tmp / ".cleo").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["a", "b", "--exit-code", str(2**63)],
+                     "--exit-code: Input should be less than or equal to", id="exit-code"),
+        pytest.param(["", "b"], "DOMAIN: String should have at least 1 character", id="domain"),
+        pytest.param(["a", ""], "OPERATION: String should have at least 1 character",
+                     id="operation"),
+        pytest.param(["", ""], "DOMAIN: String should have at least 1 character; "
+                     "OPERATION: String should have at least 1 character", id="both"),
+        pytest.param(["a", "b", "--gateway", "cleo-query"],
+                     "--gateway: 'cleo-query' is not one of", id="gateway"),
+    ],
+)  # fmt: skip
+def test_record_errors_name_the_argument_not_the_entry_field(
+    capsys: pytest.CaptureFixture[str],
+    in_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    message: str,
+) -> None:
+    # They named the model's fields ("result.exit_code"), the call as "." when DOMAIN and
+    # OPERATION were empty, and hid the second error behind "(and 1 more error)".
+    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
+    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "s")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "a.db"))
+    status, out, err = run(capsys, "record", *argv)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"cleo-grade: error: {message}") and err.count("\n") == 1
+    assert "result." not in err and "more error" not in err
+    assert not (in_tmp / "a.db").exists()
 
 
 def test_a_command_leaves_the_callers_sigterm_handler_in_place(

@@ -129,6 +129,8 @@ def run_junit(args: argparse.Namespace) -> int:
     with warnings_to_stderr():
         grades = latest_by_session(read_grades(history))
     threshold: float | None = args.fail_under
+    if threshold is not None and not grades:
+        _say_not_applied(threshold, history)
     cases = [_testcase(grade, threshold) for grade in grades]
     xml = to_xml_report_string([TestSuite(args.suite_name, cases)], prettyprint=True)
     if args.output == "-":
@@ -139,6 +141,18 @@ def run_junit(args: argparse.Namespace) -> int:
         failed = sum(1 for case in cases if case.is_failure())
         print(terminal_text(f"{target}: {len(cases)} session(s), {failed} below the threshold"))
     return 1 if any(case.is_failure() for case in cases) else 0
+
+
+def _say_not_applied(threshold: float, history: Path) -> None:
+    """A gate with nothing to gate says so: exit 0, as the run gate with no graded tests
+    (docs/pytest.md), but never a silent pass of an empty JUnit file a CI shows as green."""
+    print(
+        terminal_text(
+            f"cleo-grade junit: --fail-under {describe_threshold(threshold)} not applied: "
+            f"no grades in {history}"
+        ),
+        file=sys.stderr,
+    )
 
 
 def refuse_replacing(target: Path, history: Path, db: Path, *, where: str) -> None:

@@ -7,11 +7,20 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from pytest_cleo_grade.audit import ENV_AUDIT_DB, MUTATE_GATEWAYS, active_session, make_entry
+from pydantic import ValidationError
+
+from pytest_cleo_grade.audit import (
+    ENV_AUDIT_DB,
+    GATEWAYS,
+    MUTATE_GATEWAYS,
+    active_session,
+    make_entry,
+)
 from pytest_cleo_grade.cli.common import CommandError, session_id_arg
 from pytest_cleo_grade.display import terminal_text
+from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.sources import (
     ENTRY_FILE_FORMATS,
@@ -182,10 +191,48 @@ def _params(text: str | None) -> dict[str, Any]:
     return value
 
 
+#: The entry field each of ``record``'s arguments fills (by name or alias, as pydantic may
+#: report either): an error names what the user typed, not the model's field. (The session
+#: id, from the environment, is any string the model accepts.)
+_OPTION_OF_FIELD: Final = {
+    ("domain",): "DOMAIN",
+    ("operation",): "OPERATION",
+    ("params",): "--params",
+    ("result", "exit_code"): "--exit-code",
+    ("result", "exitCode"): "--exit-code",
+    ("result", "success"): "--exit-code",
+    ("result", "duration"): "--duration",
+    ("metadata", "gateway"): "--gateway",
+    ("metadata", "source"): "--source",
+    ("metadata", "task_id"): "--task-id",
+    ("metadata", "taskId"): "--task-id",
+    ("error",): "--error",
+}
+
+
+def _option_errors(exc: ValidationError) -> str:
+    """Every problem pydantic found, on one line, each under the argument that caused it
+    (``DOMAIN: ...; OPERATION: ...``): the model checks, the command line is what is named."""
+    parts = []
+    for error in exc.errors():
+        loc = tuple(str(part) for part in error["loc"])
+        option = _OPTION_OF_FIELD.get(loc[:2]) or _OPTION_OF_FIELD.get(loc[:1]) or ".".join(loc)
+        # A validator's own ValueError already says what is wrong (as format_validation_error).
+        parts.append(f"{option}: {str(error['msg']).removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
 def run_record(args: argparse.Namespace) -> int:
     params = _params(args.params)
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration >= 0):
         raise CommandError("cleo-grade record: --duration must be a finite number >= 0")
+    if args.gateway is not None and args.gateway not in GATEWAYS:
+        # make_entry refuses it too, but naming the call, not the option; checked here also
+        # without an active session, as the other options are.
+        raise CommandError(
+            f"cleo-grade: error: --gateway: {args.gateway!r} is not one of "
+            "cleo_query, query, cleo_mutate, mutate"
+        )
     active = active_session()
     if active is None:
         print(
@@ -197,19 +244,24 @@ def run_record(args: argparse.Namespace) -> int:
     session_id, path, grade_mode = active
     if not grade_mode and args.gateway not in MUTATE_GATEWAYS:
         return 0  # CLEO audits only mutations outside grade mode
-    entry = make_entry(
-        session_id,
-        args.domain,
-        args.operation,
-        params,
-        success=args.exit_code == 0,
-        exit_code=args.exit_code,
-        duration=args.duration,
-        gateway=args.gateway,
-        source=args.source,
-        task_id=args.task_id,
-        error=args.error,
-    )
+    try:
+        entry = make_entry(
+            session_id,
+            args.domain,
+            args.operation,
+            params,
+            success=args.exit_code == 0,
+            exit_code=args.exit_code,
+            duration=args.duration,
+            gateway=args.gateway,
+            source=args.source,
+            task_id=args.task_id,
+            error=args.error,
+        )
+    except EntryError as exc:
+        if not isinstance(exc.__cause__, ValidationError):
+            raise  # its own one line already
+        raise CommandError(f"cleo-grade: error: {_option_errors(exc.__cause__)}") from exc
     # Unlike audit.record(), a store that cannot be written is an error here (exit 2): the
     # shell caller asked for exactly this one write.
     with AuditStore(path) as store:
