@@ -95,6 +95,76 @@ def test_judge_request_settings_out_of_bounds_name_the_file_and_the_field(
     assert "\n" not in message
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        (
+            "rubric.toml",
+            f"[judge]\ntemperature = true\n{VALID_DIMENSIONS}",
+            "judge.temperature: Input should be a valid number",
+        ),
+        (
+            "rubric.toml",
+            f"[judge]\nmax_tokens = 1.5\n{VALID_DIMENSIONS}",
+            "judge.max_tokens: Input should be a valid integer",
+        ),
+        (
+            "rubric.toml",
+            f"[judge]\nretries = true\n{VALID_DIMENSIONS}",
+            "judge.retries: Input should be a valid integer",
+        ),
+        (
+            "rubric.toml",
+            f"[judge]\nmodel = 7\n{VALID_DIMENSIONS}",
+            "judge.model: Input should be a valid string",
+        ),
+        (
+            "rubric.toml",
+            f"[budget]\nchars_per_token = 4.0\n{VALID_DIMENSIONS}",
+            "budget.chars_per_token: Input should be a valid integer",
+        ),
+        (
+            "rubric.json",
+            '{"dimensions": [{"name": "shipped", "type": "numeric", "weight": "1"}]}',
+            "dimensions[0] (shipped).weight: Input should be a valid number",
+        ),
+        (
+            "rubric.json",
+            '{"dimensions": [{"name": "shipped", "type": "numeric", "weight": true}]}',
+            "dimensions[0] (shipped).weight: Input should be a valid number",
+        ),
+    ],
+    ids=[
+        "temperature-bool",
+        "max-tokens-float",
+        "retries-bool",
+        "model-int",
+        "budget-float",
+        "weight-string",
+        "weight-bool",
+    ],
+)
+def test_a_loosely_typed_field_is_a_one_line_error_naming_the_file_and_the_field(
+    tmp_path: Path, name: str, text: str, problem: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(RubricError) as info:
+        load_rubric_file(path)
+    message = str(info.value)
+    assert message == f"{path}: {problem}"
+
+
+def test_an_integer_is_taken_where_a_float_is_asked(tmp_path: Path) -> None:
+    path = tmp_path / "rubric.toml"
+    path.write_text(
+        "[judge]\ntemperature = 1\ntimeout = 30\n"
+        '[[dimensions]]\nname = "shipped"\ntype = "numeric"\nweight = 1\nmax = 5\n'
+    )
+    spec = load_rubric_file(path).spec
+    assert (spec.judge.temperature, spec.judge.timeout, spec.dimensions[0].weight) == (1, 30, 1)
+
+
 def test_judge_request_settings_within_bounds_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "rubric.toml"
     path.write_text(

@@ -249,6 +249,59 @@ def test_a_bad_rule_file_names_the_file_and_the_field(
     assert message.replace("Value error, ", "") in text
 
 
+def _json_rule_file(tmp_path: Path, points: object, **extra: object) -> Path:
+    rule = {"id": "asked", "kind": "called", "match": {"calls": ["tool.ask"]}, "points": points}
+    path = tmp_path / "rules.json"
+    path.write_text(
+        json.dumps({"dimensions": [{"name": "d", "max": 20, "rules": [{**rule, **extra}]}]}),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_json_rule_files_integral_float_points_are_an_integer(tmp_path: Path) -> None:
+    # JSON has one number type: 5.0 is the 5 a TOML file writes.
+    spec = load_rule_file(_json_rule_file(tmp_path, 5.0))
+    points = spec.dimensions[0].rules[0].points
+    assert (points, type(points)) == (5, int)
+
+
+@pytest.mark.parametrize(
+    ("points", "extra", "message"),
+    [
+        (5.5, {}, "dimensions[0] (d).rules[0] (asked).points: Input should be a valid integer"),
+        (10**30, {}, "rule 'asked': points must be within -20..20, the dimension's max"),
+        (1e30, {}, "rule 'asked': points must be within -20..20, the dimension's max"),
+        (21, {}, "rule 'asked': points must be within -20..20, the dimension's max"),
+        (
+            5,
+            {
+                "kind": "ratio",
+                "other": {"calls": ["tool.other"]},
+                "threshold": 0.5,
+                "none_points": 10**30,
+            },
+            "rule 'asked': none_points must be within -20..20, the dimension's max",
+        ),
+    ],
+    ids=["fraction", "huge", "huge-float", "above-max", "ratio-none-points"],
+)
+def test_rule_points_are_whole_and_within_the_dimensions_max(
+    tmp_path: Path, points: object, extra: dict[str, object], message: str
+) -> None:
+    path = _json_rule_file(tmp_path, points, **extra)
+    with pytest.raises(RubricError) as caught:
+        load_rule_file(path)
+    text = str(caught.value)
+    assert text.startswith(f"{path}: ") and "\n" not in text
+    assert message in text
+
+
+def test_a_penalty_as_large_as_the_dimensions_max_is_accepted(tmp_path: Path) -> None:
+    path = _json_rule_file(tmp_path, -20, kind="forbidden", match={"calls": ["tool.rm"]})
+    assert load_rule_file(path).dimensions[0].rules[0].points == -20
+
+
 def test_a_penalty_needs_a_condition(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(

@@ -80,12 +80,17 @@ def too_deep(where: str) -> RubricError:
     )
 
 
-def validate_document(model: type[Model], data: object, where: str) -> Model:
-    """Validate ``data`` as ``model``; RubricError names ``where`` and the first bad field."""
+def validate_document(
+    model: type[Model], data: object, where: str, *, strict: bool | None = None
+) -> Model:
+    """Validate ``data`` as ``model``; RubricError names ``where`` and the first bad field.
+
+    ``strict=True`` validates every field strictly, nested models of other modules included
+    (a bool is then no number, a string no integer)."""
     if nesting_depth(data) > MAX_NESTING:
         raise too_deep(where)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=strict)
     except ValidationError as exc:
         first = exc.errors()[0]
         message = first["msg"].removeprefix("Value error, ")

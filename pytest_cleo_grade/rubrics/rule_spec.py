@@ -15,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -69,6 +70,18 @@ class CallPattern(_Model):
 Text = Annotated[str, Field(max_length=_MAX_TEXT)]
 
 
+def _integral(value: object) -> object:
+    # JSON has one number type: a JSON rule file's 5.0 is the 5 a TOML file writes. A float
+    # with a fraction (or inf, nan) is left to the strict int check, which refuses it.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: Points of a rule: an integer, also when a JSON file writes it as 5.0.
+Points = Annotated[StrictInt, BeforeValidator(_integral)]
+
+
 class _Rule(_Model):
     """What every rule has. ``points`` is an award (>= 0) or a penalty (<= 0) by kind."""
 
@@ -78,7 +91,7 @@ class _Rule(_Model):
     award: ClassVar[bool] = True
 
     id: Annotated[str, Field(pattern=_NAME, max_length=100)]
-    points: StrictInt
+    points: Points
     evidence: Text | None = None
     flag: Text | None = None
     #: Evidence lines of a dimension are listed by this key, then by rule order.
@@ -147,7 +160,7 @@ class Ratio(_Rule):
     match: CallPattern
     other: CallPattern
     threshold: Annotated[float, Field(gt=0, le=1, strict=False)]
-    none_points: Annotated[StrictInt, Field(ge=0)] = 0
+    none_points: Annotated[Points, Field(ge=0)] = 0
     none_evidence: Text | None = None
 
 
@@ -268,7 +281,20 @@ class Dimension(_Model):
     def _start_within_max(self) -> Dimension:
         if self.start > self.max:
             raise ValueError(f"start ({self.start}) is above max ({self.max})")
+        # A rule worth more than its dimension can hold is a typo (or a hostile file):
+        # the score is clamped to 0..max anyway, so such points could only mislead.
+        for rule in self.rules:
+            for field, points in (("points", rule.points), *_none_points(rule)):
+                if abs(points) > self.max:
+                    raise ValueError(
+                        f"rule {rule.id!r}: {field} must be within -{self.max}..{self.max}, "
+                        f"the dimension's max"
+                    )
         return self
+
+
+def _none_points(rule: Rule) -> tuple[tuple[str, int], ...]:
+    return (("none_points", rule.none_points),) if isinstance(rule, Ratio) else ()
 
 
 class RuleSpec(_Model):

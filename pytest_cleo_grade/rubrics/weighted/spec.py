@@ -266,8 +266,14 @@ def default_source(spec: RubricSpec) -> bytes:
 
 
 def validate_spec(data: object, where: str) -> RubricSpec:
-    """Validate a rubric mapping; RubricError names ``where`` and the first invalid field."""
-    return validate_document(RubricSpec, data, where)
+    """Validate a rubric mapping; RubricError names ``where`` and the first invalid field.
+
+    Strictly, the ``[judge]`` table included: ``temperature = true`` or ``weight = "0.5"``
+    is an error, never a number (an integer is still taken where a float is asked).
+    """
+    # Strict at validation time rather than in the models' config: only that reaches the
+    # nested [judge] table too (JudgeSettings is the judge client's own model).
+    return validate_document(RubricSpec, data, where, strict=True)
 
 
 def load_rubric_file(path: str | Path) -> LoadedSpec:
