@@ -90,6 +90,8 @@ class RepeatAggregator:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
+            if report.failed:
+                self._teardown_failed(report)
             report.user_properties.extend(self._properties.pop(report.nodeid, []))
             return
         encoded = getattr(report, REPEAT_ATTRIBUTE, None)
@@ -111,6 +113,9 @@ class RepeatAggregator:
             runs.samples[info.run] = _sample(report, info)
             # An xfail-marked run that raised: the expected failure happened (XFAIL).
             runs.raised_as_expected |= report.skipped and _expected_failure(report)
+            # A run failing on its own is pytest's FAILED, an xfail marker or not (one that
+            # raised what ``raises=`` does not name): the test is no expected failure then.
+            runs.failed_on_its_own |= report.failed
         if not runs.complete or runs.stats is not None:
             return
         stats = runs.decide()
@@ -121,7 +126,7 @@ class RepeatAggregator:
         self._properties[report.nodeid] = junit_repeat_properties(stats)
         # An xfail-marked test is expected to fail: its decision is shown, never a failure
         # (as a single xfailed test's grade is left out of the gate).
-        runs.xfail = _expected_failure(report)
+        runs.xfail = _expected_failure(report) and not runs.failed_on_its_own
         message = repeat_message(info.test_id, stats, runs.mode)
         if runs.xfail and report.passed:
             # As one run would be XFAIL for raising whatever its grade, so is the test when
@@ -134,6 +139,33 @@ class RepeatAggregator:
             # The test's one failure, carried by the run that completed it.
             report.outcome = "failed"
             report.longrepr = message
+            if _expected_failure(report):
+                # An xfail-marked test of which another run failed on its own is a failure,
+                # as one such run is: this run's XFAIL or XPASS becomes the decision's FAILED.
+                del report.wasxfail
+                _mark_grade(report, None)
+
+    def _teardown_failed(self, report: pytest.TestReport) -> None:
+        """A run whose teardown errored (pytest's ERROR): a failed run, as one whose call
+        raised. The run that completes a test reports its teardown after the decision, so
+        that decision is taken again; the ERROR already fails the session."""
+        run = run_of(report.nodeid)
+        runs = None if run is None else self.tests.get(base_test_id(report.nodeid, run))
+        sample = None if runs is None or run is None else runs.samples.get(run)
+        if runs is None or sample is None or not sample.passed:
+            return
+        runs.samples[sample.run] = dataclasses.replace(sample, passed=False)
+        if runs.stats is None:
+            return  # decided later, with this run failed
+        stats = runs.decide()
+        if stats is None:
+            return
+        from pytest_cleo_grade.display_repeats import junit_repeat_properties, repeat_message
+
+        self._properties[report.nodeid] = junit_repeat_properties(stats)
+        report.sections.append(
+            ("CLEO repeats", repeat_message(runs.info.test_id, stats, runs.mode))
+        )
 
 
 def _expected_failure_decided(report: pytest.TestReport, *, failed: bool) -> None:
@@ -149,7 +181,7 @@ def _expected_failure_decided(report: pytest.TestReport, *, failed: bool) -> Non
         del report.wasxfail  # as pytest reports a strict XPASS
 
 
-def _mark_grade(report: pytest.TestReport, excluded: str) -> None:
+def _mark_grade(report: pytest.TestReport, excluded: str | None) -> None:
     from pytest_cleo_grade.reporter import GRADE_ATTRIBUTE
     from pytest_cleo_grade.verdict import decode_graded_test, encode_graded_test
 

@@ -235,6 +235,8 @@ class TestRuns:
     xfail: bool = False
     #: One of its runs raised under its xfail marker (that run's XFAIL).
     raised_as_expected: bool = False
+    #: One of its runs failed on its own (pytest's FAILED, even under an xfail marker).
+    failed_on_its_own: bool = False
 
     __test__ = False  # not a pytest test class, whatever its name
 

@@ -155,8 +155,13 @@ class RunGrade:
 
     @property
     def counted(self) -> tuple[GradedTest, ...]:
-        """The tests the mean and the gate count (xfailed and xpassed ones are not)."""
-        return tuple(test for test in self.tests if test.excluded is None)
+        """The tests the mean and the gate count (xfailed and xpassed ones are not).
+
+        A repeated test is one test: when any of its runs counts (an xfail-marked test of
+        which a run failed on its own, pytest's FAILED as one such run is), all of them do.
+        """
+        tests = {_test_of(test) for test in self.tests if test.excluded is None}
+        return tuple(test for test in self.tests if _test_of(test) in tests)
 
     def _per_test(self) -> list[float]:
         """One percentage per test: a repeated test's runs (extra ``run``) count once, by
@@ -215,7 +220,8 @@ class RunGrade:
         count = len(self._per_test())
         noun = "test" if count == 1 else "tests"
         # Tests, as the count beside it: a repeated xfail test's runs are one test left out.
-        left_out = len({_test_of(test) for test in self.tests if test.excluded is not None})
+        counted = {_test_of(test) for test in self.counted}
+        left_out = len({_test_of(test) for test in self.tests} - counted)
         note = f" ({left_out} xfail/xpass not counted)" if left_out else ""
         if self.mean is None:
             return f"no graded tests{note}"

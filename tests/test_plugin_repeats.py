@@ -698,3 +698,66 @@ def test_runs_asked_of_a_session_taken_with_getfixturevalue_are_said_not_applied
             " test asks for graded_session with request.getfixturevalue*"
         ]
     )
+
+
+def test_a_repeated_xfail_raises_test_with_a_run_raising_another_error_counts_as_one_test(
+    pytester: pytest.Pytester,
+) -> None:
+    # One run raising an error the marker's raises= does not name is a real failure, as a
+    # single such run is: the test is counted, once, by the mean of all its runs.
+    make_suite(
+        pytester,
+        """
+@pytest.mark.xfail(reason="b", raises=ValueError)
+@pytest.mark.cleo_grade(runs=3, fail_under="B")
+def test_agent(graded_session, cleo_grade_run):
+    (perfect if cleo_grade_run == 1 else forty)(graded_session)
+    if cleo_grade_run == 1:
+        raise TypeError("wrong")
+
+@pytest.mark.xfail(reason="b", raises=ValueError)
+@pytest.mark.cleo_grade(fail_under="B")
+def test_single(graded_session):
+    forty(graded_session)
+    raise TypeError("wrong")
+""",
+    )
+    result = pytester.runpytest()
+    assert result.ret == 1
+    # Run 1's FAILED, and run 3 (an XFAIL on its own) carries the decision's failure.
+    result.assert_outcomes(failed=3, xpassed=1)
+    # (100 + 40 + 40) / 3 = 60 for the repeated test, 40 for the single one.
+    result.stdout.fnmatch_lines(
+        [
+            "test_agent.py::test_agent: stable fail, FAILED (mean 60% is below 75% (B))",
+            "run grade D: mean 50% over 2 graded tests",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*xfail/xpass not counted*")
+
+
+def test_a_run_whose_fixture_teardown_errors_is_a_failed_run(pytester: pytest.Pytester) -> None:
+    make_suite(
+        pytester,
+        """
+@pytest.fixture
+def sandbox(cleo_grade_run):
+    yield
+    if cleo_grade_run in (1, 3):
+        raise RuntimeError("sandbox cleanup broke")
+
+@pytest.mark.cleo_grade(runs=3, fail_under="B", min_pass_rate=1.0)
+def test_agent(sandbox, graded_session):
+    perfect(graded_session)
+""",
+    )
+    result = pytester.runpytest("-v", "--junitxml=out.xml")
+    assert result.ret == 1
+    # Run 1 failed by its teardown: the decision fails on run 3, which then errors too.
+    result.assert_outcomes(passed=2, failed=1, errors=2)
+    result.stdout.fnmatch_lines(["test_agent.py::test_agent: flaky, FAILED (pass rate 1/3 < 1)"])
+    properties = {
+        prop.get("name"): prop.get("value")
+        for prop in ET.parse(pytester.path / "out.xml").iter("property")
+    }
+    assert properties["cleo_runs_passed"] == "1"
