@@ -20,6 +20,7 @@ from typing import Any, Final
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import parse_json_strict, read_regular_bytes, write_atomically
 from pytest_cleo_grade.runs import (
+    counted_whole,
     excluded_of,
     latest_series,
     latest_whole_series,
@@ -147,14 +148,12 @@ def latest_from_history(results: Sequence[Any], *, whole: bool = True) -> dict[s
     baseline: see :func:`runs.latest_whole_series`)."""
     pick = latest_whole_series if whole else latest_series
     latest = pick(results, _history_test)
-    # An expected failure's latest grade is left out, as the run's baseline gate leaves it.
-    ordered = [
-        r
-        for series in latest.values()
-        for r in reversed(series)
-        if excluded_of(r.model_extra) is None
-    ]
-    return grades_from_results(ordered)
+    # An expected failure's latest grade is left out, as the run's baseline gate leaves it
+    # (a repeated test whole when any of its runs counts, as in the run).
+    ordered = [r for series in latest.values() for r in reversed(series)]
+    return grades_from_results(
+        counted_whole(ordered, _history_test, lambda r: excluded_of(r.model_extra))
+    )
 
 
 def short_in_history(results: Sequence[Any]) -> dict[str, str]:

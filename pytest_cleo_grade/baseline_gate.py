@@ -18,6 +18,7 @@ from pytest_cleo_grade.repeat_options import RepeatOptions
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.baseline import BaselineComparison, TestGrades
+    from pytest_cleo_grade.verdict import GradedTest
 
 __all__ = ["BaselineGate", "DeselectedOnWorker"]
 
@@ -80,7 +81,9 @@ class BaselineGate:
     def __init__(self, options: RepeatOptions, history_path: Path) -> None:
         self.options = options
         self.history_path = history_path
-        self.results: dict[str, Any] = {}
+        #: Each graded item's grade, an expected failure's too: whether it counts is known
+        #: only once every run of its test has reported (see :func:`verdict.counted_tests`).
+        self.graded: dict[str, GradedTest] = {}
         self.baseline: dict[str, TestGrades] | None = None
         self.note: str | None = None
         self.failed_without_baseline = False
@@ -142,8 +145,7 @@ class BaselineGate:
         from pytest_cleo_grade.verdict import decode_graded_test
 
         graded = decode_graded_test(encoded)
-        if graded.excluded is None:
-            self.results[graded.nodeid] = graded.result
+        self.graded[graded.nodeid] = graded
 
     def _count_run(self, report: pytest.TestReport) -> None:
         from pytest_cleo_grade.repeats import REPEAT_ATTRIBUTE
@@ -194,8 +196,10 @@ class BaselineGate:
 
     def _current(self) -> dict[str, TestGrades]:
         from pytest_cleo_grade.baseline import grades_from_results
+        from pytest_cleo_grade.verdict import counted_tests
 
-        return grades_from_results(self.results.values())
+        # As the run's mean: a repeated test counts whole when any of its runs counts.
+        return grades_from_results(test.result for test in counted_tests(self.graded.values()))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
@@ -255,11 +259,13 @@ class BaselineGate:
     # The step summary leads with the regressions: this block is written before the others.
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.options.save_baseline is not None and self.results:
+        target = self.options.save_baseline
+        # Only what the run counts is saved: a run of nothing but expected failures saves none.
+        current = self._current() if target is not None else {}
+        if target is not None and current:
             from pytest_cleo_grade.baseline import write_baseline
             from pytest_cleo_grade.files import replaced_input
 
-            target = self.options.save_baseline
             partial = self._partial(session, exitstatus)
             # A baseline saved from part of the suite would stop the gate checking the rest.
             if partial is not None:
@@ -269,7 +275,7 @@ class BaselineGate:
                 self.note = f"baseline not saved to {target}: it would replace the grade history"
             else:
                 try:
-                    write_baseline(target, self._current(), source="pytest run")
+                    write_baseline(target, current, source="pytest run")
                 except OSError as exc:
                     self.note = f"baseline not saved to {target}: {exc}"
         path = os.environ.get("GITHUB_STEP_SUMMARY")

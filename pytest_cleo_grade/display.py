@@ -255,8 +255,15 @@ def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
     return properties
 
 
-def _verdict_cell(test: GradedTest) -> str:
-    if test.excluded is not None:
+def _verdict_cells(run: RunGrade) -> list[str]:
+    """Each test's threshold cell, in the order of ``run.tests``: "not counted" from the rule
+    of the run's mean (an xpassed run of a repeated test counted whole is counted)."""
+    counted = {id(test) for test in run.counted}
+    return [_verdict_cell(test, counted=id(test) in counted) for test in run.tests]
+
+
+def _verdict_cell(test: GradedTest, *, counted: bool) -> str:
+    if not counted:
         return f"{test.excluded}, not counted"
     if test.threshold is None:
         return "-"
@@ -284,8 +291,8 @@ def summary_lines(run: RunGrade) -> list[str]:
     """The terminal section: one row per graded test, the run's grade and the gate verdict."""
     header = ("test", "score", "percent", "grade", "flags", "threshold")
     rows = [
-        (terminal_text(row[0]), *row[1:], _verdict_cell(test))
-        for row, test in zip(_rows(run), run.tests, strict=True)
+        (terminal_text(row[0]), *row[1:], cell)
+        for row, cell in zip(_rows(run), _verdict_cells(run), strict=True)
     ]
     widths = [max([len(header[i]), *(len(row[i]) for row in rows)]) for i in range(len(header))]
     right = {1, 2, 4}
@@ -410,7 +417,7 @@ class _Budget:
 
 
 def _below(run: RunGrade) -> list[GradedTest]:
-    return [t for t in run.tests if t.threshold is not None and not t.passed and not t.excluded]
+    return [t for t in run.counted if t.threshold is not None and not t.passed]
 
 
 def _below_threshold(run: RunGrade, budget: _Budget) -> list[str]:
@@ -452,10 +459,10 @@ def _table(run: RunGrade, budget: _Budget) -> list[str]:
         "| Test | Score | Percent | Grade | Flags | Threshold |",
         "| --- | ---: | ---: | :---: | ---: | --- |",
     ]
-    for shown, (row, test) in enumerate(zip(_rows(run), run.tests, strict=True)):
+    for shown, (row, verdict) in enumerate(zip(_rows(run), _verdict_cells(run), strict=True)):
         nodeid, score, percent, letter, flags = row
         cells = [markdown_code_cell(clipped(nodeid)), score, percent, letter, flags]
-        line = "| " + " | ".join([*cells, _verdict_cell(test)]) + " |"
+        line = "| " + " | ".join([*cells, verdict]) + " |"
         if not budget.take(line):
             lines.append(f"| ... and {len(run.tests) - shown} more tests | | | | | |")
             break

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,6 +27,7 @@ __all__ = [
     "RunSample",
     "TestRuns",
     "base_test_id",
+    "counted_whole",
     "decode_repeat",
     "encode_repeat",
     "excluded_of",
@@ -58,6 +59,21 @@ def excluded_of(extra: dict[str, Any] | None) -> str | None:
     value = (extra or {}).get(EXCLUDED_KEY)
     # A history line is input: only the run's own two words count.
     return value if value in ("xfailed", "xpassed") else None
+
+
+def counted_whole(
+    items: Iterable[R], test_of: Callable[[R], str], excluded: Callable[[R], str | None]
+) -> list[R]:
+    """The grades a run's mean, gate and baselines count: not an expected failure's, and a
+    repeated test's whole when any of its runs counts.
+
+    A run of an xfail-marked repeated test that fails on its own (pytest's FAILED) makes the
+    test a failure, counted by the mean of all its runs; the runs reported before it keep
+    their ``xfailed`` or ``xpassed`` mark.
+    """
+    items = list(items)
+    counted = {test_of(item) for item in items if excluded(item) is None}
+    return [item for item in items if test_of(item) in counted]
 
 
 def latest_series(results: Sequence[R], test_of: Callable[[R], str]) -> dict[str, list[R]]:

@@ -8,12 +8,14 @@ never say FAIL while the exit code says pass.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 from pytest_cleo_grade.files import compact_json_utf8
 from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.runs import counted_whole
 from pytest_cleo_grade.scale import (
     THRESHOLD_FORMS,
     letter_for,
@@ -25,6 +27,7 @@ __all__ = [
     "THRESHOLD_FORMS",
     "GradedTest",
     "RunGrade",
+    "counted_tests",
     "decode_graded_test",
     "describe_percent",
     "describe_threshold",
@@ -146,6 +149,11 @@ def _test_of(test: GradedTest) -> str:
     return str(extra["testId"]) if "run" in extra and "testId" in extra else test.nodeid
 
 
+def counted_tests(tests: Iterable[GradedTest]) -> tuple[GradedTest, ...]:
+    """The graded tests a run's mean, gate and baseline count (see :func:`counted_whole`)."""
+    return tuple(counted_whole(tests, _test_of, lambda test: test.excluded))
+
+
 @dataclass(frozen=True, slots=True)
 class RunGrade:
     """The run's grade: the mean of the graded tests' exact percentages, and the gate verdict."""
@@ -160,8 +168,7 @@ class RunGrade:
         A repeated test is one test: when any of its runs counts (an xfail-marked test of
         which a run failed on its own, pytest's FAILED as one such run is), all of them do.
         """
-        tests = {_test_of(test) for test in self.tests if test.excluded is None}
-        return tuple(test for test in self.tests if _test_of(test) in tests)
+        return counted_tests(self.tests)
 
     def _per_test(self) -> list[float]:
         """One percentage per test: a repeated test's runs (extra ``run``) count once, by

@@ -761,3 +761,35 @@ def test_agent(sandbox, graded_session):
         for prop in ET.parse(pytester.path / "out.xml").iter("property")
     }
     assert properties["cleo_runs_passed"] == "1"
+
+
+def test_a_repeated_xfail_raises_test_with_a_failed_run_is_whole_in_baselines_and_table(
+    pytester: pytest.Pytester,
+) -> None:
+    from pytest_cleo_grade.cli import main
+
+    # Runs 1 and 3 pass (XPASS, reported before the test counts); run 2 raises what raises=
+    # does not name: the test is counted whole, in a baseline as in the run's mean.
+    make_suite(
+        pytester,
+        """
+@pytest.mark.xfail(reason="b", raises=ValueError)
+@pytest.mark.cleo_grade(runs=3, fail_under="B")
+def test_agent(graded_session, cleo_grade_run):
+    (forty if cleo_grade_run == 2 else perfect)(graded_session)
+    if cleo_grade_run == 2:
+        raise TypeError("wrong")
+""",
+    )
+    result = pytester.runpytest("--cleo-grade-save-baseline=baseline.json")
+    result.assert_outcomes(failed=1, xpassed=2)
+    result.stdout.fnmatch_lines(["run grade B: mean 80% over 1 graded test"])
+    result.stdout.no_fnmatch_line("*not counted*")
+    saved = json.loads((pytester.path / "baseline.json").read_text())["tests"]
+    assert sorted(saved["test_agent.py::test_agent"]["percents"]) == [40.0, 100.0, 100.0]
+    # The baseline the history gives is the same whole series.
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    from_history = pytester.path / "b.json"
+    assert main(["baseline", "save", str(from_history), "--history", str(history)]) == 0
+    tests = json.loads(from_history.read_text())["tests"]
+    assert sorted(tests["test_agent.py::test_agent"]["percents"]) == [40.0, 100.0, 100.0]
