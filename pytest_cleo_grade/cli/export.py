@@ -148,8 +148,8 @@ def _say_not_applied(threshold: float, history: Path) -> None:
     (docs/pytest.md), but never a silent pass of an empty JUnit file a CI shows as green."""
     print(
         terminal_text(
-            f"cleo-grade junit: --fail-under {describe_threshold(threshold)} not applied: "
-            f"no grades in {history}"
+            f"cleo-grade: warning: {history}: no grades: --fail-under "
+            f"{describe_threshold(threshold)} not applied"
         ),
         file=sys.stderr,
     )
