@@ -132,6 +132,10 @@ def map_entry_batches(
         raise EntryError(f"{target}: cannot read: {exc.strerror or exc}") from exc
     where = str(target)
     with handle:
+        # A database's binary pages would read as bad JSON at "line 1": say what it is.
+        if handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
+            raise EntryError(f"{target}: an SQLite database, not a JSON-lines entries file")
+        handle.seek(0)
         try:
             yield from ordered_map(
                 functools.partial(_convert_batch, where=where, convert=convert),

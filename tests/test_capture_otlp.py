@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -269,7 +270,7 @@ def test_an_otlp_file_becomes_one_session_per_conversation_or_trace(tmp_path: Pa
 def test_an_otlp_file_that_is_not_utf8_or_not_a_file_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_bytes(b'{"resourceSpans": []}\n\xff\n')
-    with pytest.raises(OtlpError, match=r"bad\.json, line 2: not UTF-8 text \(invalid start"):
+    with pytest.raises(OtlpError, match=r"bad\.json:2: not UTF-8 text \(invalid start"):
         load_otlp_file(bad)
     pipe = tmp_path / "pipe.json"
     os.mkfifo(pipe)  # read_text() blocked on it for ever
@@ -281,7 +282,7 @@ def test_an_otlp_file_that_is_not_utf8_or_not_a_file_is_one_line(tmp_path: Path)
     ("text", "message"),
     [
         ("", "no spans"),
-        ('{"resourceSpans": []}\nnot json\n', "line 2: not valid JSON"),
+        ('{"resourceSpans": []}\nnot json\n', ":2: not valid JSON"),
         ('{"spans": []}', "expected an object with a resourceSpans list"),
         (
             json.dumps(request([{"name": "chat", "startTimeUnixNano": "1"}])),
@@ -352,6 +353,68 @@ def test_cleo_grade_import_format_otlp_names_the_bad_line(
     status = main(["import", "--format", "otlp", str(path), "--db", str(tmp_path / "a.db")])
     assert status == 2
     err = capsys.readouterr().err
-    assert f"{path}, line 2: not valid JSON" in err
+    assert f"{path}:2: not valid JSON" in err
     assert "Traceback" not in err
     assert not (tmp_path / "a.db").exists()
+
+
+def test_a_database_given_as_an_otlp_file_is_named_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its binary pages were "not UTF-8 text" at "line 4", which sent the user looking there.
+    path = tmp_path / "cleo.db"
+    with sqlite3.connect(path) as made:
+        made.execute("CREATE TABLE t (a TEXT)")
+    made.close()
+    db = tmp_path / "audit.db"
+    assert main(["import", "--format", "otlp", str(path), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"cleo-grade: error: {path}: an SQLite database, not an OTLP JSON file\n"
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_tool_arguments_holding_a_number_json_has_not_are_refused(
+    tmp_path: Path, number: str
+) -> None:
+    # json.loads read them as floats, stored as the text "nan" or "inf": not what was sent.
+    arguments = f'{{"limit": {number}}}'
+    spans = [json_span("tasks_find", 0, extra={"gen_ai.tool.call.arguments": arguments})]
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(request(scenario_spans())) + "\n" + json.dumps(request(spans)))
+    with pytest.raises(OtlpError) as caught:
+        load_otlp_file(path)
+    assert str(caught.value) == (
+        f"{path}:2: span 0000000000000001: gen_ai.tool.call.arguments holds {number!r}, "
+        "a number JSON has no value for"
+    )
+
+
+def test_a_non_finite_double_attribute_is_stored_as_null(tmp_path: Path) -> None:
+    # OTLP allows NaN and infinities as doubles; JSON and the entries have none: null.
+    values = [{"doubleValue": v} for v in ("NaN", "Infinity", "-Infinity")]
+    values.append({"doubleValue": 1.5})
+    args = kv_raw(
+        "tool_arguments",
+        {"kvlistValue": {"values": [kv_raw(f"v{i}", value) for i, value in enumerate(values)]}},
+    )
+    span = json_span("tasks_find", 0)
+    span["attributes"].append(args)
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(request([span])))
+    [entry] = load_otlp_file(path, session_id="s")
+    assert entry.params == {"v0": None, "v1": None, "v2": None, "v3": 1.5}
+    assert "nan" not in json.dumps(entry.model_dump(mode="json"), allow_nan=False).lower()
+
+
+def test_the_receiver_refuses_tool_arguments_holding_nan(session: GradeSession) -> None:
+    arguments = {"gen_ai.tool.call.arguments": '{"limit": NaN}'}
+    bad = request([json_span("tasks_find", 0, extra=arguments)])
+    with OtlpReceiver(session.id, session.ingest) as receiver:
+        status, reply = post(receiver.traces_endpoint, json.dumps(bad).encode(), "application/json")
+    assert status == 400
+    assert reply == (
+        b"OTLP JSON: span 0000000000000001: gen_ai.tool.call.arguments holds 'NaN', "
+        b"a number JSON has no value for"
+    )
+    assert session.entries == []

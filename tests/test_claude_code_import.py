@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -166,15 +167,15 @@ def test_an_unanswered_call_is_a_failure_saying_so(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (["{not json"], "t.jsonl, line 1: not valid JSON"),
-        (["[1, 2]"], "t.jsonl, line 1: not a JSON object"),
-        ([{**use("t1", "Bash"), "timestamp": None}], "t.jsonl, line 1: no timestamp"),
+        (["{not json"], "t.jsonl:1: not valid JSON"),
+        (["[1, 2]"], "t.jsonl:1: not a JSON object"),
+        ([{**use("t1", "Bash"), "timestamp": None}], "t.jsonl:1: no timestamp"),
         (
             [use("t1", "Bash", at="2026-03-01T12:00:00")],
-            "line 1: timestamp '2026-03-01T12:00:00' has no timezone",
+            "t.jsonl:1: timestamp '2026-03-01T12:00:00' has no timezone",
         ),
         ([{"type": "summary", "summary": "x"}], "t.jsonl: no tool calls in this transcript"),
-        ([use("t1", "")], "t.jsonl, line 1: a tool_use block needs an id and a name"),
+        ([use("t1", "")], "t.jsonl:1: a tool_use block needs an id and a name"),
     ],
 )
 def test_a_bad_transcript_is_one_error_naming_the_line_and_imports_nothing(
@@ -320,7 +321,7 @@ def test_the_capture_page_shows_the_real_import_and_grade(
         handle.write('{"type": "user",\n')
     assert main([*argv, "--db", "cc.db"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("cleo-grade: error: interrupted.jsonl, line 19: not valid JSON")
+    assert err.startswith("cleo-grade: error: interrupted.jsonl:19: not valid JSON")
     for shown in (ended, err):
         assert shown in page
 
@@ -357,3 +358,18 @@ def test_a_sessions_sub_agent_transcripts_are_imported_with_it(
     db = tmp_path / "audit.db"
     assert main(["import", "--format", "claude-code", str(session_file), "--db", str(db)]) == 0
     assert "Imported 3 entries" in capsys.readouterr().out
+
+
+def test_a_database_given_as_a_transcript_is_named_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its binary pages read as "not valid JSON" at some line, which sent the user looking there.
+    path = tmp_path / "cleo.db"
+    with sqlite3.connect(path) as made:
+        made.execute("CREATE TABLE t (a TEXT)")
+    made.close()
+    db = tmp_path / "audit.db"
+    assert main(["import", "--format", "claude-code", str(path), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"cleo-grade: error: {path}: an SQLite database, not a Claude Code transcript\n")
+    assert not db.exists()

@@ -356,3 +356,25 @@ def test_a_grades_table_that_cannot_be_written_saves_nowhere_and_still_shows_the
     with sqlite3.connect(store) as conn:
         assert conn.execute("SELECT count(*) FROM grades").fetchone() == (1,)
     conn.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "extra"), [("grade", ["--no-save"]), ("grade", ["--rubric", "rules"]), ("show", [])]
+)
+def test_a_database_given_as_entries_is_named_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, extra: list[str]
+) -> None:
+    # Its binary pages were "invalid JSON" at "line 1", which sent the user looking there.
+    path = tmp_path / "audit.db"
+    with sqlite3.connect(path) as made:
+        made.execute("CREATE TABLE t (a TEXT)")
+    made.close()
+    before = path.read_bytes()
+    history = tmp_path / "h.jsonl"
+    argv = [command, "--entries", str(path), *extra]
+    assert main([*argv, "--history", str(history)] if command == "grade" else argv) == 2
+    assert capsys.readouterr().err == (
+        f"cleo-grade {command}: {path} is an SQLite database, not a JSON-lines entries file "
+        "(--db reads an audit store, --cleo-db a CLEO database)\n"
+    )
+    assert path.read_bytes() == before and not history.exists()

@@ -484,3 +484,16 @@ def test_pathologically_nested_json_is_an_entry_error_naming_the_line(tmp_path: 
     path.write_text(entry_line(1) + "\n" + '{"a":' + "[" * 100_000 + "]" * 100_000 + "}\n")
     with pytest.raises(EntryError, match=r"e\.jsonl:2: invalid JSON: nested too deeply"):
         load_entries_file(path)
+
+
+def test_a_database_read_as_an_entries_file_is_named_as_one(tmp_path: Path) -> None:
+    # load_entries_file and ingest(format="jsonl") read its binary pages as bad JSON at line 1.
+    path = tmp_path / "audit.db"
+    with sqlite3.connect(path) as made:
+        made.execute("CREATE TABLE t (a TEXT)")
+    made.close()
+    with pytest.raises(EntryError) as caught:
+        load_entries_file(path)
+    assert str(caught.value) == f"{path}: an SQLite database, not a JSON-lines entries file"
+    with pytest.raises(EntryError, match="an SQLite database"):
+        grade_entries_file(str(path))

@@ -36,6 +36,7 @@ from pytest_cleo_grade.capture.mapping import (
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import iter_lines, open_regular, parse_json_strict
 from pytest_cleo_grade.models import AuditEntry
+from pytest_cleo_grade.sources import is_sqlite_file
 
 __all__ = ["SOURCE", "TranscriptError", "load_transcript", "subagent_transcripts"]
 
@@ -103,6 +104,8 @@ def _failure(tool: str, block: Mapping[str, Any]) -> Failure | None:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    if is_sqlite_file(path):  # its binary pages would read as bad JSON at some line
+        raise TranscriptError(f"{path}: an SQLite database, not a Claude Code transcript")
     try:
         handle = open_regular(path)
     except OSError as exc:
@@ -114,7 +117,7 @@ def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
                 raw = line.removeprefix(b"\xef\xbb\xbf") if number == 1 else line
                 if not raw.strip():
                     continue
-                where = f"{path}, line {number}"
+                where = f"{path}:{number}"
                 try:
                     # A tool's input is the agent's: a number no float holds is kept as text,
                     # as the other adapters store what JSON cannot hold. Claude Code writes
@@ -193,7 +196,7 @@ def _file_entries(
         try:
             entry = build_entry(call, session_id=session_id or use.session_id, mapping=mapping)
         except CleoGradeError as exc:
-            raise TranscriptError(f"{source}, line {use.line}: {exc}") from None
+            raise TranscriptError(f"{source}:{use.line}: {exc}") from None
         entries.append((use.started, use.order, entry))
 
     for number, line in _lines(source):
@@ -203,7 +206,7 @@ def _file_entries(
         kinds = {block.get("type") for block in blocks}
         if not kinds & {"tool_use", "tool_result"}:
             continue
-        where = f"{source}, line {number}"
+        where = f"{source}:{number}"
         stamp = _timestamp(line.get("timestamp"), where)
         owner = line.get("sessionId")
         for block in blocks:

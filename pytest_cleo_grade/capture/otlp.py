@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
+import math
 import os
 import re
 import threading
@@ -24,6 +26,7 @@ from typing import Any, Final
 from pytest_cleo_grade.capture.direct import same_call
 from pytest_cleo_grade.capture.mapping import ToolMapping, build_entry
 from pytest_cleo_grade.capture.spans import (
+    ARGUMENT_KEYS,
     SpanData,
     call_identity_of,
     is_tool_span,
@@ -35,7 +38,7 @@ from pytest_cleo_grade.capture.spans import (
 from pytest_cleo_grade.errors import CleoGradeError, EntryError
 from pytest_cleo_grade.files import open_regular
 from pytest_cleo_grade.models import AuditEntry
-from pytest_cleo_grade.sources import parse_json_strict
+from pytest_cleo_grade.sources import is_sqlite_file, parse_json_strict
 
 __all__ = [
     "OtlpError",
@@ -60,6 +63,8 @@ class OtlpError(CleoGradeError):
 #: OTLP's integers are 64-bit (fixed64 times, int64 values); JSON spells them as text.
 _INTEGER_TEXT: Final = re.compile(r"-?[0-9]{1,20}")
 _INT_BOUND: Final = 2**64
+#: The proto3 JSON spellings of a double no JSON number holds.
+_NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
@@ -91,7 +96,7 @@ def _any_value(value: Any, where: str) -> Any:
     if "intValue" in value:
         return _int(value["intValue"], where)
     if "doubleValue" in value:
-        return value["doubleValue"]
+        return _double(value["doubleValue"])
     if "arrayValue" in value:
         array = _object(value["arrayValue"], f"{where}.arrayValue")
         items = _list(array.get("values"), f"{where}.arrayValue.values")
@@ -102,6 +107,13 @@ def _any_value(value: Any, where: str) -> Any:
     if "bytesValue" in value:
         return value["bytesValue"]
     return None
+
+
+def _double(value: Any) -> Any:
+    # OTLP allows NaN and infinities as doubles (JSON spells them "NaN", "Infinity"), but JSON
+    # and the entries have no such value: they are stored as null, never as the text "nan".
+    number = _NON_FINITE.get(value, value) if isinstance(value, str) else value
+    return None if isinstance(number, float) and not math.isfinite(number) else number
 
 
 def _int(value: Any, where: str) -> int:
@@ -244,7 +256,8 @@ def _pb_value(value: Any) -> Any:
         return {kv.key: _pb_value(kv.value) for kv in value.kvlist_value.values}
     if kind == "bytes_value":
         return base64.b64encode(value.bytes_value).decode("ascii")
-    return None if kind is None else getattr(value, kind)
+    found = None if kind is None else getattr(value, kind)
+    return _double(found) if kind == "double_value" else found
 
 
 # -- spans to entries -----------------------------------------------------------------------
@@ -300,6 +313,8 @@ def load_otlp_file(
     Collector's file exporter) or one document. Errors name the file and line; a file with
     no tool span is an error (an empty session would grade as an agent that did nothing)."""
     target = Path(path)
+    if is_sqlite_file(target):
+        raise OtlpError(f"{target}: an SQLite database, not an OTLP JSON file")
     try:
         with open_regular(target) as handle:  # a FIFO or a device is refused, never read
             raw = handle.read()
@@ -309,7 +324,7 @@ def load_otlp_file(
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         at = raw.count(b"\n", 0, exc.start) + 1
-        raise OtlpError(f"{target}, line {at}: not UTF-8 text ({exc.reason})") from None
+        raise OtlpError(f"{target}:{at}: not UTF-8 text ({exc.reason})") from None
     spans: list[SpanData] = []
     lines = text.splitlines()
     stripped = text.strip()
@@ -323,10 +338,13 @@ def load_otlp_file(
             try:
                 documents.append((number, parse_json_strict(line)))
             except ValueError as exc:
-                raise OtlpError(f"{target}, line {number}: not valid JSON: {exc}") from None
+                raise OtlpError(f"{target}:{number}: not valid JSON: {exc}") from None
     for number, document in documents:
-        where = f"{target}, line {number}" if number else str(target)
-        spans.extend(spans_from_json(document, where))
+        where = f"{target}:{number}" if number else str(target)
+        found = spans_from_json(document, where)
+        for span in found:
+            _refuse_non_finite_arguments(span, where)
+        spans.extend(found)
     if not spans:
         raise OtlpError(f"{target}: no spans (expected OTLP JSON with resourceSpans)")
     try:
@@ -339,6 +357,44 @@ def load_otlp_file(
             "OpenInference TOOL or MCP tools/call)"
         )
     return entries
+
+
+class _NonFinite(ValueError):
+    """A number JSON has no value for, met while reading a tool's arguments."""
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # 1e400: a float holds it only as infinity
+        raise _NonFinite(text)
+    return number
+
+
+def _constant(text: str) -> float:
+    raise _NonFinite(text)
+
+
+def _refuse_non_finite_arguments(span: SpanData, where: str) -> None:
+    """Refuse a tool span whose JSON arguments hold NaN or an infinity.
+
+    JSON has no such number; json.loads would read it as a float the entry could only store
+    as the text "nan", which is not what the agent sent. Arguments that are no JSON at all
+    are left alone: they are stored as their text.
+    """
+    for key in ARGUMENT_KEYS:
+        value = span.attributes.get(key)
+        if not isinstance(value, str):
+            continue
+        try:
+            json.loads(value, parse_constant=_constant, parse_float=_finite)
+        except _NonFinite as exc:
+            token = str(exc)[:20]
+            raise OtlpError(
+                f"{where}: span {span.span_id or span.name}: {key} holds {token!r}, "
+                "a number JSON has no value for"
+            ) from None
+        except (ValueError, RecursionError):
+            continue
 
 
 # -- the receiver ---------------------------------------------------------------------------
@@ -540,6 +596,9 @@ class _Handler(BaseHTTPRequestHandler):
                 spans = spans_from_json(document)
             else:
                 spans = spans_from_protobuf(body)
+            where = "OTLP JSON" if kind == "application/json" else "OTLP protobuf"
+            for span in spans:
+                _refuse_non_finite_arguments(span, where)
             self.owner.receive(spans)
         except CleoGradeError as exc:
             self.owner.problems.append(str(exc))

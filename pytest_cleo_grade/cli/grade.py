@@ -35,7 +35,12 @@ from pytest_cleo_grade.rubrics.cleo_calls import GradedCall, graded_call
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 from pytest_cleo_grade.session import persist
-from pytest_cleo_grade.sources import find_cleo_db, iter_entry_batches, load_entries_file
+from pytest_cleo_grade.sources import (
+    find_cleo_db,
+    is_sqlite_file,
+    iter_entry_batches,
+    load_entries_file,
+)
 from pytest_cleo_grade.store import AuditStore
 from pytest_cleo_grade.verdict import describe_threshold, passes, percent_below
 
@@ -181,6 +186,7 @@ def session_source(
         options = " and ".join(f"--{name.replace('_', '-')}" for name in sources)
         raise CommandError(f"{where}: {options} cannot be combined")
     if args.entries:
+        _refuse_a_database(args.entries, where)
         session_id, entries = _entries_from_file(args.entries, session_id)
         cache = db_path(args)
         # The judge cache lives in the audit store; use it only if there already is one.
@@ -192,6 +198,16 @@ def session_source(
             # Someone else's database is never written to, not even by the judge cache.
             return session_id, cleo.session_entries(session_id), None
     return session_id, None, _existing_store(db_path(args), where)
+
+
+def _refuse_a_database(path: str, where: str) -> None:
+    """``--entries`` naming a database: say so, and which option reads one, rather than
+    report its binary pages as bad JSON at line 1."""
+    if is_sqlite_file(path):
+        raise CommandError(
+            f"{where}: {path} is an SQLite database, not a JSON-lines entries file "
+            "(--db reads an audit store, --cleo-db a CLEO database)"
+        )
 
 
 def _refuse_unused_rubric_file(args: argparse.Namespace) -> None:
@@ -208,6 +224,7 @@ def run_grade(args: argparse.Namespace) -> int:
     _refuse_unused_rubric_file(args)
     if args.entries and args.rubric == DEFAULT_RUBRIC and not (args.cleo_db or args.db):
         # CLEO's rubric needs no entry objects: stream the file (see grade_entries_file).
+        _refuse_a_database(args.entries, "cleo-grade grade")
         return report(args, grade_entries_file(args.entries, _session_id(args)))
     session_id, entries, store = session_source(args)
     if entries is not None:
