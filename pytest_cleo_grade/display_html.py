@@ -322,8 +322,10 @@ def _row(index: int, test: HtmlTest) -> str:
     )
     if test.partial is not None:
         runs = f"{runs}; {test.partial}" if runs else test.partial
+    # Not counted only when none of its runs counts: a repeated xfail test of which a run
+    # failed on its own counts whole (runs.counted_whole), its other runs' marks notwithstanding.
     excluded = test.tests[-1].excluded
-    if excluded is not None:
+    if excluded is not None and all(run.excluded is not None for run in test.tests):
         runs = f"{runs}; {excluded}, not counted" if runs else f"{excluded}, not counted"
     score = score_text(result) if len(test.tests) == 1 else f"mean of {len(test.tests)} runs"
     flags = len(result.flags)

@@ -266,6 +266,23 @@ def test_an_expected_failure_is_shown_as_not_counted() -> None:
     assert "xfailed, not counted" in page and "no graded tests (1 xfail/xpass not counted)" in page
 
 
+def test_a_repeated_xfail_test_counted_whole_is_not_labelled_not_counted() -> None:
+    # Runs 1 and 3 of an xfail(raises=) test passed (XPASS, marked); run 2 raised another
+    # error (pytest's FAILED): the test counts whole in the mean, so no run says otherwise.
+    results = [grade("t::a", p, minute=i, run=i, runs=3) for i, p in ((1, 100), (2, 40), (3, 100))]
+    marks = ("xpassed", None, "xpassed")
+    run = RunGrade(
+        tuple(
+            GradedTest(f"t::a[run-{i}]", r, None, None, "fail", excluded=mark)
+            for i, (r, mark) in enumerate(zip(results, marks, strict=True), start=1)
+        ),
+        None,
+    )
+    page = render_html(build_report(run, results))
+    assert "not counted" not in page
+    assert "mean 80%" in page
+
+
 def test_points_drill_down_names_the_entries_calls_or_their_indices() -> None:
     points = [
         {"dimension": "discovery", "points": -5, "rule": "D2", "text": "used list", "entries": [2]},
