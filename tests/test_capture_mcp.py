@@ -85,6 +85,23 @@ def test_wrapping_twice_records_each_call_once(session: GradeSession) -> None:
     assert [(e.domain, e.operation) for e in session.entries] == [("admin", "help")]
 
 
+def test_wrapping_a_client_and_its_session_records_each_call_once(
+    session: GradeSession,
+) -> None:
+    # Client.call_tool calls its session's: both wrapped, each call was recorded twice.
+    async def main() -> None:
+        async with Client(mcp_tasks.build()) as client:
+            audited_client(client.session)
+            audited = audited_client(client)
+            await audited.call_tool("admin_help", {})
+            await audited.call_tool("tasks_show", {"taskId": "T9"})
+            await client.session.call_tool("admin_help", {})  # the session alone: recorded
+
+    anyio.run(main)
+    calls = [(e.operation, e.result.exit_code) for e in session.entries]
+    assert calls == [("help", 0), ("show", 4), ("help", 0)]
+
+
 def test_a_session_level_client_is_audited_too(session: GradeSession) -> None:
     async def main() -> None:
         async with Client(mcp_tasks.build()) as client:

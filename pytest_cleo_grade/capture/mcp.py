@@ -156,7 +156,8 @@ def audited_client(
     wrapped before or after ``async with``. A call that raises (a JSON-RPC error, a timeout)
     or is cancelled (the caller's ``move_on_after``) is recorded as a failure and the exception
     propagates unchanged; a result is returned unchanged. Tools listed through the client lend
-    their ``readOnlyHint`` to the gateway. Wrapping twice records once. A call that asks the
+    their ``readOnlyHint`` to the gateway. Wrapping twice records once, and so does wrapping
+    both a ``Client`` and its ``session``. A call that asks the
     user for input is one entry: a session's rounds that return an ``InputRequiredResult`` are
     not recorded, its last round is.
     """
@@ -173,6 +174,10 @@ def audited_client(
         return listing
 
     async def call_tool(name: str, arguments: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if _passing_on.get() == name:
+            # An audited Client's call reaching its audited session: the Client records it
+            # (once, with its rounds and resends), so the session passes it on unrecorded.
+            return await original_call(name, arguments, *args, **kwargs)
         state = kwargs.get("request_state")
         fault = None
         if not _continues(state, kwargs.get("input_responses")):
@@ -189,7 +194,11 @@ def audited_client(
             # Named: a tool span around it of another tool (the tool whose code makes this
             # call) is another call, and so is one inside it of another tool.
             with direct_call(name, arguments=arguments):
-                result = await original_call(name, arguments, *args, **kwargs)
+                passing_on = _passing_on.set(name)
+                try:
+                    result = await original_call(name, arguments, *args, **kwargs)
+                finally:
+                    _passing_on.reset(passing_on)
         except BaseException as exc:
             failure: Failure | None = _raised(name, exc)
             _record(name, arguments, failure, hints.get(name), started, clock, source, mapping)
@@ -208,6 +217,14 @@ def audited_client(
         # object.__setattr__: Client is a dataclass and may refuse plain assignment later.
         object.__setattr__(client, attribute, value)
     return client
+
+
+#: The tool an audited ``call_tool`` is calling, in the task making the call: an audited
+#: object it calls through (a Client's ``session``, wrapped too) does not record it again. A
+#: tool's own code runs in the server's tasks, which never see it: its calls are recorded.
+_passing_on: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "cleo_grade_mcp_passing_on", default=None
+)
 
 
 def _raised(name: str, exc: BaseException) -> Failure:
