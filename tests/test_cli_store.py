@@ -343,6 +343,31 @@ def test_an_exit_code_beyond_64_bits_is_a_clear_error(
 
 
 @pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["tasks", "find", "--source", "cli\udcff"], "--source"),
+        (["tasks", "find", "--error", "\udcffbad"], "--error"),
+        (["tasks", "fi\udcffnd"], "OPERATION"),
+    ],
+)
+def test_record_text_that_is_not_utf8_names_the_argument(
+    capsys: pytest.CaptureFixture[str],
+    in_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    option: str,
+) -> None:
+    # A byte the shell passed that is not UTF-8 reaches Python as a lone surrogate; the store
+    # refused it naming the database, not the argument.
+    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
+    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "s")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "a.db"))
+    status, out, err = run(capsys, "record", *argv)
+    assert (status, out, err) == (2, "", f"cleo-grade: error: {option}: not UTF-8 text\n")
+    assert not (in_tmp / "a.db").exists()
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         pytest.param(["a", "b", "--exit-code", str(2**63)],

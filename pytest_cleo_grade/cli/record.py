@@ -222,10 +222,31 @@ def _option_errors(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _refuse_undecodable(args: argparse.Namespace) -> None:
+    """An argument holding bytes the shell passed that are not UTF-8 (Python keeps them as
+    lone surrogates) names that argument; the store would refuse it naming the database."""
+    texts = (
+        ("DOMAIN", args.domain),
+        ("OPERATION", args.operation),
+        ("--gateway", args.gateway),
+        ("--source", args.source),
+        ("--task-id", args.task_id),
+        ("--error", args.error),
+    )
+    for option, value in texts:
+        if value is None or value.isascii():
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CommandError(f"cleo-grade: error: {option}: not UTF-8 text") from None
+
+
 def run_record(args: argparse.Namespace) -> int:
     params = _params(args.params)
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration >= 0):
         raise CommandError("cleo-grade record: --duration must be a finite number >= 0")
+    _refuse_undecodable(args)
     if args.gateway is not None and args.gateway not in GATEWAYS:
         # make_entry refuses it too, but naming the call, not the option; checked here also
         # without an active session, as the other options are.
