@@ -266,6 +266,25 @@ def test_a_json_rule_files_integral_float_points_are_an_integer(tmp_path: Path) 
     assert (points, type(points)) == (5, int)
 
 
+def test_every_whole_number_of_a_json_rule_file_may_be_written_as_a_float(
+    tmp_path: Path,
+) -> None:
+    # Not only points: a dimension's max and start, a called rule's min, an exit code.
+    rule = {
+        "id": "asked",
+        "kind": "called",
+        "match": {"calls": ["tool.ask"], "exit_code": 0.0},
+        "min": 2.0,
+        "points": 5.0,
+    }
+    dimension = {"name": "d", "max": 20.0, "start": 0.0, "rules": [rule]}
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"dimensions": [dimension]}), encoding="utf-8")
+    loaded = load_rule_file(path).dimensions[0]
+    assert (loaded.max, loaded.start, type(loaded.max)) == (20, 0, int)
+    assert (loaded.rules[0].match.exit_code, loaded.rules[0].min) == (0, 2)
+
+
 @pytest.mark.parametrize(
     ("points", "extra", "message"),
     [

@@ -47,6 +47,20 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _integral(value: object) -> object:
+    # JSON has one number type: a JSON rule file's 5.0 is the 5 a TOML file writes. A float
+    # with a fraction (or inf, nan) is left to the strict int check, which refuses it.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: A whole number of a rule file (points, a dimension's max, a count): an integer, also when
+#: a JSON file writes it as 5.0.
+Whole = Annotated[StrictInt, BeforeValidator(_integral)]
+Points = Whole
+
+
 class CallPattern(_Model):
     """Which audit entries a rule looks at; every condition given must hold (empty: all).
 
@@ -61,25 +75,13 @@ class CallPattern(_Model):
     domains: list[str] = []
     gateways: list[str] = []
     success: StrictBool | None = None
-    exit_code: StrictInt | None = None
+    exit_code: Whole | None = None
     params_blank: list[str] = []
     params_set: list[str] = []
     params_truthy: list[str] = []
 
 
 Text = Annotated[str, Field(max_length=_MAX_TEXT)]
-
-
-def _integral(value: object) -> object:
-    # JSON has one number type: a JSON rule file's 5.0 is the 5 a TOML file writes. A float
-    # with a fraction (or inf, nan) is left to the strict int check, which refuses it.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-#: Points of a rule: an integer, also when a JSON file writes it as 5.0.
-Points = Annotated[StrictInt, BeforeValidator(_integral)]
 
 
 class _Rule(_Model):
@@ -95,7 +97,7 @@ class _Rule(_Model):
     evidence: Text | None = None
     flag: Text | None = None
     #: Evidence lines of a dimension are listed by this key, then by rule order.
-    evidence_order: StrictInt = 0
+    evidence_order: Whole = 0
 
     @field_validator("points")
     @classmethod
@@ -134,7 +136,7 @@ class Called(_Rule):
     fields: ClassVar[frozenset[str]] = frozenset({"count"})
     kind: Literal["called"]
     match: CallPattern
-    min: Annotated[StrictInt, Field(ge=1)] = 1
+    min: Annotated[Whole, Field(ge=1)] = 1
 
 
 class Before(_Rule):
@@ -193,7 +195,7 @@ class Recovery(_Rule):
     kind: Literal["recovery"]
     failure: CallPattern
     recover: CallPattern
-    within: Annotated[StrictInt, Field(ge=1)]
+    within: Annotated[Whole, Field(ge=1)]
 
 
 class Duplicates(_Rule):
@@ -224,7 +226,7 @@ class AtMost(_Rule):
     award: ClassVar[bool] = False
     kind: Literal["at_most"]
     match: CallPattern
-    max: Annotated[StrictInt, Field(ge=0)]
+    max: Annotated[Whole, Field(ge=0)]
 
 
 Rule = Annotated[
@@ -252,8 +254,8 @@ class Dimension(_Model):
     """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=100)]
-    max: Annotated[StrictInt, Field(gt=0)]
-    start: Annotated[StrictInt, Field(ge=0)] = 0
+    max: Annotated[Whole, Field(gt=0)]
+    start: Annotated[Whole, Field(ge=0)] = 0
     evidence_if_clean: Text | None = None
     rules: Annotated[list[Rule], Field(min_length=1)]
 
