@@ -316,6 +316,29 @@ def test_rule_points_are_whole_and_within_the_dimensions_max(
     assert message in text
 
 
+@pytest.mark.parametrize("maximum", [10**400, 1e300, 1_000_001, 0])
+def test_a_dimensions_max_out_of_bounds_is_an_error_naming_the_file_and_the_field(
+    tmp_path: Path, maximum: object
+) -> None:
+    # A max of 10**400 was read, then failed every grade ("not a finite percentage").
+    path = tmp_path / "rules.json"
+    rule = {"id": "asked", "kind": "called", "match": {"calls": ["tool.ask"]}, "points": 5}
+    dimension = {"name": "d", "max": maximum, "rules": [rule]}
+    path.write_text(json.dumps({"dimensions": [dimension]}), encoding="utf-8")
+    with pytest.raises(RubricError) as caught:
+        load_rule_file(path)
+    text = str(caught.value)
+    assert text.startswith(f"{path}: dimensions[0] (d).max: ") and "\n" not in text
+
+
+def test_a_dimension_may_hold_a_million_points(tmp_path: Path) -> None:
+    path = tmp_path / "rules.json"
+    rule = {"id": "asked", "kind": "called", "match": {"calls": ["tool.ask"]}, "points": 5}
+    dimension = {"name": "d", "max": 1_000_000, "rules": [rule]}
+    path.write_text(json.dumps({"dimensions": [dimension]}), encoding="utf-8")
+    assert load_rule_file(path).dimensions[0].max == 1_000_000
+
+
 def test_a_penalty_as_large_as_the_dimensions_max_is_accepted(tmp_path: Path) -> None:
     path = _json_rule_file(tmp_path, -20, kind="forbidden", match={"calls": ["tool.rm"]})
     assert load_rule_file(path).dimensions[0].rules[0].points == -20

@@ -41,6 +41,10 @@ __all__ = [
 
 _NAME: Final = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 _MAX_TEXT: Final = 500
+#: The most points a dimension may hold. A grade's percentage divides by the sum of the
+#: dimensions' maxima as a float: a max of 10**400 (a typo, or a hostile file) made every
+#: grade fail with "not a finite percentage" instead of the file being refused.
+MAX_DIMENSION_POINTS: Final = 1_000_000
 
 
 class _Model(BaseModel):
@@ -254,7 +258,7 @@ class Dimension(_Model):
     """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=100)]
-    max: Annotated[Whole, Field(gt=0)]
+    max: Annotated[Whole, Field(gt=0, le=MAX_DIMENSION_POINTS)]
     start: Annotated[Whole, Field(ge=0)] = 0
     evidence_if_clean: Text | None = None
     rules: Annotated[list[Rule], Field(min_length=1)]
