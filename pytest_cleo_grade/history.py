@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from pytest_cleo_grade.errors import CleoGradeWarning, HistoryError
 from pytest_cleo_grade.files import (
+    MAX_LINE_BYTES,
     MAX_NESTING,
     SURROGATE_ESCAPE,
     check_nesting,
@@ -68,6 +69,19 @@ def _refuse_non_unicode_ids(results: Iterable[GradeResult], target: Path) -> Non
                 f"{target}: cannot append grade: {_NOT_UNICODE_ID}: "
                 f"{result.session_id.encode('utf-8', 'backslashreplace').decode()}"
             ) from None
+
+
+def _refuse_unreadable_lines(results: list[GradeResult], lines: list[bytes], target: Path) -> None:
+    """HistoryError for a grade whose line is longer than any reader reads (a session of
+    about a million flags): appended, it would be skipped by every later read."""
+    for result, line in zip(results, lines, strict=True):
+        if len(line) > MAX_LINE_BYTES:
+            session = result.session_id.encode("utf-8", "backslashreplace").decode()
+            raise HistoryError(
+                f"{target}: cannot append grade of session {session}: its line would be "
+                f"{len(line) / (1024 * 1024):.0f} MiB, longer than the "
+                f"{MAX_LINE_BYTES // (1024 * 1024)} MiB a history line is read back with"
+            )
 
 
 #: How every SQLite database file begins.
@@ -127,7 +141,9 @@ def append_grades(
     target = Path(path)
     results = list(results)
     _refuse_non_unicode_ids(results, target)
-    data = b"".join(_line_bytes(result) + b"\n" for result in results)
+    lines = [_line_bytes(result) for result in results]
+    _refuse_unreadable_lines(results, lines, target)
+    data = b"".join(line + b"\n" for line in lines)
     if not data:
         return
     try:

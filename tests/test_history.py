@@ -233,3 +233,24 @@ def test_a_failing_then_cuts_the_appended_lines_off_again_under_the_lock(tmp_pat
         append_grades([sample("a"), sample("b")], path, then=other_half)  # type: ignore[list-item]
     assert seen[0].startswith(before) and seen[0].count(b"\n") == 3  # written, then taken back
     assert path.read_bytes() == before
+
+
+def test_a_grade_too_long_to_read_back_is_not_appended(tmp_path: Path) -> None:
+    # About a million flags make one line longer than any reader reads: appended, it was
+    # skipped (with a warning) by every later read of the history.
+    path = tmp_path / "GRADES.jsonl"
+    kept = sample("kept")
+    assert isinstance(kept, GradeResult)
+    append_grade(kept, path)
+    before = path.read_bytes()
+    huge = kept.model_copy(update={"session_id": "huge", "flags": ["x" * 1024] * 70_000})
+    with pytest.raises(HistoryError) as caught:
+        append_grades([sample("first-of-two"), huge], path)
+    assert str(caught.value) == (
+        f"{path}: cannot append grade of session huge: its line would be 69 MiB, longer "
+        "than the 64 MiB a history line is read back with"
+    )
+    assert path.read_bytes() == before  # neither grade of the batch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [grade.session_id for grade in read_grades(path)] == ["kept"]
