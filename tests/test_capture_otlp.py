@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -356,21 +355,6 @@ def test_cleo_grade_import_format_otlp_names_the_bad_line(
     assert f"{path}:2: not valid JSON" in err
     assert "Traceback" not in err
     assert not (tmp_path / "a.db").exists()
-
-
-def test_a_database_given_as_an_otlp_file_is_named_as_one(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Its binary pages were "not UTF-8 text" at "line 4", which sent the user looking there.
-    path = tmp_path / "cleo.db"
-    with sqlite3.connect(path) as made:
-        made.execute("CREATE TABLE t (a TEXT)")
-    made.close()
-    db = tmp_path / "audit.db"
-    assert main(["import", "--format", "otlp", str(path), "--db", str(db)]) == 2
-    err = capsys.readouterr().err
-    assert err == f"cleo-grade: error: {path}: an SQLite database, not an OTLP JSON file\n"
-    assert not db.exists()
 
 
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -358,18 +357,3 @@ def test_a_sessions_sub_agent_transcripts_are_imported_with_it(
     db = tmp_path / "audit.db"
     assert main(["import", "--format", "claude-code", str(session_file), "--db", str(db)]) == 0
     assert "Imported 3 entries" in capsys.readouterr().out
-
-
-def test_a_database_given_as_a_transcript_is_named_as_one(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Its binary pages read as "not valid JSON" at some line, which sent the user looking there.
-    path = tmp_path / "cleo.db"
-    with sqlite3.connect(path) as made:
-        made.execute("CREATE TABLE t (a TEXT)")
-    made.close()
-    db = tmp_path / "audit.db"
-    assert main(["import", "--format", "claude-code", str(path), "--db", str(db)]) == 2
-    err = capsys.readouterr().err
-    assert err == (f"cleo-grade: error: {path}: an SQLite database, not a Claude Code transcript\n")
-    assert not db.exists()

@@ -342,6 +342,15 @@ def test_an_exit_code_beyond_64_bits_is_a_clear_error(
     assert not (in_tmp / ".cleo").exists()
 
 
+@pytest.fixture
+def recording_db(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Grade mode for session ``s``, recording into ``a.db`` (not created until written)."""
+    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
+    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "s")
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "a.db"))
+    return in_tmp / "a.db"
+
+
 @pytest.mark.parametrize(
     ("argv", "option"),
     [
@@ -352,19 +361,15 @@ def test_an_exit_code_beyond_64_bits_is_a_clear_error(
 )
 def test_record_text_that_is_not_utf8_names_the_argument(
     capsys: pytest.CaptureFixture[str],
-    in_tmp: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    recording_db: Path,
     argv: list[str],
     option: str,
 ) -> None:
     # A byte the shell passed that is not UTF-8 reaches Python as a lone surrogate; the store
     # refused it naming the database, not the argument.
-    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
-    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "s")
-    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "a.db"))
     status, out, err = run(capsys, "record", *argv)
     assert (status, out, err) == (2, "", f"cleo-grade: error: {option}: not UTF-8 text\n")
-    assert not (in_tmp / "a.db").exists()
+    assert not recording_db.exists()
 
 
 @pytest.mark.parametrize(
@@ -383,21 +388,17 @@ def test_record_text_that_is_not_utf8_names_the_argument(
 )  # fmt: skip
 def test_record_errors_name_the_argument_not_the_entry_field(
     capsys: pytest.CaptureFixture[str],
-    in_tmp: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    recording_db: Path,
     argv: list[str],
     message: str,
 ) -> None:
     # They named the model's fields ("result.exit_code"), the call as "." when DOMAIN and
     # OPERATION were empty, and hid the second error behind "(and 1 more error)".
-    monkeypatch.setenv("CLEO_SESSION_GRADE", "true")
-    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "s")
-    monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "a.db"))
     status, out, err = run(capsys, "record", *argv)
     assert (status, out) == (2, "")
     assert err.startswith(f"cleo-grade: error: {message}") and err.count("\n") == 1
     assert "result." not in err and "more error" not in err
-    assert not (in_tmp / "a.db").exists()
+    assert not recording_db.exists()
 
 
 def test_a_command_leaves_the_callers_sigterm_handler_in_place(

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.cli.grade import grade_entries_file, grade_from_store
 from pytest_cleo_grade.errors import EntryError, StoreError
 from pytest_cleo_grade.models import AuditEntry
@@ -497,3 +498,23 @@ def test_a_database_read_as_an_entries_file_is_named_as_one(tmp_path: Path) -> N
     assert str(caught.value) == f"{path}: an SQLite database, not a JSON-lines entries file"
     with pytest.raises(EntryError, match="an SQLite database"):
         grade_entries_file(str(path))
+
+
+@pytest.mark.parametrize(
+    ("format", "what"),
+    [("otlp", "an OTLP JSON file"), ("claude-code", "a Claude Code transcript")],
+)
+def test_a_database_given_as_a_file_of_another_format_is_named_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], format: str, what: str
+) -> None:
+    # Its binary pages were "not UTF-8 text" or "not valid JSON" at some line, which sent the
+    # user looking there.
+    path = tmp_path / "cleo.db"
+    with sqlite3.connect(path) as made:
+        made.execute("CREATE TABLE t (a TEXT)")
+    made.close()
+    db = tmp_path / "audit.db"
+    assert main(["import", "--format", format, str(path), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"cleo-grade: error: {path}: an SQLite database, not {what}\n"
+    assert not db.exists()
