@@ -44,6 +44,7 @@ __all__ = [
     "iter_entry_batches",
     "load_entries_file",
     "map_entry_batches",
+    "may_overflow",
     "parse_entries_text",
     "parse_json_strict",
     "read_cleo_db",

@@ -38,7 +38,7 @@ from pytest_cleo_grade.capture.spans import (
 from pytest_cleo_grade.errors import CleoGradeError, EntryError
 from pytest_cleo_grade.files import open_regular
 from pytest_cleo_grade.models import AuditEntry
-from pytest_cleo_grade.sources import is_sqlite_file, parse_json_strict
+from pytest_cleo_grade.sources import is_sqlite_file, may_overflow, parse_json_strict
 
 __all__ = [
     "OtlpError",
@@ -374,6 +374,12 @@ def _constant(text: str) -> float:
     raise _NonFinite(text)
 
 
+def _may_be_non_finite(text: str) -> bool:
+    # A substring test, so that the arguments, parsed again when the entry is built, are
+    # parsed here only when they may hold such a number (a word, or a float that overflows).
+    return "NaN" in text or "Infinity" in text or may_overflow(text.encode("utf-8", "replace"))
+
+
 def _refuse_non_finite_arguments(span: SpanData, where: str) -> None:
     """Refuse a tool span whose JSON arguments hold NaN or an infinity.
 
@@ -383,7 +389,7 @@ def _refuse_non_finite_arguments(span: SpanData, where: str) -> None:
     """
     for key in ARGUMENT_KEYS:
         value = span.attributes.get(key)
-        if not isinstance(value, str):
+        if not isinstance(value, str) or not _may_be_non_finite(value):
             continue
         try:
             json.loads(value, parse_constant=_constant, parse_float=_finite)
