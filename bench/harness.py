@@ -48,7 +48,7 @@ def alternate(variants: Mapping[str, Callable[[], float | None]], rounds: int) -
     seen: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(rounds):
         # Reverse the order every other round so neither variant always runs first.
-        order = list(variants) if round_ % 2 == 0 else list(reversed(variants))
+        order = list(variants) if round_ % 2 == 0 else list(variants)[::-1]
         for name in order:
             gc.collect()
             started = time.perf_counter()
@@ -69,15 +69,21 @@ class Row:
     target: str
     #: None for a row that only shows where the time goes (no target of its own).
     met: bool | None
+    #: For a missed target: the measurement of the same run that puts it out of any
+    #: grader's reach (a limit row's own ratio already beyond the target).
+    out_of_reach: str | None = None
 
     def cells(self) -> tuple[str, ...]:
+        verdict = "" if self.met is None else "met" if self.met else "MISSED"
+        if self.met is False and self.out_of_reach:
+            verdict += f" (out of reach: {self.out_of_reach})"
         return (
             self.label,
             self.project,
             self.floor,
             f"{self.ratio:.2f}x" if math.isfinite(self.ratio) else "n/a",
             self.target,
-            "" if self.met is None else "met" if self.met else "MISSED",
+            verdict,
         )
 
 
