@@ -143,9 +143,9 @@ def read_fields(entries: list[Any]) -> int:
     seen = 0
     for entry in entries:
         entry.session_id, entry.timestamp, entry.metadata.gateway  # noqa: B018
-        result = entry.result
+        domain, operation, result = entry.domain, entry.operation, entry.result
         result.exit_code  # noqa: B018
-        if result.success and entry.operation == "add" and entry.domain == "tasks":
+        if result.success and operation == "add" and domain == "tasks":
             get = entry.params.get
             get("description"), get("title"), get("parent")
         seen += 1
