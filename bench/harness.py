@@ -69,8 +69,8 @@ class Row:
     target: str
     #: None for a row that only shows where the time goes (no target of its own).
     met: bool | None
-    #: For a missed target: the measurement of the same run that puts it out of any
-    #: grader's reach (a limit row's own ratio already beyond the target).
+    #: For a missed target: the measurement of the same run that puts it out of reach of
+    #: any implementation the contract allows (a limit row's ratio already beyond it).
     out_of_reach: str | None = None
 
     def cells(self) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -173,6 +174,18 @@ def plugin_row(tmp: Path, tests: int, entries: int, rounds: int) -> list[Row]:
     ]
 
 
+def _per_call(action: Callable[[], object], repeat: int) -> Callable[[], float]:
+    """A variant timing ``action`` over ``repeat`` calls: seconds a call."""
+
+    def timed() -> float:
+        started = time.perf_counter()
+        for _ in range(repeat):
+            action()
+        return (time.perf_counter() - started) / repeat
+
+    return timed
+
+
 def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
     small, large = sizes
     rows: list[Row] = []
@@ -189,25 +202,14 @@ def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
             sys.exit(f"the tuple floor disagrees with grade_entries on {size:,} entries")
         repeat = max(1, 20_000 // size)  # time small sizes over several calls
 
-        def project(entries: list = entries, repeat: int = repeat) -> float:  # type: ignore[type-arg]
-            started = time.perf_counter()
-            for _ in range(repeat):
-                grade_entries(entries, session_id="bench")
-            return (time.perf_counter() - started) / repeat
-
-        def floor(tuples: list = tuples, repeat: int = repeat) -> float:  # type: ignore[type-arg]
-            started = time.perf_counter()
-            for _ in range(repeat):
-                tuple_grade(tuples)
-            return (time.perf_counter() - started) / repeat
-
-        def fields(entries: list = entries, repeat: int = repeat) -> float:  # type: ignore[type-arg]
-            started = time.perf_counter()
-            for _ in range(repeat):
-                read_fields(entries)
-            return (time.perf_counter() - started) / repeat
-
-        figures = alternate({"project": project, "floor": floor, "fields": fields}, rounds)
+        figures = alternate(
+            {
+                "project": _per_call(partial(grade_entries, entries, session_id="bench"), repeat),
+                "floor": _per_call(partial(tuple_grade, tuples), repeat),
+                "fields": _per_call(partial(read_fields, entries), repeat),
+            },
+            rounds,
+        )
         p, f = figures["project"], figures["floor"]
         per_entry[size] = p.median / size
         read_per_entry[size] = figures["fields"].median / size
