@@ -249,13 +249,13 @@ def test_a_bad_rule_file_names_the_file_and_the_field(
     assert message.replace("Value error, ", "") in text
 
 
-def _json_rule_file(tmp_path: Path, points: object, **extra: object) -> Path:
+def _json_rule_file(
+    tmp_path: Path, points: object, *, dimension_max: object = 20, **extra: object
+) -> Path:
     rule = {"id": "asked", "kind": "called", "match": {"calls": ["tool.ask"]}, "points": points}
+    dimension = {"name": "d", "max": dimension_max, "rules": [{**rule, **extra}]}
     path = tmp_path / "rules.json"
-    path.write_text(
-        json.dumps({"dimensions": [{"name": "d", "max": 20, "rules": [{**rule, **extra}]}]}),
-        encoding="utf-8",
-    )
+    path.write_text(json.dumps({"dimensions": [dimension]}), encoding="utf-8")
     return path
 
 
@@ -321,10 +321,7 @@ def test_a_dimensions_max_out_of_bounds_is_an_error_naming_the_file_and_the_fiel
     tmp_path: Path, maximum: object
 ) -> None:
     # A max of 10**400 was read, then failed every grade ("not a finite percentage").
-    path = tmp_path / "rules.json"
-    rule = {"id": "asked", "kind": "called", "match": {"calls": ["tool.ask"]}, "points": 5}
-    dimension = {"name": "d", "max": maximum, "rules": [rule]}
-    path.write_text(json.dumps({"dimensions": [dimension]}), encoding="utf-8")
+    path = _json_rule_file(tmp_path, 5, dimension_max=maximum)
     with pytest.raises(RubricError) as caught:
         load_rule_file(path)
     text = str(caught.value)
@@ -332,10 +329,7 @@ def test_a_dimensions_max_out_of_bounds_is_an_error_naming_the_file_and_the_fiel
 
 
 def test_a_dimension_may_hold_a_million_points(tmp_path: Path) -> None:
-    path = tmp_path / "rules.json"
-    rule = {"id": "asked", "kind": "called", "match": {"calls": ["tool.ask"]}, "points": 5}
-    dimension = {"name": "d", "max": 1_000_000, "rules": [rule]}
-    path.write_text(json.dumps({"dimensions": [dimension]}), encoding="utf-8")
+    path = _json_rule_file(tmp_path, 5, dimension_max=1_000_000)
     assert load_rule_file(path).dimensions[0].max == 1_000_000
 
 
