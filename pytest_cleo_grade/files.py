@@ -27,6 +27,8 @@ from typing import IO, Any, Final
 __all__ = [
     "MAX_LINE_BYTES",
     "MAX_NESTING",
+    "SQLITE_HEADER",
+    "SQLITE_SIDE_FILES",
     "NotRegularFileError",
     "SymlinkRefusedError",
     "append_markdown",
@@ -58,6 +60,12 @@ MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 MAX_NESTING: Final = 100
 
 _READ_CHUNK: Final = 1024 * 1024
+
+#: How every SQLite database file begins: what tells a database from a JSON file given in
+#: its place.
+SQLITE_HEADER: Final = b"SQLite format 3\x00"
+#: The files SQLite keeps beside a database: replacing one loses the database's last writes.
+SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 
 #: A \uD800-\uDFFF escape: JSON can spell a lone surrogate, which no UTF-8 store or output
 #: can hold. Text without one cannot produce one (UTF-8 decoding rejects encoded surrogates).

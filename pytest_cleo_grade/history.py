@@ -17,6 +17,7 @@ from pytest_cleo_grade.errors import CleoGradeWarning, HistoryError
 from pytest_cleo_grade.files import (
     MAX_LINE_BYTES,
     MAX_NESTING,
+    SQLITE_HEADER,
     SURROGATE_ESCAPE,
     check_nesting,
     compact_json_utf8,
@@ -84,10 +85,6 @@ def _refuse_unreadable_lines(results: list[GradeResult], lines: list[bytes], tar
             )
 
 
-#: How every SQLite database file begins.
-_SQLITE_HEADER: Final = b"SQLite format 3\x00"
-
-
 @contextmanager
 def _locked_append(path: Path) -> Iterator[int]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +94,7 @@ def _locked_append(path: Path) -> Iterator[int]:
     try:
         # Checked before the lock: the audit store holds a lock on its own file, which this
         # process's store (the CLI saving into both) would hold against us for ever.
-        if os.pread(fd, len(_SQLITE_HEADER), 0) == _SQLITE_HEADER:
+        if os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER:
             raise HistoryError(
                 f"{path}: an SQLite database (an audit store, a CLEO project's database), not "
                 "a grade history: nothing appended (name a .jsonl file)"
@@ -223,7 +220,7 @@ def read_grades(path: str | os.PathLike[str], session_id: str | None = None) -> 
     results: list[GradeResult] = []
     with handle:
         try:
-            if os.pread(handle.fileno(), len(_SQLITE_HEADER), 0) == _SQLITE_HEADER:
+            if os.pread(handle.fileno(), len(SQLITE_HEADER), 0) == SQLITE_HEADER:
                 # One line, not a warning for every "line" of a database's pages.
                 raise HistoryError(
                     f"{target}: an SQLite database (an audit store, a CLEO project's "

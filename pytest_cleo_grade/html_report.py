@@ -15,6 +15,7 @@ from pathlib import Path
 from pytest_cleo_grade.display_html import build_report, grade_test_id, render_html
 from pytest_cleo_grade.errors import CleoGradeError
 from pytest_cleo_grade.files import (
+    SQLITE_SIDE_FILES,
     NotRegularFileError,
     kind_of,
     replaced_input,
@@ -34,9 +35,6 @@ __all__ = [
     "write_html_report",
     "write_report",
 ]
-
-#: The files SQLite keeps beside a database: replacing one loses the database's last writes.
-SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 class ReportError(CleoGradeError):

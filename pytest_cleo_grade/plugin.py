@@ -120,10 +120,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_repeat_options(parser)
 
 
-#: SQLite's files beside a database: writing one of them corrupts or loses the store.
-_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
-
-
 class _RunFile(NamedTuple):
     """A file the run writes (or appends to) or reads, with the option naming it."""
 
@@ -169,8 +165,10 @@ def _refuse_writing_over_the_store(options: PluginOptions, files: list[_RunFile]
     files: the history's lock waited forever on the store's, a baseline replaced the store,
     and lines appended to ``-wal`` vanished when SQLite removed it. The paths have their
     directories resolved (``unresolved_leaf``); a link at the leaf is refused by writers."""
+    from pytest_cleo_grade.files import SQLITE_SIDE_FILES  # stdlib only: no cost when unused
+
     db = options.db_path
-    store = {db, *(db.with_name(db.name + suffix) for suffix in _SQLITE_SIDE_FILES)}
+    store = {db, *(db.with_name(db.name + suffix) for suffix in SQLITE_SIDE_FILES)}
     for file in files:
         if file.writes and file.path in store:
             raise pytest.UsageError(

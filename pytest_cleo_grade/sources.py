@@ -22,6 +22,7 @@ from pytest_cleo_grade.errors import EntryError, StoreError
 from pytest_cleo_grade.files import (
     MAX_LINE_BYTES,
     MAX_NESTING,
+    SQLITE_HEADER,
     SURROGATE_ESCAPE,
     NotRegularFileError,
     check_nesting,
@@ -56,7 +57,6 @@ CLEO_DB_CANDIDATES: Final = (Path(".cleo") / "cleo.db", Path(".cleo") / "tasks.d
 
 T = TypeVar("T")
 
-_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _ENTRIES: Final = TypeAdapter(list[AuditEntry])
 _BOM: Final = codecs.BOM_UTF8
 _SURROGATE_BYTES: Final = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -134,7 +134,7 @@ def map_entry_batches(
     where = str(target)
     with handle:
         # A database's binary pages would read as bad JSON at "line 1": say what it is.
-        if handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
+        if handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER:
             raise EntryError(f"{target}: an SQLite database, not a JSON-lines entries file")
         handle.seek(0)
         try:
@@ -426,7 +426,7 @@ def is_sqlite_file(path: str | os.PathLike[str]) -> bool:
     """Whether the file starts with SQLite's header (a database, not an entries file)."""
     try:
         with open_regular(path) as handle:  # a FIFO is no database, and must not block
-            return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+            return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
     except OSError:
         return False
 
