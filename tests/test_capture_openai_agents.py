@@ -14,7 +14,14 @@ import pytest
 
 pytest.importorskip("agents", reason="needs the openai-agents extra (OpenAI Agents SDK)")
 
-from agents import Agent, Runner, add_trace_processor, function_tool, set_trace_processors
+from agents import (
+    Agent,
+    RunConfig,
+    Runner,
+    add_trace_processor,
+    function_tool,
+    set_trace_processors,
+)
 from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.items import ModelResponse
 from agents.mcp import MCPServerStdio
@@ -30,6 +37,7 @@ from openai.types.responses import (
 
 from pytest_cleo_grade.capture import openai_agents
 from pytest_cleo_grade.capture.openai_agents import AuditTracingProcessor
+from pytest_cleo_grade.errors import CleoGradeWarning
 from pytest_cleo_grade.session import GradeSession, SessionSettings
 from tests.capture_scenario import CALLS, MISSING_TASK, assert_same_grade, grade_by_hand
 
@@ -153,10 +161,12 @@ def processor(monkeypatch: pytest.MonkeyPatch) -> Iterator[AuditTracingProcessor
 
 
 def test_a_runner_graded_through_its_traces_matches_hand_recorded_calls(
-    session: GradeSession, processor: AuditTracingProcessor
+    session: GradeSession, processor: AuditTracingProcessor, recwarn: pytest.WarningsRecorder
 ) -> None:
     agent = Agent(name="triage", model=ScriptedModel(CALLS), tools=TOOLS)
     result = asyncio.run(Runner.run(agent, "triage the login bug"))
+    # Every span carried its call whole: nothing to warn of.
+    assert [str(w.message) for w in recwarn if w.category is CleoGradeWarning] == []
     assert result.final_output == "done"
     assert_same_grade(session.entries, grade_by_hand(session.id))
     show = session.entries[3]
@@ -183,7 +193,12 @@ def test_a_cleo_envelope_output_is_a_not_found_and_a_redacted_error_is_exit_one(
         model=ScriptedModel(calls),
         tools=[tasks_show_envelope, tasks_show_quietly],
     )
-    asyncio.run(Runner.run(agent, "go"))
+    with pytest.warns(CleoGradeWarning) as warned:
+        asyncio.run(Runner.run(agent, "go"))
+    # The redacted error is graded on part of the call, and says so; the envelope is whole.
+    (message,) = [str(w.message) for w in warned]
+    assert message.startswith("cleo-grade: openai-agents: tool 'tasks_show_quietly': ")
+    assert "redacted its error's text" in message and "not-found" in message
     envelope, quiet = session.entries
     assert (envelope.domain, envelope.operation, envelope.result.exit_code) == (
         "tasks",
@@ -208,6 +223,28 @@ def test_a_bare_keyerror_named_by_the_failure_function_is_a_not_found(
     (entry,) = session.entries
     assert (entry.result.success, entry.result.exit_code) == (False, 4)
     assert "KeyError: 'T9'" in (entry.error or "")
+
+
+def test_a_trace_without_sensitive_data_grades_its_calls_without_arguments_and_says_so(
+    session: GradeSession, processor: AuditTracingProcessor
+) -> None:
+    # The SDK writes no arguments, output or error text on the spans of such a run: the miss
+    # and the description below cannot be graded, and a silent grade would hide that.
+    calls = [
+        ("tasks_show_by_key", {"taskId": "T9"}),
+        ("tasks_add", {"title": "Fix login", "description": "Users cannot log in"}),
+    ]
+    agent = Agent(name="t", model=ScriptedModel(calls), tools=[tasks_show_by_key, tasks_add])
+    config = RunConfig(trace_include_sensitive_data=False)
+    with pytest.warns(CleoGradeWarning) as warned:
+        asyncio.run(Runner.run(agent, "go", run_config=config))
+    messages = [str(w.message) for w in warned]
+    assert [m.split(":")[2] for m in messages] == [" tool 'tasks_show_by_key'", " tool 'tasks_add'"]
+    for message in messages:
+        assert "neither its arguments nor its output" in message
+        assert "not-found" in message and "trace_include_sensitive_data=False" in message
+    show, add = session.entries
+    assert (show.params, show.result.exit_code, add.params) == ({}, 1, {})
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from pytest_cleo_grade.capture.otel import (
     CaptureError,
     install_otel_capture,
 )
+from pytest_cleo_grade.errors import CleoGradeWarning
 from pytest_cleo_grade.session import GradeSession, SessionSettings
 from tests.capture_scenario import (
     CALLS,
@@ -144,6 +145,27 @@ def test_a_call_traced_at_three_levels_is_recorded_once(
     assert [(e.domain, e.operation) for e in session.entries] == [
         ("tasks", "find"),
         ("session", "list"),
+    ]
+
+
+def test_a_call_graded_from_the_mcp_sdks_span_alone_says_what_it_could_not_see(
+    session: GradeSession, provider: TracerProvider, recwarn: pytest.WarningsRecorder
+) -> None:
+    # The MCP SDK's server span of a tool error: `error.type` only, no arguments, no text.
+    provider.add_span_processor(AuditSpanProcessor())
+    tracer = provider.get_tracer("mcp")
+    attributes = {"mcp.method.name": "tools/call", "gen_ai.tool.name": "tasks_show"}
+    with tracer.start_as_current_span("tools/call tasks_show", attributes=attributes) as span:
+        span.set_attribute("error.type", "tool_error")
+        span.set_status(Status(StatusCode.ERROR))
+    genai_tool(tracer, "tasks_find", {"query": "login"})  # a span with its arguments
+    messages = [str(w.message) for w in recwarn if w.category is CleoGradeWarning]
+    assert len(messages) == 1
+    assert messages[0].startswith("cleo-grade: otel: tool 'tasks_show': the MCP SDK's span")
+    assert "no parameters" in messages[0] and "exit 1 even if it was a not-found" in messages[0]
+    assert [(e.operation, e.result.exit_code) for e in session.entries] == [
+        ("show", 1),
+        ("find", 0),
     ]
 
 

@@ -195,6 +195,9 @@ class Call:
     source: str = "mcp"
     #: Extra metadata kept on the entry (e.g. the span or trace id).
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: What the call's source could not see (its arguments, its error's text), said in a
+    #: warning when the call is recorded: its entry is graded on part of the call.
+    unseen: str | None = None
 
 
 @dataclass(frozen=True)
@@ -652,7 +655,20 @@ def record_call(call: Call, *, mapping: ToolMapping | None = None) -> AuditEntry
         with warnings_shown_not_raised():
             warnings.warn(f"cleo-grade: {exc}", CleoGradeWarning, stacklevel=2)
         return None
+    _warn_unseen(call)
     return audit.record_entry(entry)
+
+
+def _warn_unseen(call: Call) -> None:
+    """A call graded on part of what it was must say so (a not-found read as a plain failure
+    hides the error protocol); the tool's name is repr'd: it may come from the agent."""
+    if call.unseen is not None:
+        with warnings_shown_not_raised():
+            warnings.warn(
+                f"cleo-grade: {call.source}: tool {call.tool!r}: {call.unseen}",
+                CleoGradeWarning,
+                stacklevel=3,
+            )
 
 
 #: The graded session a call started in: what :func:`pytest_cleo_grade.audit.active_session`
@@ -691,6 +707,7 @@ def record_call_started_in(
         return None
     if not grade_mode and entry.metadata.gateway not in audit.MUTATE_GATEWAYS:
         return None  # outside grade mode only mutations are audited, as record_entry() does
+    _warn_unseen(call)
     return audit._deliver(entry, session_id, path)
 
 

@@ -162,6 +162,36 @@ def span_failure(
     return None
 
 
+#: What the SDK writes on a failing tool's span instead of the error's text: under its default
+#: error function, and for every tool when the trace leaves out sensitive data.
+REDACTED_ERROR: Final = "Error details are redacted."
+_NOT_FOUND_UNSEEN: Final = "a failure as exit 1 even if it was a not-found"
+
+
+def _unseen(data: FunctionSpanData, error: Mapping[str, Any] | None) -> str | None:
+    """What a function span cannot show of its call, for the warning: the SDK writes a tool's
+    arguments and output on its span only when the trace includes sensitive data, and redacts
+    a failing tool's error text then, or under its default error function."""
+    if data.input is None and data.output is None:
+        return (
+            "its span carries neither its arguments nor its output, so it is graded with no "
+            f"parameters, and {_NOT_FOUND_UNSEEN} (the run's trace leaves out sensitive "
+            "data: RunConfig(trace_include_sensitive_data=False) or "
+            "OPENAI_AGENTS_TRACE_INCLUDE_SENSITIVE_DATA=false; docs/capture.md)"
+        )
+    data_of_error = error.get("data") if error else None
+    detail = data_of_error.get("error") if isinstance(data_of_error, Mapping) else None
+    if isinstance(detail, str) and REDACTED_ERROR in detail:
+        return (
+            f"the SDK redacted its error's text on its span, so it is graded as "
+            f"{_NOT_FOUND_UNSEEN} (give the tool a failure_error_function that names the "
+            "error: docs/capture.md)"
+        )
+    if data.input is None:
+        return "its span carries no arguments, so it is graded with no parameters"
+    return None
+
+
 class AuditTracingProcessor(TracingProcessor):
     """Records every ended function span into the graded session active in this process.
 
@@ -204,6 +234,7 @@ class AuditTracingProcessor(TracingProcessor):
                 duration_ms=duration,
                 source=self.source,
                 extra=extra,
+                unseen=_unseen(data, span.error),
             ),
             mapping=self.mapping,
         )

@@ -254,14 +254,35 @@ def tool_call_of(span: SpanData, *, source: str = "otel") -> Call | None:
     conversation = attrs.get("gen_ai.conversation.id")
     if isinstance(conversation, str) and conversation:
         extra["conversationId"] = conversation
+    arguments = _first(attrs, ARGUMENT_KEYS)
+    failure = _failure(tool, span, result)
     return Call(
         tool=tool,
-        arguments=_first(attrs, ARGUMENT_KEYS),
-        failure=_failure(tool, span, result),
+        arguments=arguments,
+        failure=failure,
         started=time_of(span.start_ns),
         duration_ms=max(0, span.end_ns - span.start_ns) / 1_000_000,
         source=source,
         extra=extra,
+        unseen=_unseen_by_mcp_span(attrs, arguments, result, failure),
+    )
+
+
+def _unseen_by_mcp_span(
+    attrs: Mapping[str, Any], arguments: Any, result: Any, failure: Failure | None
+) -> str | None:
+    """What a call graded from the MCP SDK's own ``tools/call`` span cannot show: the SDK
+    writes neither the arguments nor the result on it, and a failed call's span says only
+    ``tool_error`` (no text, so no not-found)."""
+    if attrs.get("mcp.method.name") != "tools/call" or arguments is not None:
+        return None
+    told = "graded with no parameters"
+    if failure is not None and result is None and not failure.message:
+        told += ", and its failure as exit 1 even if it was a not-found"
+    return (
+        "the MCP SDK's span of this call carries neither its arguments nor its result, so it "
+        f"is {told} (record MCP calls with audited_client or audit_middleware: "
+        "docs/capture.md)"
     )
 
 
