@@ -63,7 +63,23 @@ def test_an_audited_in_memory_client_grades_like_hand_recorded_calls(
     assert session.entries[3].error == "Error executing tool tasks_show: Task T9 not found"
 
 
-def test_without_a_tool_listing_the_gateway_is_the_mappings_default(
+@pytest.mark.parametrize("wrapped", ["client", "session"])
+def test_the_listing_the_sdk_makes_by_itself_lends_its_hints_whichever_object_is_wrapped(
+    session: GradeSession, wrapped: str
+) -> None:
+    # The agent never lists the tools; the SDK's session does, before calling a tool it has
+    # not seen (for its output schema). Wrapping the Client once took no hint from it.
+    async def main() -> None:
+        async with Client(mcp_tasks.build()) as client:
+            target = client if wrapped == "client" else client.session
+            await agent(audited_client(target), list_first=False)
+
+    anyio.run(main)
+    assert [e.metadata.gateway for e in session.entries] == HINTED
+    assert_same_grade(session.entries, grade_by_hand(session.id, HINTED))
+
+
+def test_a_client_wrapped_before_it_is_entered_takes_the_hints_of_its_session(
     session: GradeSession,
 ) -> None:
     async def main() -> None:
@@ -71,7 +87,7 @@ def test_without_a_tool_listing_the_gateway_is_the_mappings_default(
             await agent(client, list_first=False)
 
     anyio.run(main)
-    assert_same_grade(session.entries, grade_by_hand(session.id))
+    assert_same_grade(session.entries, grade_by_hand(session.id, HINTED))
 
 
 def test_wrapping_twice_records_each_call_once(session: GradeSession) -> None:

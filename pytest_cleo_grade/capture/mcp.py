@@ -44,6 +44,8 @@ __all__ = ["AuditMiddleware", "audit_middleware", "audited_client", "result_fail
 
 ClientT = TypeVar("ClientT")
 _AUDITED = "_cleo_grade_audited"
+#: Set on a ``Client``'s session whose tool listings feed the client's gateway hints.
+_HINTING = "_cleo_grade_hinting"
 
 
 def _field(value: Any, *names: str) -> Any:
@@ -188,6 +190,7 @@ def audited_client(
                 fault, name, arguments, read_only=hints.get(name), source=source, mapping=mapping
             )
             return _error_result(fault)
+        _hint_from_session(client, hints)
         begun = rounds.begin(state)
         started, clock = begun
         try:
@@ -217,6 +220,29 @@ def audited_client(
         # object.__setattr__: Client is a dataclass and may refuse plain assignment later.
         object.__setattr__(client, attribute, value)
     return client
+
+
+def _hint_from_session(client: object, hints: dict[str, bool | None]) -> None:
+    """A ``Client``'s session lists the tools by itself before calling one it has not seen
+    (for their output schemas): those listings lend their ``readOnlyHint`` too, as they do to
+    an audited session, so wrapping the Client or its session grades the same calls alike."""
+    if not isinstance(getattr(type(client), "session", None), property):
+        return  # a ClientSession: its own list_tools is wrapped
+    try:
+        session = client.session  # type: ignore[attr-defined]
+    except Exception:  # not entered yet (the Client raises RuntimeError)
+        return
+    if session is None or getattr(session, _HINTING, False):
+        return
+    listed: Callable[..., Awaitable[Any]] = session.list_tools
+
+    async def list_tools(*args: Any, **kwargs: Any) -> Any:
+        listing = await listed(*args, **kwargs)
+        hints.update(_read_only_hints(listing))
+        return listing
+
+    object.__setattr__(session, "list_tools", list_tools)
+    object.__setattr__(session, _HINTING, True)
 
 
 #: The tool an audited ``call_tool`` is calling, in the task making the call: an audited
