@@ -372,14 +372,24 @@ def _ini_threshold(config: pytest.Config, name: str) -> float | None:
 
 def _path(config: pytest.Config, option: str, ini: str, default: Path) -> Path:
     value: str | None = config.getoption(option)
+    where = "--" + option.replace("_", "-")
+    if value == "":
+        raise _usage(where, "an empty path (name a file)")
     if value:
         # Like --junitxml, a path on the command line is relative to where pytest was run.
-        return unresolved_leaf(config.invocation_params.dir / expanded(value))
+        return _file(unresolved_leaf(config.invocation_params.dir / expanded(value)), where)
     text = _ini(config, ini)
     if text:
         base = config.inipath.parent if config.inipath else config.rootpath
-        return unresolved_leaf(base / expanded(text))
+        return _file(unresolved_leaf(base / expanded(text)), f"ini option {ini}")
     return unresolved_leaf(config.rootpath / default)
+
+
+def _file(path: Path, where: str) -> Path:
+    """A path that can name a file: ``/`` cannot (no last component to create or open)."""
+    if not path.name:
+        raise _usage(where, f"{path} is a directory, not a file")
+    return path
 
 
 def _setting(

@@ -471,3 +471,32 @@ def _entries_of(path: Path) -> list[Any]:
     from pytest_cleo_grade.sources import load_entries_file
 
     return load_entries_file(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["list", "--db", "/"], None, "cleo-grade: error: /: a directory, not an audit store"),
+        (["report", "--html", "r.html", "--db", "."], None, "--db .: a directory"),
+        (["import", "in.jsonl", "--db", "."], None, "--db .: a directory"),
+        (["report", "--html", "r.html"], ".", "CLEO_AUDIT_DB .: a directory"),
+        (["report", "--html", "r.html", "--db", ""], None, "--db: an empty path"),
+    ],
+)
+def test_a_store_path_naming_no_file_is_one_line_and_status_two(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    in_tmp: Path,
+    argv: list[str],
+    env: str | None,
+    expected: str,
+) -> None:
+    # "." and "/" have no last component: pathlib raised, and the command was a traceback.
+    (in_tmp / "in.jsonl").write_text(line(0) + "\n", encoding="utf-8")
+    assert run(capsys, "grade", "--entries", "in.jsonl")[0] == 0  # a history to report
+    if env is not None:
+        monkeypatch.setenv("CLEO_AUDIT_DB", env)
+    status, out, err = run(capsys, *argv)
+    assert (status, out) == (2, "")
+    assert err.count("\n") == 1 and expected in err
+    assert not (in_tmp / "r.html").exists()

@@ -440,6 +440,26 @@ def test_session_ids_are_unique_per_test_and_history_gets_one_line_per_test(
             "*cleo-grade: ini option cleo_grade_mode: invalid mode 'strict'*fail*report*",
             id="ini-mode",
         ),
+        # A path with no last component was an INTERNALERROR from pathlib.
+        pytest.param(
+            ["--cleo-grade-db=/"],
+            "",
+            "cleo-grade: --cleo-grade-db: / is a directory, not a file",
+            id="cli-db-root",
+        ),
+        pytest.param(
+            [],
+            "cleo_grade_history = /",
+            "cleo-grade: ini option cleo_grade_history: / is a directory, not a file",
+            id="ini-history-root",
+        ),
+        # An empty path was taken for no option at all, the default store used unsaid.
+        pytest.param(
+            ["--cleo-grade-db="],
+            "",
+            "cleo-grade: --cleo-grade-db: an empty path (name a file)",
+            id="cli-db-empty",
+        ),
     ],
 )
 def test_invalid_option_values_are_usage_errors_naming_the_option_and_the_forms(

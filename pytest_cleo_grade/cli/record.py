@@ -46,8 +46,19 @@ def add_db_option(parser: argparse.ArgumentParser) -> None:
 
 def db_path(args: argparse.Namespace) -> Path:
     """--db, else $CLEO_AUDIT_DB, else .cleo/audit.db under the current directory."""
-    value: str | None = getattr(args, "db", None) or os.environ.get(ENV_AUDIT_DB)
-    return Path(value) if value else Path.cwd() / DEFAULT_DB
+    given: str | None = getattr(args, "db", None)
+    if given == "":
+        raise CommandError("cleo-grade: error: --db: an empty path (name an audit store file)")
+    value = given or os.environ.get(ENV_AUDIT_DB)
+    if not value:
+        return Path.cwd() / DEFAULT_DB
+    path = Path(value)
+    if not path.name:  # "." or "/": no last component to open or create
+        where = "--db" if given else ENV_AUDIT_DB
+        raise CommandError(
+            terminal_text(f"cleo-grade: error: {where} {value}: a directory, not an audit store")
+        )
+    return path
 
 
 def register(subparsers: Any) -> None:

@@ -82,6 +82,8 @@ class AuditStore:
         timeout: float = BUSY_TIMEOUT_S,
     ) -> None:
         self.path = Path(path)
+        if not self.path.resolve().name:  # "/": no file there to open or create
+            raise StoreError(f"{self.path}: a directory, not an audit store")
         self.read_only = read_only
         self.timeout = timeout
         self._lock = threading.Lock()
