@@ -383,14 +383,18 @@ def open_append_no_follow(path: str | os.PathLike[str], mode: int = 0o644) -> in
     O_NOFOLLOW refuses a link as the last component; O_NONBLOCK keeps a FIFO from blocking
     the open, and anything but a regular file is refused.
     """
-    # Read access too: an appender checks whether the last line was torn.
-    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, mode)
+        return _open_append_regular(path, mode, os.O_NOFOLLOW)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise SymlinkRefusedError(path) from None
         raise
+
+
+def _open_append_regular(path: str | os.PathLike[str], mode: int, extra_flags: int) -> int:
+    # Read access too: an appender checks whether the last line was torn.
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | extra_flags
+    fd = os.open(path, flags, mode)
     try:
         file_mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(file_mode):
@@ -408,7 +412,9 @@ def append_markdown(path: str | os.PathLike[str], text: str) -> None:
     The block starts after a blank line unless the file is empty: a heading written after
     text without a final newline would otherwise continue that text's last line.
     """
-    with open(path, "a+b") as handle:
+    # The runner names the file (a link is followed), but only a regular file is written:
+    # /dev/zero would be read without end, and a FIFO would block the run.
+    with os.fdopen(_open_append_regular(path, 0o644, 0), "a+b") as handle:
         size = handle.seek(0, os.SEEK_END)
         handle.seek(max(0, size - 2))
         tail = handle.read()

@@ -403,10 +403,13 @@ def test_a_test_run_twice_in_one_session_is_stored_and_reported_once_with_its_fi
     assert len(props) == 11
 
 
+@pytest.mark.parametrize("where", ["directory", "/dev/zero", "/dev/full"])
 def test_an_unwritable_github_step_summary_is_a_warning(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path))  # a directory
+    # A device was read to its end before appending: /dev/zero without end, /dev/full hung.
+    summary = str(pytester.path) if where == "directory" else where
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", summary)
     make_suite(pytester, THREE_AGENTS)
     result = pytester.runpytest()
     result.assert_outcomes(passed=4, warnings=1)
