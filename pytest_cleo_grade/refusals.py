@@ -21,10 +21,8 @@ from typing import Final
 
 from pytest_cleo_grade.files import open_append_no_follow, open_regular
 
-__all__ = ["note_refusal", "refusals_for", "refusals_path"]
+__all__ = ["note_refusal", "refusals_for", "refusals_path", "refusals_size"]
 
-#: How much of the file is read, from its end: older runs' lines are not this run's.
-_READ_LIMIT: Final = 1024 * 1024
 #: The longest reason kept (one line of a failure message).
 _REASON_LIMIT: Final = 2000
 
@@ -52,27 +50,40 @@ def note_refusal(db_path: str | os.PathLike[str], session_id: str, reason: str) 
     return True
 
 
-def refusals_for(db_path: str | os.PathLike[str], session_id: str) -> list[str]:
-    """The reasons other processes noted for ``session_id``, oldest first (none: [])."""
+def refusals_size(db_path: str | os.PathLike[str]) -> int:
+    """How long the file is now (0 when there is none): a session started now reads its
+    refusals from there on, never the lines of the runs and tests before it."""
+    try:
+        return os.stat(refusals_path(db_path)).st_size
+    except OSError:
+        return 0
+
+
+def refusals_for(db_path: str | os.PathLike[str], session_id: str, since: int = 0) -> list[str]:
+    """The reasons other processes noted for ``session_id`` in the file from byte ``since``
+    on (where it ended when the session started), oldest first (none: []).
+
+    Everything written since is read, however many lines other sessions (tests on other
+    workers) added meanwhile: a tail of fixed size could miss this session's line.
+    """
     path = refusals_path(db_path)
+    reasons = []
+    needle = json.dumps(session_id).encode("utf-8")
     try:
         if not path.is_file():
             return []
         with open_regular(path) as handle:
-            size = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, size - _READ_LIMIT))
-            data = handle.read(_READ_LIMIT)
+            if os.fstat(handle.fileno()).st_size >= since:
+                handle.seek(since)  # else the file was replaced: all of it is new
+            for raw in handle:  # short lines (reasons are cut): one at a time
+                if needle not in raw:  # most lines are other sessions': no JSON parse
+                    continue
+                try:
+                    noted = json.loads(raw)
+                except ValueError:
+                    continue  # a line another process is still writing, or torn
+                if isinstance(noted, dict) and noted.get("session") == session_id:
+                    reasons.append(str(noted.get("reason", "")))
     except OSError:
-        return []
-    reasons = []
-    needle = json.dumps(session_id).encode("utf-8")
-    for raw in data.splitlines():
-        if needle not in raw:  # most lines are other sessions': no JSON parse for them
-            continue
-        try:
-            noted = json.loads(raw)
-        except ValueError:
-            continue  # the first line of a tail read, cut in two
-        if isinstance(noted, dict) and noted.get("session") == session_id:
-            reasons.append(str(noted.get("reason", "")))
+        return reasons
     return reasons

@@ -248,6 +248,8 @@ class GradeSession:
         #: Why calls of this session could not be recorded (EntryError texts, in order): a
         #: session missing calls is not graded (see grading.grade_test).
         self.refused: list[str] = []
+        #: Where the store's refusals file ended when the session started (see refusals()).
+        self._refusals_from = 0
         self._version: int | None = None
         #: Whether this session wrote to the store itself (flush()): then it must be read.
         self._flushed = False
@@ -281,6 +283,10 @@ class GradeSession:
             # while the store's data version stays this, none has (see ``entries``).
             self._version = self._store.data_version()
         if self._saved_env is None:
+            from pytest_cleo_grade.refusals import refusals_size
+
+            # Before any child can know the session: its refusals are all written after.
+            self._refusals_from = refusals_size(self.settings.db_path)
             self._saved_env = {name: os.environ.get(name) for name in _ENV_NAMES}
             self.env_before = dict(self._saved_env)
             os.environ.update(self.env)
@@ -478,7 +484,10 @@ class GradeSession:
         (:attr:`refused`) or in another that recorded into its store (a child process)."""
         from pytest_cleo_grade.refusals import refusals_for
 
-        return [*self.refused, *refusals_for(self.settings.db_path, self.id)]
+        return [
+            *self.refused,
+            *refusals_for(self.settings.db_path, self.id, since=self._refusals_from),
+        ]
 
     @property
     def dispatcher(self) -> AuditedDispatcher:

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cleo_grade.refusals import note_refusal, refusals_for, refusals_path
+from pytest_cleo_grade.refusals import (
+    note_refusal,
+    refusals_for,
+    refusals_path,
+    refusals_size,
+)
 
 
 def test_a_session_reads_its_own_refusals_in_order(tmp_path: Path) -> None:
@@ -50,3 +55,35 @@ def test_what_is_not_a_regular_file_is_not_read(tmp_path: Path, kind: str) -> No
         os.mkfifo(path)
     assert refusals_for(db, "s1") == []
     assert not note_refusal(db, "s1", "reason")
+
+
+def test_a_session_reads_from_where_the_file_ended_when_it_started_however_much_follows(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "audit.db"
+    note_refusal(db, "s1", "an earlier run's, same id")
+    since = refusals_size(db)
+    assert since == refusals_path(db).stat().st_size > 0
+    note_refusal(db, "s1", "this test's")
+    # Another worker's session refuses far more than any fixed tail of the file held (the
+    # last mebibyte was read, and this test's line fell out of it).
+    for _ in range(800):
+        note_refusal(db, "s2", "x" * 1900)
+    assert refusals_path(db).stat().st_size > 1024 * 1024
+    assert refusals_for(db, "s1", since=since) == ["this test's"]
+    assert refusals_for(db, "s1") == ["an earlier run's, same id", "this test's"]
+    assert refusals_size(tmp_path / "none.db") == 0
+
+
+def test_a_session_sees_a_childs_refusal_behind_a_mebibyte_of_other_sessions(
+    tmp_path: Path,
+) -> None:
+    from pytest_cleo_grade.session import GradeSession, SessionSettings
+
+    db = tmp_path / "audit.db"
+    note_refusal(db, "someone-before", "a line from an earlier run")
+    with GradeSession(SessionSettings(db_path=db)) as session:
+        note_refusal(db, session.id, "tasks.list: params: x is not a finite number")
+        for _ in range(800):  # another xdist worker's noisy test, meanwhile
+            note_refusal(db, "session-1795000000000-abcdef", "k" * 1900)
+        assert session.refusals() == ["tasks.list: params: x is not a finite number"]
