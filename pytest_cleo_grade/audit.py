@@ -24,7 +24,12 @@ from pytest_cleo_grade.errors import (
     StoreError,
     warnings_shown_not_raised,
 )
-from pytest_cleo_grade.models import AuditEntry, format_validation_error, non_finite_path
+from pytest_cleo_grade.models import (
+    AuditEntry,
+    format_validation_error,
+    non_finite_path,
+    not_a_json_number,
+)
 from pytest_cleo_grade.not_found import exception_exit_code
 from pytest_cleo_grade.store import AuditStore
 
@@ -160,8 +165,7 @@ def _recording_problem(
         except ValueError as exc:  # nested past what can be stored and read back
             return f"metadata: {exc}"
         if where is not None:
-            where = where.removeprefix(".")
-            return f"metadata: {where} is not a finite number (NaN and infinities are invalid)"
+            return f"metadata: {not_a_json_number(where)}"
     return None
 
 

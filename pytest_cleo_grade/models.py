@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import math
 import operator
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -42,6 +43,7 @@ __all__ = [
     "format_validation_error",
     "letter_for",
     "non_finite_path",
+    "not_a_json_number",
     "order_entries",
     "percent_of",
     "round_half_up",
@@ -120,17 +122,38 @@ class AuditMetadata(_Input):
 
 
 #: Types that can never hold a NaN (exact types: a float or str subclass takes the full walk).
-_FLAT_SCALARS: Final = frozenset({str, int, bool, type(None)})
+_FLAT_SCALARS: Final = frozenset({str, bool, type(None)})
+#: Python reads no integer of more digits than this back from JSON (its int/str conversion
+#: limit, 4300 by default; 0: none): such a number could be stored but never graded.
+_MAX_INT_DIGITS: Final = sys.get_int_max_str_digits()
+_INT_LIMIT: Final = 10**_MAX_INT_DIGITS if _MAX_INT_DIGITS else 0
+#: Fewer bits than this are always fewer digits than the limit (a cheap first test).
+_INT_BITS: Final = int(_MAX_INT_DIGITS * 3.3219) - 1
+
+
+def _readable_int(value: int) -> bool:
+    return not _INT_LIMIT or value.bit_length() < _INT_BITS or abs(value) < _INT_LIMIT
+
+
+def not_a_json_number(where: str) -> str:
+    """What is wrong at ``where``, a place :func:`non_finite_path` found."""
+    return (
+        f"{where.removeprefix('.')} is not a finite number JSON can carry (NaN, infinities "
+        f"and integers of more than {_MAX_INT_DIGITS} digits are invalid)"
+    )
 
 
 def non_finite_path(value: object) -> str | None:
-    """Where ``value`` holds a NaN or infinity (``.c``, ``[2].x``), or None if nowhere.
+    """Where ``value`` holds a NaN or infinity, or an integer too long to be read back from
+    JSON (``.c``, ``[2].x``), or None if nowhere.
 
-    One pass over nested dicts, lists and tuples; scalars other than floats cost one check.
+    One pass over nested dicts, lists and tuples; scalars other than numbers cost one check.
     ValueError when containers nest deeper than MAX_NESTING: such a value could be held but
     never stored and read back (the store and the entry files refuse it alike).
     """
-    if type(value) is dict and all(type(v) in _FLAT_SCALARS for v in value.values()):
+    if type(value) is dict and all(
+        type(v) in _FLAT_SCALARS or (type(v) is int and _readable_int(v)) for v in value.values()
+    ):
         return None  # the common flat params: strings, ints, booleans, nulls
     stack: list[tuple[str, object, int]] = [("", value, 1)]
     seen: set[int] = set()  # a container met twice (a cycle) is walked once
@@ -138,6 +161,9 @@ def non_finite_path(value: object) -> str | None:
         path, item, depth = stack.pop()
         if isinstance(item, float):
             if not math.isfinite(item):
+                return path
+        elif isinstance(item, int):
+            if not _readable_int(item):
                 return path
         elif isinstance(item, dict | list | tuple):
             if id(item) in seen:
@@ -227,9 +253,7 @@ class AuditEntry(_Input):
         if where is not None:
             # JSON has no NaN or Infinity: such a value could be stored but never read back,
             # and a session that cannot be read can never be graded.
-            raise ValueError(
-                f"{where.removeprefix('.')} is not a finite number (NaN and infinities are invalid)"
-            )
+            raise ValueError(not_a_json_number(where))
         return value
 
     @field_serializer("timestamp")

@@ -378,3 +378,23 @@ def test_a_database_given_as_entries_is_named_as_one(
         "(--db reads an audit store, --cleo-db a CLEO database)\n"
     )
     assert path.read_bytes() == before and not history.exists()
+
+
+def test_a_stored_number_past_pythons_digit_limit_is_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # A row written elsewhere (a CLEO database, an older release): the params of a tasks.add
+    # are read only when grading needs them, and json.loads raised there.
+    entries = session_entries()
+    entries[2].update(operation="add", params={"title": "t", "description": "d"})
+    write_jsonl(tmp_path / "s1.jsonl", entries)
+    assert run("import", "s1.jsonl", cwd=tmp_path).returncode == 0
+    db = sqlite3.connect(tmp_path / ".cleo" / "audit.db")
+    huge = '{"title": "t", "n": 1' + "0" * 5000 + "}"
+    db.execute("UPDATE audit_log SET details_json = ? WHERE operation = 'add'", (huge,))
+    db.commit()
+    db.close()
+    result = run("grade", "s1", "--no-save", cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("cleo-grade: error: entry 3: params cannot be read: ")

@@ -77,6 +77,9 @@ SWALLOWED_CALLS = {
         'careless(lambda: graded_session.dispatcher.query("tasks", "find", {"q": float("nan")}))'
     ),
     "audit": 'careless(lambda: audit.record("tasks", "find", {"q": float("nan")}))',
+    # Stored, and then no reader could parse it back (Python's 4300-digit limit).
+    "fixture-huge-int": 'careless(lambda: graded_session.record("tasks", "find", {"q": 10**5000}))',
+    "audit-huge-int": 'careless(lambda: audit.record("tasks", "find", {"q": [1, -10**4300]}))',
     # A framework adapter warns instead of raising into the agent (here: an adapter bug, a
     # time without a timezone; it stores a NaN argument as text).
     "adapter": 'record_call(Call("tasks_find", started=datetime(2026, 3, 1)))',
@@ -95,7 +98,11 @@ def test_a_call_that_could_not_be_recorded_fails_the_test_even_when_the_agent_ca
         [
             "cleo-grade: test_agent.py::test_agent: not every call of the test could be recorded, "
             "so its session is not graded on the rest*: "
-            + ("tool call 'tasks_find': timestamp*" if path == "adapter" else "*q is not a finite*")
+            + (
+                "tool call 'tasks_find': timestamp*"
+                if path == "adapter"
+                else "*q* is not a finite*"
+            )
         ]
     )
     # Not graded, so nothing reaches the history.
@@ -132,6 +139,10 @@ def test_the_non_finite_check_names_the_nested_place_and_survives_cycles() -> No
         pass
 
     assert non_finite_path({"flat": Odd("nan")}) == ".flat"
+    # Integers up to Python's JSON digit limit are numbers; one digit more is not.
+    assert non_finite_path({"i": 10**4300 - 1, "j": [-(10**4300 - 1)]}) is None
+    assert non_finite_path({"i": 10**4300}) == ".i"
+    assert non_finite_path({"a": {"b": [-(10**4300)]}}) == ".a.b[0]"
 
 
 @pytest.mark.parametrize("mode", ["fail", "report"])

@@ -14,6 +14,7 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any, Final, Protocol
 
+from pytest_cleo_grade.errors import EntryError
 from pytest_cleo_grade.models import AuditEntry
 
 __all__ = [
@@ -132,6 +133,17 @@ class EntryDetails:
         return f"{entry.domain}.{entry.operation}"
 
 
+def _params_of(text: str, position: int) -> Mapping[str, Any]:
+    """A stored call's parameters. Rows written elsewhere (a CLEO database, an older release)
+    may hold what Python reads no further (an integer past its digit limit): an EntryError
+    naming the entry, never a traceback."""
+    try:
+        params = json.loads(text)
+    except ValueError as exc:
+        raise EntryError(f"entry {position + 1}: params cannot be read: {exc}") from None
+    return params if isinstance(params, Mapping) else {}
+
+
 class CallDetails:
     """Details read from graded calls."""
 
@@ -148,7 +160,7 @@ class CallDetails:
         for position in positions:
             add = self._calls[position][6]
             if isinstance(add, str):  # the store's form: the parameters' JSON object text
-                yield add_facts(json.loads(add))
+                yield add_facts(_params_of(add, position))
             else:
                 yield add
 
