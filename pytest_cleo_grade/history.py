@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -85,6 +86,35 @@ def _refuse_unreadable_lines(results: list[GradeResult], lines: list[bytes], tar
             )
 
 
+#: How long a writer waits for the history's lock: longer than the store's busy timeout,
+#: which a CLI holding the lock may wait out (its grades table), and then a HistoryError:
+#: a hung or stopped holder must not hang the run.
+LOCK_TIMEOUT_S: Final = 75.0
+# Histories whose last wait ran out in this process: the next writer tries once, not for
+# LOCK_TIMEOUT_S again (a run appending a line per test would wait that long per test).
+_stuck: set[Path] = set()
+
+
+def _lock(fd: int, path: Path) -> None:
+    deadline = time.monotonic() + (0.0 if path in _stuck else LOCK_TIMEOUT_S)
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                _stuck.add(path)
+                raise HistoryError(
+                    f"{path}: locked by another process for more than {LOCK_TIMEOUT_S:.0f} s "
+                    "(a hung or stopped cleo-grade or pytest?): nothing appended"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        else:
+            _stuck.discard(path)
+            return
+
+
 @contextmanager
 def _locked_append(path: Path) -> Iterator[int]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +131,7 @@ def _locked_append(path: Path) -> Iterator[int]:
             )
         # An exclusive lock serialises writers across processes; O_APPEND alone does not
         # guarantee that a large line is written in one piece.
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _lock(fd, path)
         yield fd
     finally:
         os.close(fd)  # closing releases the lock

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -254,3 +255,27 @@ def test_a_grade_too_long_to_read_back_is_not_appended(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert [grade.session_id for grade in read_grades(path)] == ["kept"]
+
+
+def test_a_history_locked_for_good_is_an_error_after_a_deadline_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_cleo_grade import history
+
+    monkeypatch.setattr(history, "LOCK_TIMEOUT_S", 0.2)
+    path = tmp_path / "GRADES.jsonl"
+    append_grade(sample("s1"), path)
+    holder = os.open(path, os.O_RDONLY)  # another open file: its flock excludes ours
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(HistoryError, match=r"locked by another process for more than 0 s"):
+            append_grade(sample("s2"), path)
+        # The next writer in this process tries once rather than wait out the deadline again.
+        monkeypatch.setattr(history, "LOCK_TIMEOUT_S", 3600.0)
+        with pytest.raises(HistoryError, match="locked by another process"):
+            append_grade(sample("s3"), path)
+    finally:
+        os.close(holder)
+    append_grade(sample("s4"), path)  # released: written, and waits are back to normal
+    assert [g.session_id for g in read_grades(path)] == ["s1", "s4"]
+    assert path not in history._stuck
