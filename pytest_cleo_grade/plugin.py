@@ -248,6 +248,12 @@ def pytest_configure(config: pytest.Config) -> None:
     files = _run_files(config, options, repeat_options)
     _refuse_writing_over_the_store(options, files)
     _refuse_one_file_for_two(files)
+    if options.rubric_file is not None and not hasattr(config, "workerinput"):
+        # Here, not only at collection: an xdist controller collects nothing, and its
+        # workers could only error every graded test (status 1, not the usage error's 4).
+        problem = _rubric_file_problem(options.rubric_file)
+        if problem is not None:
+            raise pytest.UsageError(f"cleo-grade: rubric file {problem}")
     _configure_capture(config, options)
     # Writers live on the controller only: a worker's grades reach the controller on its
     # test reports, and the controller persists, summarises and gates.

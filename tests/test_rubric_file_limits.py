@@ -251,3 +251,22 @@ def test_a_pytest_run_with_a_broken_rubric_file_is_one_usage_error(
     assert "RecursionError" not in output
     assert "Traceback" not in output
     result.stderr.fnmatch_lines([f"ERROR: cleo-grade: rubric file */{name}: {problem}*"])
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_broken_or_missing_rubric_file_stops_an_xdist_run_too(
+    pytester: pytest.Pytester, workers: list[str]
+) -> None:
+    # The xdist controller collects nothing: the check at collection ran on the workers only,
+    # and every graded test errored (status 1) instead of one usage error (status 4).
+    (pytester.path / "rubric.toml").write_text(DEEP_FILES["deep.toml"])
+    pytester.makepyfile(
+        test_agent="def test_agent(graded_session):\n    graded_session.record('tasks', 'add')\n"
+    )
+    for name in ("rubric.toml", "missing.toml"):
+        result = pytester.runpytest_subprocess(
+            *workers, "--cleo-grade-rubric=weighted", f"--cleo-grade-rubric-file={name}"
+        )
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: cleo-grade: rubric file *{name}*"])
+        assert "error" not in result.stdout.str().lower()  # no test ran, so none errored
