@@ -226,6 +226,21 @@ def test_an_empty_session_scores_zero_with_the_files_empty_flag(support: Path) -
         ("within = 2", "rules[3] (retry).within: Input should be greater than or equal to 1"),
         ("start = 20", "dimensions[1] (safety): Value error, start (99) is above max (20)"),
         ('id = "one_ticket"', "rule id 'lookup_first' is used twice"),
+        # Read as "no condition", an empty list matched every call: a forbidden rule with
+        # `calls = []` deducted for each of them.
+        (
+            'match = { calls = ["tool.delete_user"] }',
+            "rules[0] (no_delete).match.calls: an empty list would match every call",
+        ),
+        (
+            'match = { calls = ["tool.refund"] }',
+            "match.domains: an empty list would match every call",
+        ),
+        # A conversion was called an unknown placeholder, beside "this kind has {count}".
+        (
+            'flag = "{count} searches (at most {max})"',
+            "flag: placeholder {count} takes no conversion (!r) or format spec (:...)",
+        ),
     ],
 )
 def test_a_bad_rule_file_names_the_file_and_the_field(
@@ -235,10 +250,14 @@ def test_a_bad_rule_file_names_the_file_and_the_field(
         'kind = "before"': 'kind = "sometime"',
         'kind = "ratio"': "kind = []",  # no string: its lookup raised TypeError past pydantic
         "points = -2": "points = 2",
-        'flag = "{count} searches (at most {max})"': 'flag = "{nope}"',
+        'flag = "{count} searches (at most {max})"': 'flag = "{nope}"'
+        if "unknown" in message
+        else 'flag = "{count!r} searches"',
         "within = 2": "within = 0",
         "start = 20": "start = 99",
         'id = "one_ticket"': 'id = "lookup_first"',
+        'match = { calls = ["tool.delete_user"] }': "match = { calls = [] }",
+        'match = { calls = ["tool.refund"] }': 'match = { calls = ["tool.refund"], domains = [] }',
     }[change]
     path = tmp_path / "bad.toml"
     path.write_text(SUPPORT.replace(change, replacement, 1), encoding="utf-8")

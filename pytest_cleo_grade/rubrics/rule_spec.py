@@ -84,6 +84,15 @@ class CallPattern(_Model):
     params_set: list[str] = []
     params_truthy: list[str] = []
 
+    @field_validator("calls", "domains", "gateways")
+    @classmethod
+    def _not_empty(cls, names: list[str]) -> list[str]:
+        # Left out, a condition holds for every call; written as [], it read the same way,
+        # so `calls = []` meant "any call" where its author meant "none".
+        if not names:
+            raise ValueError("an empty list would match every call: leave the key out for that")
+        return names
+
 
 Text = Annotated[str, Field(max_length=_MAX_TEXT)]
 
@@ -129,9 +138,14 @@ def _check_template(text: str, allowed: frozenset[str]) -> None:
     for _, field, spec, conversion in parsed:
         if field is None:
             continue
-        if field not in allowed or spec or conversion:
+        if field not in allowed:
             choices = ", ".join(f"{{{f}}}" for f in sorted(allowed)) or "none"
             raise ValueError(f"unknown placeholder {{{field}}}; this kind has {choices}")
+        if spec or conversion:
+            raise ValueError(
+                f"placeholder {{{field}}} takes no conversion (!r) or format spec (:...): "
+                f"write {{{field}}}"
+            )
 
 
 class Called(_Rule):
