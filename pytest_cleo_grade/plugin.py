@@ -241,10 +241,17 @@ def pytest_configure(config: pytest.Config) -> None:
     options = load_options(config)
     config.stash[OPTIONS_KEY] = options
     repeat_options = config.stash[REPEAT_OPTIONS_KEY] = load_repeat_options(config)
-    if repeat_options.fail_on_regression is not None and repeat_options.baseline is None:
-        raise pytest.UsageError(
-            "cleo-grade: --cleo-grade-fail-on-regression needs --cleo-grade-baseline=PATH|latest"
-        )
+    if repeat_options.baseline is None:
+        # Without a baseline these compare nothing: a CI job whose baseline path was lost
+        # (an empty variable) would pass having compared nothing.
+        for option, given in (
+            ("fail-on-regression", repeat_options.fail_on_regression is not None),
+            ("baseline-required", repeat_options.baseline_required),
+        ):
+            if given:
+                raise pytest.UsageError(
+                    f"cleo-grade: --cleo-grade-{option} needs --cleo-grade-baseline=PATH|latest"
+                )
     files = _run_files(config, options, repeat_options)
     _refuse_writing_over_the_store(options, files)
     _refuse_one_file_for_two(files)

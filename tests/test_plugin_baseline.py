@@ -178,6 +178,12 @@ def test_a_regression_gate_without_a_baseline_is_a_usage_error(pytester: pytest.
     bad = pytester.runpytest("--cleo-grade-baseline=latest", "--cleo-grade-fail-on-regression=x")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*invalid regression tolerance 'x'*"])
+    # Requiring a baseline that no option names passed, having compared nothing.
+    required = pytester.runpytest("--cleo-grade-baseline-required")
+    assert required.ret == pytest.ExitCode.USAGE_ERROR
+    required.stderr.fnmatch_lines(
+        ["ERROR: cleo-grade: --cleo-grade-baseline-required needs --cleo-grade-baseline=*"]
+    )
 
 
 #: A repeated test whose agent per run comes from a file: "flip" alternates 100 % and 75 %.
