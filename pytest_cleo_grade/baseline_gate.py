@@ -261,15 +261,17 @@ class BaselineGate:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         target = self.options.save_baseline
         # Only what the run counts is saved: a run of nothing but expected failures saves none.
-        current = self._current() if target is not None else {}
-        if target is not None and current:
+        if target is not None:
             from pytest_cleo_grade.baseline import write_baseline
             from pytest_cleo_grade.files import replaced_input
 
+            current = self._current()
             partial = self._partial(session, exitstatus)
             # A baseline saved from part of the suite would stop the gate checking the rest.
             if partial is not None:
                 self.note = f"baseline not saved to {target}: {partial}; save it from a whole run"
+            elif not current:
+                self.note = f"baseline not saved to {target}: no graded test counted in this run"
             # Never over the history it was read beside (grading never loses data).
             elif replaced_input(target, [self.history_path]) is not None:
                 self.note = f"baseline not saved to {target}: it would replace the grade history"

@@ -376,14 +376,22 @@ def test_a_run_never_saves_its_baseline_over_its_history(pytester: pytest.Pytest
             "the run stopped early (stopping after 1 failures)",
             id="-x",
         ),
+        # Stopped, or deselected, before any graded test: nothing was said at all.
+        pytest.param(
+            ["-x", "test_agent.py::test_three", "test_agent.py::test_one"],
+            "the run stopped early (stopping after 1 failures)",
+            id="-x before any graded test",
+        ),
+        pytest.param(["-k", "zzz"], "2 tests were deselected (-k, -m, --deselect, *)", id="-k all"),
     ],
 )
 def test_a_baseline_is_never_saved_from_part_of_the_suite(
-    pytester: pytest.Pytester, args: list[str], why: str
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: list[str], why: str
 ) -> None:
     # Saved from a subset or a stopped run, the baseline silently lost the other tests,
     # and the gate stopped checking them.
-    make_suite(pytester, SUITE + "\ndef test_three():\n    pass\n")
+    three = "\ndef test_three():\n    assert not os.environ.get('FAIL_THREE')\n"
+    make_suite(pytester, "import os\n" + SUITE + three)
     pytester.makeini("[pytest]\n")  # with pytest's cache, which --lf reads
     _agents(pytester, "perfect", "seventy_five")
     pytester.runpytest("--cleo-grade-save-baseline=baseline.json").assert_outcomes(passed=3)
@@ -391,6 +399,8 @@ def test_a_baseline_is_never_saved_from_part_of_the_suite(
     assert len(json.loads(saved)["tests"]) == 2
     _agents(pytester, "forty", "perfect")
     pytester.runpytest("--cleo-grade-fail-under=A").assert_outcomes(passed=2, failed=1)
+    if "test_agent.py::test_three" in args:
+        monkeypatch.setenv("FAIL_THREE", "1")  # the ungraded test fails first, under -x
     result = pytester.runpytest(*args, "--cleo-grade-save-baseline=baseline.json")
     result.stdout.fnmatch_lines([f"cleo-grade: baseline not saved to *baseline.json: {why}; *"])
     assert (pytester.path / "baseline.json").read_text() == saved
