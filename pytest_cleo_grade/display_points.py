@@ -66,8 +66,11 @@ def render_session(result: GradeResult, entries: Sequence[AuditEntry]) -> str:
             f"{gateway:<11} {_outcome(entry):<7} {notes}"
         )
         lines.append(line.rstrip())
-    lines.append("")
-    if not items:
+    if entries:
+        lines.append("")
+    else:
+        lines.append("(no calls: nothing to explain)")
+    if entries and not items:
         lines.append("(this rubric explains no points)")
     for name, dimension in result.dimensions.items():
         lines.append(

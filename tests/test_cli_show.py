@@ -166,3 +166,25 @@ def test_show_explains_the_grade_the_test_was_given(
     # Asking for a rubric grades again with it.
     assert main(["show", session, "--db", str(db), "--rubric", "cleo"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith("rubric cleo")
+
+
+def test_a_session_the_store_does_not_hold_is_said_so_and_strict_makes_it_not_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A mistyped id printed a plausible 0/100 F, exit 0, "this rubric explains no points".
+    db = tmp_path / "audit.db"
+    with AuditStore(db) as store:
+        store.append_many(AuditEntry.model_validate(row) for row in SESSION)
+    assert main(["show", "s2", "--db", str(db)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "cleo-grade: warning: no audit entries found for session s2\n"
+    assert out.splitlines()[:3] == [
+        "session s2 (0 calls), rubric cleo",
+        "",
+        "(no calls: nothing to explain)",
+    ]
+    assert main(["show", "s2", "--db", str(db), "--strict"]) == 4
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "cleo-grade show: session s2 not found\n")
+    assert main(["show", "s1", "--db", str(db), "--strict"]) == 0
+    assert capsys.readouterr().err == ""

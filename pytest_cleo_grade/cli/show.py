@@ -7,13 +7,15 @@ rubric the options name, and each call is printed beside the ``points`` items na
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import print_json, session_id_arg
-from pytest_cleo_grade.cli.grade import grade_with_args, session_source
+from pytest_cleo_grade.cli.grade import grade_with_args, refuse_empty, session_source
 from pytest_cleo_grade.cli.record import add_db_option
 from pytest_cleo_grade.cli.rubrics import add_rubric_options
+from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.display_points import render_session, session_json
 from pytest_cleo_grade.models import GradeResult, order_entries
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
@@ -40,6 +42,11 @@ def register(subparsers: Any) -> None:
         "--cleo-db", dest="cleo_db", metavar="PATH", help="read a CLEO database, read-only"
     )
     show.add_argument("--json", action="store_true", help="print the grade and calls as JSON")
+    show.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 4 when the session has no entries (a mistyped id, say)",
+    )
     add_db_option(show)
     add_rubric_options(
         show,
@@ -77,6 +84,13 @@ def run_show(args: argparse.Namespace) -> int:
     else:
         args.rubric = args.rubric or DEFAULT_RUBRIC
         result = grade_with_args(args, ordered, session_id, store)
+    if not ordered:
+        # A mistyped id grades as an empty session: an F that explains nothing, said so.
+        refuse_empty(result, strict=args.strict, where="cleo-grade show")
+        print(
+            "cleo-grade: warning: no audit entries found for session " + terminal_text(session_id),
+            file=sys.stderr,
+        )
     if args.json:
         print_json(session_json(result, ordered))
     else:
