@@ -411,3 +411,14 @@ def test_the_report_command_leaves_an_expected_failure_out_of_the_gate_as_the_ru
     assert "gate FAILED: mean 55% is below 75% (B)" in page  # (100 + 10) / 2, not / 3
     assert page.count(">xfailed, not counted<") == 1
     assert "not a reason" not in page
+
+
+def test_the_report_command_counts_one_grade_in_the_singular(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    append_grades([grade("t::a", 50, 0)], history)
+    monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "none.db"))
+    out = tmp_path / "report.html"
+    assert main(["report", "--html", str(out), "--history", str(history)]) == 0
+    assert capsys.readouterr().out == f"cleo-grade: wrote {out} (1 grade)\n"

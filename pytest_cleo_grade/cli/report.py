@@ -88,5 +88,6 @@ def run_report(args: argparse.Namespace) -> int:
         # --history is; the default one may well be absent (a history copied from CI).
         db_required=args.db is not None,
     )
-    print(terminal_text(f"cleo-grade: wrote {target} ({len(run.tests)} grades)"))
+    count = len(run.tests)
+    print(terminal_text(f"cleo-grade: wrote {target} ({count} grade{'' if count == 1 else 's'})"))
     return 0
