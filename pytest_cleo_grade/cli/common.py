@@ -113,4 +113,5 @@ def warnings_to_stderr() -> Iterator[None]:
         warnings.simplefilter("always")
         yield
     for warning in caught:
-        print(terminal_text(f"cleo-grade: warning: {warning.message}"), file=sys.stderr)
+        text = str(warning.message).removeprefix("cleo-grade: ")  # said once, below
+        print(terminal_text(f"cleo-grade: warning: {text}"), file=sys.stderr)

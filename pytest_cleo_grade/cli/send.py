@@ -87,16 +87,18 @@ def run_export(args: argparse.Namespace) -> int:
 
     public, secret, base = keys
     deadline = DEADLINE if args.deadline is None else args.deadline
-    try:
-        summary = export_grades(
-            grades, public_key=public, secret_key=secret, base_url=base, deadline=deadline
-        )
-    except Exception as exc:  # the SDK's HTTP and API errors: one line, never a traceback
-        from pytest_cleo_grade.exports.langfuse import failure_line
+    # The rejected scores' warnings: one stderr line each, after the summary line.
+    with warnings_to_stderr():
+        try:
+            summary = export_grades(
+                grades, public_key=public, secret_key=secret, base_url=base, deadline=deadline
+            )
+        except Exception as exc:  # the SDK's HTTP and API errors: one line, never a traceback
+            from pytest_cleo_grade.exports.langfuse import failure_line
 
-        raise CommandError(
-            f"cleo-grade: {failure_line(exc, base, secret, public)}", status=1
-        ) from None
-    sessions = len({grade.session_id for grade in grades})
-    print(terminal_text(summary.line(sessions, base)))
+            raise CommandError(
+                f"cleo-grade: {failure_line(exc, base, secret, public)}", status=1
+            ) from None
+        sessions = len({grade.session_id for grade in grades})
+        print(terminal_text(summary.line(sessions, base)))
     return 1 if summary.rejected else 0
