@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import warnings
@@ -714,9 +713,9 @@ def _export_problem(config: pytest.Config, message: str) -> None:
     if reporter is not None:
         reporter.problem(message)
         return
-    # An xdist worker has no summary of its own: a warning reaches the controller; -W error
-    # must not turn an export problem into a failed test.
-    with contextlib.suppress(Warning):
+    # An xdist worker has no summary of its own: a warning reaches the controller. Shown, not
+    # raised: -W error must neither fail the test nor (suppressed) lose the warning.
+    with warnings_shown_not_raised():
         warnings.warn(message, CleoGradeWarning, stacklevel=1)
 
 

@@ -107,15 +107,21 @@ def test_the_plugin_exports_each_grade_on_the_tests_span(pytester: pytest.Pytest
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.parametrize(
+    "extra", [[], ["-n", "2", "-W", "error"]], ids=["serial", "xdist under -W error"]
+)
 def test_the_plugin_says_when_no_sdk_is_set_up_to_take_the_events(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, extra: list[str]
 ) -> None:
+    # On a worker, -W error raised the warning and the suppression meant for it lost it.
     pytester.makepyfile(
         test_export="def test_agent(graded_session):\n"
         "    graded_session.record('session', 'list', gateway='cleo_query')\n"
     )
-    result = pytester.runpytest_subprocess("--cleo-grade-export=otel", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess(
+        "--cleo-grade-export=otel", "-p", "no:cacheprovider", *extra
+    )
+    result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(
         ["*otel export: no OpenTelemetry SDK tracer provider is set up, so the grade events*"]
     )
