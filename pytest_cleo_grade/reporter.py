@@ -78,6 +78,8 @@ class Reporter:
         self.problems: list[str] = []
         #: Lines for the end of the terminal summary (what an export did).
         self.notes: list[str] = []
+        #: Whether the run was interrupted (Ctrl-C): its grade covers the tests that finished.
+        self._interrupted = False
         #: Graded tests whose last attempt has not finished yet (see pytest_runtest_logfinish).
         self._unsaved: dict[str, GradedTest] = {}
         self._history_written = False
@@ -244,7 +246,8 @@ class Reporter:
 
     # Written after the regressions (baseline) and the repeated tests (flaky ones first).
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self._interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         self._sync()
         self._write_html()
         if "langfuse" in self.options.exports:
@@ -384,6 +387,14 @@ class Reporter:
                 terminalreporter.write_sep("-", "cleo-grade")
                 for line in summary_lines(run):
                     terminalreporter.write_line(line, **_gate_markup(line))
+            if self._interrupted:
+                # "gate passed" over the tests before a Ctrl-C would read as the whole run's.
+                count = len(run.tests)
+                terminalreporter.write_line(
+                    f"cleo-grade: the run was interrupted: its grade covers only the {count} "
+                    f"graded test{'' if count == 1 else 's'} that finished",
+                    yellow=True,
+                )
         if self._compared:
             self._comparison_summary(terminalreporter)
         notes = list(self.notes)

@@ -805,3 +805,33 @@ def test_quiet_child(graded_session):
     text = "\n".join(result.outlines)
     assert "test_child_after_the_grade: 2 calls were recorded after the test was graded" in text
     assert "test_quiet_child: " not in text  # its child's calls were all graded
+
+
+def test_an_interrupted_run_says_its_grade_covers_only_the_tests_that_finished(
+    pytester: pytest.Pytester,
+) -> None:
+    # "gate passed: mean 100%" over the one test before a Ctrl-C read as the whole run's.
+    make_suite(
+        pytester,
+        """
+        def test_one(graded_session):
+            perfect(graded_session)
+
+        def test_two(graded_session):
+            raise KeyboardInterrupt
+
+        def test_three(graded_session):
+            perfect(graded_session)
+        """,
+    )
+    result = pytester.runpytest_subprocess("--cleo-grade-gate=A")  # in process: ours too
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*gate passed: mean 100% reaches 90% (A)*",
+            "cleo-grade: the run was interrupted: its grade covers only the 1 graded test that "
+            "finished",
+        ]
+    )
+    finished = pytester.runpytest("--cleo-grade-gate=A", "-k", "one or three")
+    finished.stdout.no_fnmatch_line("*the run was interrupted*")
