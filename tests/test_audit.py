@@ -438,7 +438,13 @@ def test_a_gateway_cleo_never_writes_is_refused_where_it_is_recorded(
 
 @pytest.mark.parametrize(
     ("bad", "where"),
-    [(math.nan, "score"), (-math.inf, "score"), ([1, {"x": math.nan}], "score[1].x")],
+    [
+        (math.nan, "score"),
+        (-math.inf, "score"),
+        ([1, {"x": math.nan}], "score[1].x"),
+        (10**4300, "score"),  # stored, it could never be read back
+    ],
+    ids=["nan", "-inf", "nested-nan", "huge-int"],
 )
 def test_extra_metadata_must_be_finite_where_a_call_is_recorded(
     grade_env: Path, bad: object, where: str
@@ -446,7 +452,8 @@ def test_extra_metadata_must_be_finite_where_a_call_is_recorded(
     with pytest.raises(EntryError) as caught:
         audit.record("tasks", "find", gateway="cleo_query", metadata={"score": bad})
     assert str(caught.value) == (
-        f"tasks.find: metadata: {where} is not a finite number (NaN and infinities are invalid)"
+        f"tasks.find: metadata: {where} is not a finite number JSON can carry (NaN, "
+        "infinities and integers of more than 4300 digits are invalid)"
     )
     assert not grade_env.exists()  # nothing recorded
 

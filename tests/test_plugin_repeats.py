@@ -400,7 +400,7 @@ def test_a_later_run_of_some_runs_is_never_mixed_with_the_runs_before_it(
     assert saved["percents"] == [100.0, 75.0, 100.0, 75.0]
     report = pytester.path / "r.html"
     assert main(["report", "--html", str(report), "--history", str(history)]) == 0
-    assert "(1 grades)" in capsys.readouterr().out
+    assert "(1 grade)" in capsys.readouterr().out
 
 
 def test_an_xfail_marked_repeated_test_stays_xfailed_whatever_its_decision(
