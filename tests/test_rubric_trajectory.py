@@ -116,6 +116,19 @@ def test_the_diff_aligns_expected_and_actual_calls() -> None:
     ]
 
 
+@pytest.mark.parametrize("mode", ["in_order", "exact"])
+def test_of_identical_calls_the_first_is_the_match_and_the_repeats_the_extras(mode: str) -> None:
+    # The last of the three finds was matched: the agent's first, right, call was "unexpected".
+    entries = [entry("tasks", "find", at=i) for i in range(3)] + [entry("session", "end", at=3)]
+    diff = (grade(["tasks.find", "session.end"], mode, entries).model_extra or {})["trajectory"]
+    assert [line.split()[:3] for line in diff["diff"][1:]] == [
+        ["=", "tasks.find", "#0"],
+        ["+", "#1", "tasks.find"],
+        ["+", "#2", "tasks.find"],
+        ["=", "session.end", "#3"],
+    ]
+
+
 def test_the_matching_is_maximal_when_matchers_overlap() -> None:
     # A greedy matcher gives the first show to the broad expectation and loses the narrow one.
     entries = [

@@ -133,7 +133,12 @@ def _lcs(match: list[bytearray], columns: list[int]) -> list[tuple[str, int | No
     ops: list[tuple[str, int | None, int | None]] = []
     i, k = m, n
     while i or k:
-        if i and k and match[i - 1][columns[k - 1]] and table[i][k] == table[i - 1][k - 1] + 1:
+        if i and k and table[i][k - 1] == table[i][k] and match[i - 1][columns[k - 1]]:
+            # This call matches, and so does an earlier one as well: the earliest is the
+            # match (the later repeats are the extra calls), as a reader takes it.
+            ops.append(("+", None, columns[k - 1]))
+            k -= 1
+        elif i and k and match[i - 1][columns[k - 1]] and table[i][k] == table[i - 1][k - 1] + 1:
             ops.append(("=", i - 1, columns[k - 1]))
             i, k = i - 1, k - 1
         elif i and (not k or table[i - 1][k] >= table[i][k - 1]):
