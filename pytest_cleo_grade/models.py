@@ -152,7 +152,8 @@ def non_finite_path(value: object) -> str | None:
     never stored and read back (the store and the entry files refuse it alike).
     """
     if type(value) is dict and all(
-        type(v) in _FLAT_SCALARS or (type(v) is int and _readable_int(v)) for v in value.values()
+        type(v) in _FLAT_SCALARS or (type(v) is int and v.bit_length() < _INT_BITS)
+        for v in value.values()
     ):
         return None  # the common flat params: strings, ints, booleans, nulls
     stack: list[tuple[str, object, int]] = [("", value, 1)]
