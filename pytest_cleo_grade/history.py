@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import fcntl
 import json
 import os
@@ -266,6 +267,8 @@ def read_grades(path: str | os.PathLike[str], session_id: str | None = None) -> 
 
 
 def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:
+    if number == 1 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8) :]  # an editor's BOM, as entries files allow it
     if not raw.strip(b" \t\r"):
         return None
     try:
@@ -284,6 +287,10 @@ def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:
         return None
     except (ValueError, OverflowError, RecursionError, TypeError) as exc:
         _skip(target, number, f"not a usable grade: {exc}")
+        return None
+    if result.total_score > result.max_score:
+        # No rubric scores past its maximum: an edited or corrupted line, which ranked first.
+        _skip(target, number, "not a usable grade: totalScore is above maxScore")
         return None
     try:
         result.session_id.encode("utf-8")

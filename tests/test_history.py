@@ -279,3 +279,13 @@ def test_a_history_locked_for_good_is_an_error_after_a_deadline_not_a_hang(
     append_grade(sample("s4"), path)  # released: written, and waits are back to normal
     assert [g.session_id for g in read_grades(path)] == ["s1", "s4"]
     assert path not in history._stuck
+
+
+def test_a_byte_order_mark_before_the_first_line_is_no_corruption(tmp_path: Path) -> None:
+    # A history saved by an editor that adds a BOM lost its first grade, "corrupt".
+    path = tmp_path / "GRADES.jsonl"
+    append_grade(sample("s1"), path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [g.session_id for g in read_grades(path)] == ["s1"]

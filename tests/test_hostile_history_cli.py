@@ -118,23 +118,25 @@ def test_appending_still_works_after_a_torn_hostile_tail(history: Path) -> None:
         assert [r.session_id for r in read_grades(history)] == ["first", "last", "after"]
 
 
-def test_a_report_of_a_history_with_a_huge_finite_score_is_written(
+def test_a_history_line_scoring_above_its_maximum_is_skipped_with_its_line_number(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Its mean went through Decimal.quantize(), whose default 28 digits raised
-    # decimal.InvalidOperation out of `cleo-grade report`.
+    # 1e30/100 was read as a grade of 1e30 %, listed and ranked (and its mean once went
+    # through Decimal.quantize(), whose default 28 digits raised out of `cleo-grade report`);
+    # 870/100, a hand edit, ranked first. No rubric scores past its maximum.
     history = tmp_path / "GRADES.jsonl"
     line = {
         "sessionId": "s",
         "testId": "t::a",
-        "totalScore": 1e30,
+        "totalScore": 87,
         "maxScore": 100,
         "dimensions": {},
         "flags": [],
         "timestamp": "2026-01-01T00:00:00Z",
         "entryCount": 1,
     }
-    history.write_text(json.dumps(line) + "\n")
+    lines = [line, {**line, "totalScore": 1e30}, {**line, "totalScore": 870}]
+    history.write_text("".join(json.dumps(item) + "\n" for item in lines))
     # A store named with --db must be there (it need not hold the session).
     AuditStore(tmp_path / "a.db").close()
     page = tmp_path / "r.html"
@@ -147,5 +149,11 @@ def test_a_report_of_a_history_with_a_huge_finite_score_is_written(
         "--db",
         str(tmp_path / "a.db"),
     ]
-    assert main(args) == 0, capsys.readouterr().err
-    assert "1" + "0" * 30 + "%" in page.read_text()
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert out == f"cleo-grade: wrote {page} (1 grade)\n"
+    assert [warning.split(": ")[2] for warning in err.splitlines()] == [
+        f"{history}:2",
+        f"{history}:3",
+    ]
+    assert all("totalScore is above maxScore" in warning for warning in err.splitlines())
