@@ -166,6 +166,18 @@ def test_show_explains_the_grade_the_test_was_given(
     # Asking for a rubric grades again with it.
     assert main(["show", session, "--db", str(db), "--rubric", "cleo"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith("rubric cleo")
+    # A call stored after the grade (an import, a record) would shift every position the
+    # grade's points name: the session is graded again, and that is said.
+    late = {**entry("tasks", "list", at=59), "sessionId": session}
+    with AuditStore(db) as store:
+        store.append_many([AuditEntry.model_validate(late)])
+    assert main(["show", session, "--db", str(db)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == f"session {session} (3 calls), rubric cleo"
+    assert err == (
+        f"cleo-grade: warning: the stored grade of session {session} covers 2 entries and the "
+        "session now holds 3: graded again\n"
+    )
 
 
 def test_a_session_the_store_does_not_hold_is_said_so_and_strict_makes_it_not_found(

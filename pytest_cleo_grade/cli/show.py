@@ -79,6 +79,16 @@ def run_show(args: argparse.Namespace) -> int:
         stored = None
     # The order every rubric grades in, so the points' entry indices name these lines.
     ordered = order_entries([e for e in entries if e.session_id in (None, session_id)])
+    if stored is not None and stored.entry_count != len(ordered):
+        # Calls recorded or imported after the grade: its points' positions would name
+        # other calls than the ones that earned them.
+        print(
+            f"cleo-grade: warning: the stored grade of session {terminal_text(session_id)} "
+            f"covers {stored.entry_count} entries and the session now holds {len(ordered)}: "
+            "graded again",
+            file=sys.stderr,
+        )
+        stored = None
     if stored is not None:
         result = stored
     else:
