@@ -246,8 +246,25 @@ def test_a_judge_answering_something_else_than_text_is_a_judge_error() -> None:
         ('```\n{"a": 1}\n```', '{"a": 1}'),
         ('  ```JSON\n{"a": 1}```  ', '{"a": 1}'),
         ('Here you go:\n{"a": {"b": 2}}\nHope it helps.', '{"a": {"b": 2}}'),
+        # Braces in the prose: the text from the first to the last brace was no JSON at all.
+        ('Evaluation of {session}:\n```json\n{"a": 1}\n```', '{"a": 1}'),
+        ('<think>The agent did {x}.</think>\n{"a": 1}', '{"a": 1}'),
+        ('{"a": 1}\n\nNote: {see above}', '{"a": 1}'),
+        ('```\nexample: {}\n```\n```json\n{"a": 1}\n```', '{"a": 1}'),
+        ("no object here {at all}", "{at all}"),  # left for the caller to say why
     ],
-    ids=["bare", "json-fence", "plain-fence", "fence-no-newline", "prose-around"],
+    ids=[
+        "bare",
+        "json-fence",
+        "plain-fence",
+        "fence-no-newline",
+        "prose-around",
+        "braces-before-a-fence",
+        "reasoning-text",
+        "note-after",
+        "example-fence-first",
+        "none",
+    ],
 )
 def test_json_is_extracted_from_fences_and_surrounding_prose(text: str, expected: str) -> None:
     assert extract_json_text(text) == expected

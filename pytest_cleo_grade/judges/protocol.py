@@ -218,16 +218,52 @@ def ask_parsed(
 
 
 _FENCE: Final = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n?(.*?)\n?```$", re.DOTALL)
+#: Every fenced block of a reply, its tag (``json``, or none) and its text.
+_FENCED_BLOCK: Final = re.compile(r"```([A-Za-z0-9_-]*)[ \t]*\n(.*?)\n?```", re.DOTALL)
+#: How many opening braces of a reply are tried as the start of its object: a reply with
+#: thousands of braces must not be parsed thousands of times.
+_STARTS_TRIED: Final = 20
+
+
+def _is_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def extract_json_text(text: str) -> str:
-    """The JSON object in a reply: Markdown code fences and surrounding prose are dropped."""
+    """The JSON object in a reply: Markdown code fences and surrounding prose are dropped.
+
+    Prose may hold braces of its own (``Evaluation of {session}:``, a reasoning model's
+    ``<think>`` text, a note after the object): the object is the whole reply, else a fenced
+    block (``json`` ones first), else the first brace where a JSON object parses. When none
+    parses, the text from the first to the last brace is returned, for the caller's error.
+    """
     stripped = text.strip()
     fenced = _FENCE.match(stripped)
     if fenced:
         stripped = fenced.group(1).strip()
+    if stripped.startswith("{") and _is_object(stripped):
+        return stripped
+    blocks: list[tuple[str, str]] = _FENCED_BLOCK.findall(text)
+    blocks.sort(key=lambda block: block[0].lower() != "json")
+    for _, body in blocks:
+        if _is_object(body.strip()):
+            return body.strip()
+    decoder = json.JSONDecoder()
+    start = stripped.find("{")
+    for _ in range(_STARTS_TRIED):
+        if start < 0:
+            break
+        try:
+            value, end = decoder.raw_decode(stripped, start)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict):
+            return stripped[start:end]
+        start = stripped.find("{", start + 1)
     if not stripped.startswith("{"):
-        # Models sometimes introduce the object with a sentence; keep the outermost braces.
         start, end = stripped.find("{"), stripped.rfind("}")
         if 0 <= start < end:
             stripped = stripped[start : end + 1]
