@@ -105,6 +105,35 @@ def test_total_is_the_weighted_sum_of_normalised_scores_in_points() -> None:
 
 
 @pytest.mark.parametrize(
+    ("scores", "dimension", "points", "total"),
+    [
+        # 0.15 x 0.009 x 100 = 0.135 exactly; in floats 0.13499999..., rounded to 0.13 (the
+        # total too: every other dimension scores 0).
+        (
+            {
+                "goal_achievement": "failed",
+                "tool_efficiency": 0,
+                "process_adherence": 0,
+                "context_efficiency": 0.009,
+                "error_handling": "poor",
+                "output_quality": 0,
+            },
+            "context_efficiency",
+            0.14,
+            0.14,
+        ),
+        ({"context_efficiency": 0.779}, "context_efficiency", 11.69, 71.35),  # 11.685
+        ({"output_quality": 0.715}, "output_quality", 3.58, 65.74),  # 3.575; 65.741666...
+    ],
+)
+def test_points_and_the_total_round_half_up_from_the_exact_values(
+    scores: dict[str, float], dimension: str, points: float, total: float
+) -> None:
+    result = grade(Recorder(verdict_json(**scores)))
+    assert (result.dimensions[dimension].score, result.total_score) == (points, total)
+
+
+@pytest.mark.parametrize(
     ("category", "points"),
     [("failed", 0.0), ("partial", 10.0), ("complete", 20.0), ("exceeded", 30.0)],
 )

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final
 
@@ -370,16 +370,29 @@ def parse_reply(spec: RubricSpec, text: str) -> dict[str, Verdict]:
 # --------------------------------------------------------------------------- scoring
 
 
-def normalise(dimension: Dimension, value: float) -> float:
-    """0..1: a category's value / (categories - 1); a number's position in its range."""
+def _exact(value: float) -> Fraction:
+    """The decimal a float is written as (what the judge or the rubric file wrote: 0.15, not
+    the binary 0.1499999...), exactly."""
+    return Fraction(repr(value))
+
+
+def normalise(dimension: Dimension, value: float) -> Fraction:
+    """0..1, exactly: a category's value / (categories - 1); a number's place in its range."""
     if isinstance(dimension, CategoricalDimension):
-        return value / (len(dimension.categories) - 1)
-    return (value - dimension.min) / (dimension.max - dimension.min)
+        return _exact(value) / (len(dimension.categories) - 1)
+    low, high = _exact(dimension.min), _exact(dimension.max)
+    return (_exact(value) - low) / (high - low)
 
 
-def _points(value: float) -> float:
-    """Half-up rounding to 2 decimals, as the displayed percentages round half up."""
-    return float(Decimal(repr(value)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+def _points(value: Fraction) -> float:
+    """Half-up rounding to 2 decimals of an exact value, as the displayed percentages round
+    half up (rounding the float 0.135 would give 0.13: it is 0.13499999...)."""
+    hundredths = math.floor(value * 100 + Fraction(1, 2))
+    return float(Fraction(hundredths, 100))
+
+
+def _max_points(dimension: Dimension) -> float:
+    return _points(_exact(dimension.weight) * 100)
 
 
 def aggregate_chunks(
@@ -461,7 +474,7 @@ class WeightedJudgeRubric:
     @property
     def dimensions(self) -> Mapping[str, float]:
         """Dimension name → maximum points (weight x 100)."""
-        return {d.name: _points(d.weight * 100) for d in self.spec.dimensions}
+        return {d.name: _max_points(d) for d in self.spec.dimensions}
 
     def configure(self, config: RubricConfig) -> WeightedJudgeRubric:
         """A copy using ``config``'s rubric file, judge, judge overrides and cache."""
@@ -510,11 +523,18 @@ class WeightedJudgeRubric:
         if not mine:
             # Nothing to judge: as the CLEO rubric does, score 0 and say why.
             zero = {
-                d.name: DimensionScore(score=0, max=_points(d.weight * 100))
-                for d in self.spec.dimensions
+                d.name: DimensionScore(score=0, max=_max_points(d)) for d in self.spec.dimensions
             }
             return self._result(
-                session_id, context, timestamp, zero, 0.0, [EMPTY_SESSION_FLAG], 0, usage, {}
+                session_id,
+                context,
+                timestamp,
+                zero,
+                Fraction(0),
+                [EMPTY_SESSION_FLAG],
+                0,
+                usage,
+                {},
             )
         budget = self.spec.budget
         lines = [
@@ -531,16 +551,16 @@ class WeightedJudgeRubric:
         ]
         verdicts = aggregate_chunks(self.spec, per_chunk)
         dimensions: dict[str, DimensionScore] = {}
-        shares: list[float] = []
+        shares: list[Fraction] = []
         for dimension in self.spec.dimensions:
             verdict = verdicts[dimension.name]
-            share = dimension.weight * normalise(dimension, verdict.value)
+            share = _exact(dimension.weight) * normalise(dimension, verdict.value)
             shares.append(share)
             evidence = list(verdict.evidence)
             if verdict.rationale.strip():
                 evidence.append(f"rationale: {verdict.rationale.strip()}")
             dimensions[dimension.name] = DimensionScore(
-                score=_points(share * 100), max=_points(dimension.weight * 100), evidence=evidence
+                score=_points(share * 100), max=_max_points(dimension), evidence=evidence
             )
         extra: dict[str, Any] = {
             "judgeScores": {name: v.raw for name, v in verdicts.items()},
@@ -557,7 +577,7 @@ class WeightedJudgeRubric:
             context,
             timestamp,
             dimensions,
-            math.fsum(shares),
+            sum(shares, Fraction(0)),
             [],
             len(mine),
             usage,
@@ -677,7 +697,7 @@ class WeightedJudgeRubric:
         context: GradeContext,
         timestamp: datetime,
         dimensions: dict[str, DimensionScore],
-        overall: float,
+        overall: Fraction,
         flags: list[str],
         entry_count: int,
         usage: UsageMeter,
@@ -696,7 +716,7 @@ class WeightedJudgeRubric:
                 "evaluator": "auto",
                 "rubric": self.name,
                 "rubricVersion": self.version,
-                "overallQuality": round(overall, 6),
+                "overallQuality": round(float(overall), 6),
                 # The judge read the whole session: its points name no single entry.
                 "points": [
                     point(
