@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import pytest
 
+from pytest_cleo_grade.judges.redact import judge_url_arg
 from pytest_cleo_grade.settings import (
     CACHE_MODES,
     DEFAULT_DB,
@@ -86,22 +87,6 @@ def _compare_arg(value: str) -> tuple[str, str]:
             f"invalid comparison {value!r}: baseline and candidate are the same variant"
         )
     return base, cand
-
-
-def _url_arg(value: str) -> str:
-    from urllib.parse import urlsplit
-
-    url = value.strip()
-    parts = urlsplit(url)
-    if parts.scheme in ("http", "https") and parts.netloc:
-        return url
-    from pytest_cleo_grade.judges.redact import redact_url
-
-    # The URL may carry a key (?api-key=, user:pass@): never echo it into a CI log.
-    raise argparse.ArgumentTypeError(
-        f"invalid judge URL {redact_url(value)!r}: expected an http:// or https:// URL such as "
-        "http://127.0.0.1:8000"
-    )
 
 
 def _text_arg(option: str) -> Callable[[str], str]:
@@ -323,7 +308,7 @@ def _add_rubric_options(group: pytest.OptionGroup) -> None:
         "--cleo-grade-judge-url",
         dest="cleo_grade_judge_url",
         metavar="URL",
-        type=_url_arg,
+        type=judge_url_arg,
         default=None,
         help="OpenAI-compatible base URL of the judge, overriding the rubric file's "
         "(ini: cleo_grade_judge_url)",
@@ -463,7 +448,7 @@ def _rubric_options(config: pytest.Config) -> dict[str, Any]:
         config, "cleo_grade_rubric", _text_arg("ini option cleo_grade_rubric")
     )
     cache, _ = _setting(config, "cleo_grade_judge_cache", _cache_arg)
-    url, _ = _setting(config, "cleo_grade_judge_url", _url_arg)
+    url, _ = _setting(config, "cleo_grade_judge_url", judge_url_arg)
     model, _ = _setting(config, "cleo_grade_judge_model", str.strip)
     compare, _ = _setting(config, "cleo_grade_compare", _compare_arg)
     return {

@@ -409,3 +409,19 @@ def test_an_invalid_judge_url_option_never_echoes_its_key(pytester: pytest.Pytes
     text = result.stderr.str()
     assert "invalid judge URL 'ftp://***@judge.example/?api-key=***'" in text
     assert "hunter2" not in text and "sk-live-123" not in text
+
+
+def test_the_cli_refuses_a_judge_url_it_could_not_use_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_cleo_grade.cli import main
+
+    entries = tmp_path / "s.jsonl"
+    entries.write_text("", encoding="utf-8")
+    for url in ("http://[::1", "http://user:hunter2@127.0.0.1:99999"):
+        args = ["grade", "--entries", str(entries), "--rubric", "weighted", "--judge-url", url]
+        assert main(args) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1
+        assert err.startswith("cleo-grade grade: argument --judge-url: invalid judge URL '")
+        assert "hunter2" not in err

@@ -267,6 +267,23 @@ def test_the_rubric_is_chosen_by_marker_then_command_line_then_ini(
             "an http:// or https:// URL such as http://127.0.0.1:8000",
             id="cli-judge-url",
         ),
+        # urlsplit's ValueError reached argparse: "invalid _url_arg value".
+        pytest.param(
+            ["--cleo-grade-judge-url=http://[::1"],
+            "",
+            "",
+            "*argument --cleo-grade-judge-url: invalid judge URL 'http://[[]::1': expected *",
+            id="cli-judge-url-unclosed-ipv6",
+        ),
+        # Accepted here, it failed every judged test naming judge.base_url, not the option.
+        pytest.param(
+            [],
+            "cleo_grade_judge_url = http://127.0.0.1:99999",
+            "",
+            "ERROR: cleo-grade: ini option cleo_grade_judge_url: invalid judge URL "
+            "'http://127.0.0.1:99999': expected *",
+            id="ini-judge-url-port",
+        ),
         pytest.param(
             [],
             "cleo_grade_judge_url = ftp://judge.example",

@@ -9,7 +9,7 @@ from typing import Any
 from pytest_cleo_grade.cli.common import print_json
 from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.judges.connect import DefaultConnector
-from pytest_cleo_grade.judges.redact import redact_url
+from pytest_cleo_grade.judges.redact import judge_url_arg, redact_url
 from pytest_cleo_grade.rubrics.document import read_document
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC, GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager
@@ -62,7 +62,9 @@ def add_rubric_options(
         help="TOML or JSON file of the weighted, rules or trajectory rubric",
     )
     group.add_argument("--task", metavar="TEXT", help="what the agent was asked to do (judges)")
-    group.add_argument("--judge-url", metavar="URL", help="OpenAI-compatible base URL")
+    group.add_argument(
+        "--judge-url", type=judge_url_arg, metavar="URL", help="OpenAI-compatible base URL"
+    )
     group.add_argument("--judge-model", metavar="MODEL", help="model the judge endpoint runs")
     group.add_argument(
         "--judge-cache",
