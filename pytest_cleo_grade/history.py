@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import fcntl
 import json
 import os
@@ -118,7 +119,13 @@ def _lock(fd: int, path: Path) -> None:
 
 @contextmanager
 def _locked_append(path: Path) -> Iterator[int]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        # mkdir says "File exists" of a file where a directory of the path should be.
+        raise NotADirectoryError(
+            errno.ENOTDIR, "a parent of the path is not a directory", os.fspath(path)
+        ) from None
     # Never through a symbolic link (a planted one would carry grades out of the project),
     # never into a FIFO or a device.
     fd = open_append_no_follow(path)

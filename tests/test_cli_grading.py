@@ -282,6 +282,18 @@ def test_listing_an_absent_history_says_so(tmp_path: Path) -> None:
     assert done.stdout.startswith("No grades in ")
 
 
+def test_listing_a_session_the_history_does_not_hold_names_the_session(tmp_path: Path) -> None:
+    # "No grades in GRADES.jsonl" of a history holding grades read as an empty history.
+    write_jsonl(tmp_path / "s1.jsonl", session_entries())
+    history = tmp_path / "G.jsonl"
+    assert (
+        run("grade", "--entries", "s1.jsonl", "--history", str(history), cwd=tmp_path).returncode
+        == 0
+    )
+    done = run("list", "--history", str(history), "--session-id", "nope", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, f"No grades of session nope in {history}\n")
+
+
 def test_a_file_grades_as_its_import_does_when_calls_share_a_millisecond(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

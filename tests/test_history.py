@@ -289,3 +289,14 @@ def test_a_byte_order_mark_before_the_first_line_is_no_corruption(tmp_path: Path
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert [g.session_id for g in read_grades(path)] == ["s1"]
+
+
+def test_a_file_where_the_historys_directory_should_be_is_named_as_such(tmp_path: Path) -> None:
+    # mkdir's "File exists" named neither the file nor the cause.
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(HistoryError) as caught:
+        append_grade(sample("s1"), tmp_path / "afile" / "GRADES.jsonl")
+    assert str(caught.value) == (
+        f"{tmp_path / 'afile' / 'GRADES.jsonl'}: cannot append grade: a parent of the path is "
+        "not a directory"
+    )

@@ -368,7 +368,8 @@ def run_list(args: argparse.Namespace) -> int:
         print_json([g.to_report_dict() for g in grades])
         return 0
     if not grades:
-        print(terminal_text(f"No grades in {path}"))
+        of = "" if args.session_id is None else f" of session {args.session_id}"
+        print(terminal_text(f"No grades{of} in {path}"))
         return 0
     rows = [
         (
