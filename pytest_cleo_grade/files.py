@@ -40,6 +40,7 @@ __all__ = [
     "iter_lines",
     "json_error_text",
     "kind_of",
+    "make_parents",
     "nesting_depth",
     "open_append_no_follow",
     "open_regular",
@@ -432,6 +433,17 @@ def exclusive_temp_file(target: Path) -> tuple[int, Path]:
     return fd, Path(name)
 
 
+def make_parents(target: Path) -> None:
+    """Create the directories ``target`` needs; a file where one should be is said so."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        # mkdir says "File exists" of a file where a directory of the path should be.
+        raise NotADirectoryError(
+            errno.ENOTDIR, "a parent of the path is not a directory", os.fspath(target)
+        ) from None
+
+
 def write_atomically(target: Path, data: bytes) -> None:
     """Write ``data`` to a new file beside ``target`` and rename it over ``target``.
 
@@ -444,13 +456,7 @@ def write_atomically(target: Path, data: bytes) -> None:
     """
     partial: Path | None = None
     try:
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            # mkdir says "File exists" of a file where a directory of the path should be.
-            raise NotADirectoryError(
-                errno.ENOTDIR, "a parent of the path is not a directory", os.fspath(target)
-            ) from None
+        make_parents(target)
         with contextlib.suppress(FileNotFoundError):
             mode = os.lstat(target).st_mode
             if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):

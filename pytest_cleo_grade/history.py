@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import codecs
-import errno
 import fcntl
 import json
 import os
@@ -26,6 +25,7 @@ from pytest_cleo_grade.files import (
     compact_json_utf8,
     finite_float,
     iter_lines,
+    make_parents,
     open_append_no_follow,
     open_regular,
     parse_json_strict,
@@ -119,13 +119,7 @@ def _lock(fd: int, path: Path) -> None:
 
 @contextmanager
 def _locked_append(path: Path) -> Iterator[int]:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        # mkdir says "File exists" of a file where a directory of the path should be.
-        raise NotADirectoryError(
-            errno.ENOTDIR, "a parent of the path is not a directory", os.fspath(path)
-        ) from None
+    make_parents(path)
     # Never through a symbolic link (a planted one would carry grades out of the project),
     # never into a FIFO or a device.
     fd = open_append_no_follow(path)

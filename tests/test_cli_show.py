@@ -61,12 +61,18 @@ def test_each_call_shows_the_rules_it_triggered_and_each_dimension_its_points(
     assert not (tmp_path / ".cleo").exists()  # show saves nothing
 
 
-def test_show_reads_the_audit_store_and_prints_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def stored_session(tmp_path: Path) -> Path:
+    """A store holding SESSION (session s1)."""
     db = tmp_path / "audit.db"
     with AuditStore(db) as store:
         store.append_many(AuditEntry.model_validate(row) for row in SESSION)
+    return db
+
+
+def test_show_reads_the_audit_store_and_prints_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = stored_session(tmp_path)
     assert main(["show", "s1", "--db", str(db), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["grade"]["totalScore"] == 58
@@ -184,9 +190,7 @@ def test_a_session_the_store_does_not_hold_is_said_so_and_strict_makes_it_not_fo
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A mistyped id printed a plausible 0/100 F, exit 0, "this rubric explains no points".
-    db = tmp_path / "audit.db"
-    with AuditStore(db) as store:
-        store.append_many(AuditEntry.model_validate(row) for row in SESSION)
+    db = stored_session(tmp_path)
     assert main(["show", "s2", "--db", str(db)]) == 0
     out, err = capsys.readouterr()
     assert err == "cleo-grade: warning: no audit entries found for session s2\n"
