@@ -273,14 +273,17 @@ def test_record_from_a_shell_lands_in_the_graded_session(in_tmp: Path) -> None:
         "cleo-grade record session list --gateway cleo_query && "
         'cleo-grade record tasks show --params \'{"taskId": "T4"}\' --exit-code 4 '
         "--error 'not found' --duration 2.5 && "
-        'cleo-grade record tasks find --params \'{"query": "T4"}\''
+        'cleo-grade record tasks find --params \'{"query": "T4"}\' && '
+        # As an entry's "params": null reads: no parameters (it was "got NoneType").
+        "cleo-grade record session end --params null"
     )
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     subprocess.run(["sh", "-c", script], check=True, env=env)
     with AuditStore(db, read_only=True) as store:
         entries = store.session_entries("session-9-abcdef")
-    assert [e.operation for e in entries] == ["list", "show", "find"]
+    assert [e.operation for e in entries] == ["list", "show", "find", "end"]
+    assert entries[3].params == {}
     show = entries[1]
     assert (show.result.success, show.result.exit_code, show.result.duration) == (False, 4, 2.5)
     assert (show.error, show.metadata.source, show.params) == ("not found", "cli", {"taskId": "T4"})

@@ -195,6 +195,8 @@ def _params(text: str | None) -> dict[str, Any]:
         value = strict_json_loads(text)
     except ValueError as exc:
         raise CommandError(f"cleo-grade record: --params is not valid JSON: {exc}") from exc
+    if value is None:
+        return {}  # as an entry's "params": null reads (CLEO writes it for calls without any)
     if not isinstance(value, dict):
         raise CommandError(
             f"cleo-grade record: --params must be a JSON object, got {type(value).__name__}"
