@@ -12,7 +12,6 @@ from typing import Any, Final
 
 import pytest
 
-from pytest_cleo_grade.judges.redact import judge_url_arg
 from pytest_cleo_grade.settings import (
     CACHE_MODES,
     DEFAULT_DB,
@@ -87,6 +86,14 @@ def _compare_arg(value: str) -> tuple[str, str]:
             f"invalid comparison {value!r}: baseline and candidate are the same variant"
         )
     return base, cand
+
+
+def judge_url_arg(value: str) -> str:
+    """The judge URL option's check (judges.http's), imported only when the option is given:
+    a run that judges nothing loads no HTTP client."""
+    from pytest_cleo_grade.judges.http import judge_url_arg as check
+
+    return check(value)
 
 
 def _text_arg(option: str) -> Callable[[str], str]:

@@ -9,7 +9,8 @@ from typing import Any
 from pytest_cleo_grade.cli.common import print_json
 from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.judges.connect import DefaultConnector
-from pytest_cleo_grade.judges.redact import judge_url_arg, redact_url
+from pytest_cleo_grade.judges.http import judge_url_arg
+from pytest_cleo_grade.judges.redact import redact_url
 from pytest_cleo_grade.rubrics.document import read_document
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC, GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager

@@ -9,6 +9,7 @@ applies to each socket read), and no reply is read past its size cap.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import email.utils
@@ -38,7 +39,7 @@ from pytest_cleo_grade.judges.protocol import (
 )
 from pytest_cleo_grade.judges.redact import mask, redact_url, url_secrets
 
-__all__ = ["OpenAICompatibleJudge", "build_judge", "chat_completions_url"]
+__all__ = ["OpenAICompatibleJudge", "build_judge", "chat_completions_url", "judge_url_arg"]
 
 #: HTTP statuses worth another attempt: rate limiting and server-side failures.
 _RETRY_STATUSES: Final = frozenset({429}) | frozenset(range(500, 600))
@@ -493,3 +494,22 @@ def _describe(exc: BaseException) -> str:
 def build_judge(settings: JudgeSettings) -> OpenAICompatibleJudge:
     """The HTTP judge of a ``[judge]`` table (RubricError when base_url or model is missing)."""
     return OpenAICompatibleJudge.from_settings(settings)
+
+
+def judge_url_arg(value: str) -> str:
+    """A judge URL option's value (``--cleo-grade-judge-url``, ``--judge-url``): an http or
+    https URL with a host and a valid port, else ArgumentTypeError naming it, redacted (it
+    may carry a key: ``?api-key=``, ``user:pass@``, never echoed into a CI log)."""
+    url = value.strip()
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError when out of 0..65535
+        usable = parts.scheme in ("http", "https") and bool(parts.netloc)
+    except ValueError:  # "http://[::1": an unclosed IPv6 address
+        usable = False
+    if usable:
+        return url
+    raise argparse.ArgumentTypeError(
+        f"invalid judge URL {redact_url(value)!r}: expected an http:// or https:// URL such as "
+        "http://127.0.0.1:8000"
+    )

@@ -3,7 +3,7 @@
 A judge URL may carry a key (``?api-key=...``, ``https://user:key@host``); every URL the
 package prints, stores or puts in a cache row goes through :func:`redact_url`, and every text
 that came back from an endpoint goes through :func:`mask` with the request's secrets.
-Pure string work (urllib only to check an option's URL): the rubric layer prints URLs too.
+Pure string work (no urllib): the rubric layer prints URLs too.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["MASK", "basic_token", "judge_url_arg", "mask", "redact_url", "url_secrets"]
+__all__ = ["MASK", "basic_token", "mask", "redact_url", "url_secrets"]
 
 MASK: Final = "***"
 
@@ -98,25 +98,3 @@ def mask(text: str, secrets: Iterable[str]) -> str:
         if len(secret) >= _MIN_SECRET_CHARS:
             text = text.replace(secret, MASK)
     return text
-
-
-def judge_url_arg(value: str) -> str:
-    """A judge URL option's value (``--cleo-grade-judge-url``, ``--judge-url``): an http or
-    https URL with a host and a valid port, else ArgumentTypeError naming it, redacted (it
-    may carry a key: ``?api-key=``, ``user:pass@``, never echoed into a CI log)."""
-    import argparse
-    from urllib.parse import urlsplit
-
-    url = value.strip()
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError when out of 0..65535
-        usable = parts.scheme in ("http", "https") and bool(parts.netloc)
-    except ValueError:  # "http://[::1": an unclosed IPv6 address
-        usable = False
-    if usable:
-        return url
-    raise argparse.ArgumentTypeError(
-        f"invalid judge URL {redact_url(value)!r}: expected an http:// or https:// URL such as "
-        "http://127.0.0.1:8000"
-    )
