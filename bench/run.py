@@ -43,6 +43,8 @@ from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.cli import main as cli_main
 from pytest_cleo_grade.cli.grade import grade_entries_file, grade_from_store
 from pytest_cleo_grade.models import validate_entry_dicts
+from pytest_cleo_grade.rubrics.cleo import grade_calls
+from pytest_cleo_grade.rubrics.cleo_calls import graded_call
 from pytest_cleo_grade.store import AuditStore, entry_row
 from pytest_cleo_grade.store.imports import import_workers
 from pytest_cleo_grade.workers import WORKERS_ENV
@@ -191,15 +193,20 @@ def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
     rows: list[Row] = []
     per_entry: dict[int, float] = {}
     read_per_entry: dict[int, float] = {}  # only reading the graded fields: the limit
+    calls_per_entry: dict[int, float] = {}  # the same grader over tuples, as the floor reads
     for size in (large, small):
         raw = synthetic(size)
         entries = validate_entry_dicts(raw)
         tuples = [to_row(data) for data in raw]
+        # The graded calls the store's read path and the file grader build from columns and
+        # lines: the project's grader on tuples, the input form of the floor.
+        calls = [graded_call(entry) for entry in entries]
         del raw
         result = grade_entries(entries, session_id="bench")
         agreed = tuple_grade(tuples) == (result.total_score, result.flags)
-        if not agreed:
-            sys.exit(f"the tuple floor disagrees with grade_entries on {size:,} entries")
+        by_calls = grade_calls(calls, session_id="bench", now=result.timestamp)
+        if not agreed or by_calls != result:
+            sys.exit(f"the tuple floor or grade_calls disagrees on {size:,} entries")
         repeat = max(1, 20_000 // size)  # time small sizes over several calls
 
         figures = alternate(
@@ -207,12 +214,14 @@ def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
                 "project": _per_call(partial(grade_entries, entries, session_id="bench"), repeat),
                 "floor": _per_call(partial(tuple_grade, tuples), repeat),
                 "fields": _per_call(partial(read_fields, entries), repeat),
+                "calls": _per_call(partial(grade_calls, calls, session_id="bench"), repeat),
             },
             rounds,
         )
-        p, f = figures["project"], figures["floor"]
+        p, f, c = figures["project"], figures["floor"], figures["calls"]
         per_entry[size] = p.median / size
         read_per_entry[size] = figures["fields"].median / size
+        calls_per_entry[size] = c.median / size
         ratio = paired_ratio(p, f)
         if size == large:
             r = figures["fields"]
@@ -238,6 +247,16 @@ def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
                     None,
                 )
             )
+            rows.append(
+                Row(
+                    f"  the same grader over {size:,} graded calls (tuples) vs the floor",
+                    f"{c.min:.3f} / {c.median:.3f} s",
+                    f"{f.min:.3f} / {f.median:.3f} s",
+                    paired_ratio(c, f),
+                    "(the store's read path; the floor's input form)",
+                    None,
+                )
+            )
         else:
             rows.append(
                 Row(
@@ -249,7 +268,7 @@ def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
                     p.median * 1000 <= TYPESCRIPT_1K_MS,
                 )
             )
-        del entries, tuples
+        del entries, tuples, calls
     growth = per_entry[large] / per_entry[small]
     limit = read_per_entry[large] / read_per_entry[small]
     rows.append(
@@ -270,6 +289,16 @@ def grade_rows(sizes: tuple[int, int], rounds: int) -> list[Row]:
             f"{read_per_entry[small] * 1e6:.3f} us",
             limit,
             "(the limit: memory, not the grader)",
+            None,
+        )
+    )
+    rows.append(
+        Row(
+            f"  the grader over graded calls (tuples), {large:,} vs {small:,}",
+            f"{calls_per_entry[large] * 1e6:.3f} us",
+            f"{calls_per_entry[small] * 1e6:.3f} us",
+            calls_per_entry[large] / calls_per_entry[small],
+            "(the grader itself)",
             None,
         )
     )
