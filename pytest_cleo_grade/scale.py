@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 from typing import Final, Literal
 
 __all__ = [
@@ -51,6 +52,14 @@ def round_half_up(value: float) -> int:
     """
     # to_integral_value, unlike quantize, has no 28-digit limit: 1e300 rounds too.
     return int(Decimal(repr(value)).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def hundredths_half_up(value: Fraction) -> float:
+    """An exact non-negative value rounded half up to two decimals (2/3 -> 0.67), as a float.
+
+    Rounding the float instead would round 0.135 down: as a float it is 0.13499999...
+    """
+    return float(Fraction(math.floor(value * 100 + Fraction(1, 2)), 100))
 
 
 def percent_of(score: float, max_score: float) -> float:

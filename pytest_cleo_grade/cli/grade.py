@@ -342,13 +342,17 @@ def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None 
     return 0
 
 
+def warn_no_entries(session_id: str) -> None:
+    """The warning of a session graded without entries (a mistyped id, say)."""
+    print(
+        "cleo-grade: warning: no audit entries found for session " + terminal_text(session_id),
+        file=sys.stderr,
+    )
+
+
 def _print_grade(args: argparse.Namespace, result: GradeResult) -> None:
     if result.entry_count == 0:
-        print(
-            "cleo-grade: warning: no audit entries found for session "
-            + terminal_text(result.session_id),
-            file=sys.stderr,
-        )
+        warn_no_entries(result.session_id)
     if args.json:
         print_json(result.to_report_dict())
     else:

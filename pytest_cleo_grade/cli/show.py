@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import print_json, session_id_arg
-from pytest_cleo_grade.cli.grade import grade_with_args, refuse_empty, session_source
+from pytest_cleo_grade.cli.grade import (
+    grade_with_args,
+    refuse_empty,
+    session_source,
+    warn_no_entries,
+)
 from pytest_cleo_grade.cli.record import add_db_option
 from pytest_cleo_grade.cli.rubrics import add_rubric_options
 from pytest_cleo_grade.display import terminal_text
@@ -97,10 +102,7 @@ def run_show(args: argparse.Namespace) -> int:
     if not ordered:
         # A mistyped id grades as an empty session: an F that explains nothing, said so.
         refuse_empty(result, strict=args.strict, where="cleo-grade show")
-        print(
-            "cleo-grade: warning: no audit entries found for session " + terminal_text(session_id),
-            file=sys.stderr,
-        )
+        warn_no_entries(session_id)
     if args.json:
         print_json(session_json(result, ordered))
     else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Final, Literal
@@ -23,7 +22,7 @@ from pytest_cleo_grade.judges.protocol import (
     UsageMeter,
     ask_parsed,
     cache_key,
-    extract_json_text,
+    load_json_reply,
 )
 from pytest_cleo_grade.judges.untrusted import inline, one_line_json
 from pytest_cleo_grade.models import AuditEntry, format_validation_error
@@ -357,7 +356,7 @@ def parse_judge_answer(text: str) -> SubstantiveScores:
     """Validate a judge's JSON answer (a bare object, or under ``scores``; code fences and
     surrounding prose are dropped as for the weighted rubric's judge)."""
     try:
-        data = json.loads(extract_json_text(text))
+        data = load_json_reply(text)
     except ValueError as exc:
         raise JudgeError(f"judge answer is not JSON: {exc}") from exc
     except RecursionError as exc:

@@ -42,6 +42,7 @@ __all__ = [
     "ask_parsed",
     "cache_key",
     "extract_json_text",
+    "load_json_reply",
 ]
 
 
@@ -225,32 +226,34 @@ _FENCED_BLOCK: Final = re.compile(r"```([A-Za-z0-9_-]*)[ \t]*\n(.*?)\n?```", re.
 _STARTS_TRIED: Final = 20
 
 
-def _is_object(text: str) -> bool:
+def _object_of(text: str) -> dict[str, Any] | None:
     try:
-        return isinstance(json.loads(text), dict)
+        value = json.loads(text)
     except (ValueError, RecursionError):
-        return False
+        return None
+    return value if isinstance(value, dict) else None
 
 
-def extract_json_text(text: str) -> str:
-    """The JSON object in a reply: Markdown code fences and surrounding prose are dropped.
+def _find_object(text: str) -> tuple[str, dict[str, Any] | None]:
+    """The JSON object in a reply, as text and parsed (each candidate is parsed once), or the
+    text from its first to its last brace and None when no object parses.
 
-    Prose may hold braces of its own (``Evaluation of {session}:``, a reasoning model's
-    ``<think>`` text, a note after the object): the object is the whole reply, else a fenced
-    block (``json`` ones first), else the first brace where a JSON object parses. When none
-    parses, the text from the first to the last brace is returned, for the caller's error.
+    Markdown code fences and surrounding prose are dropped. Prose may hold braces of its own
+    (``Evaluation of {session}:``, a reasoning model's ``<think>`` text, a note after the
+    object): the object is the whole reply, else a fenced block (``json`` ones first), else
+    the first brace where a JSON object parses.
     """
     stripped = text.strip()
     fenced = _FENCE.match(stripped)
     if fenced:
         stripped = fenced.group(1).strip()
-    if stripped.startswith("{") and _is_object(stripped):
-        return stripped
+    if stripped.startswith("{") and (whole := _object_of(stripped)) is not None:
+        return stripped, whole
     blocks: list[tuple[str, str]] = _FENCED_BLOCK.findall(text)
     blocks.sort(key=lambda block: block[0].lower() != "json")
     for _, body in blocks:
-        if _is_object(body.strip()):
-            return body.strip()
+        if (inside := _object_of(body.strip())) is not None:
+            return body.strip(), inside
     decoder = json.JSONDecoder()
     start = stripped.find("{")
     for _ in range(_STARTS_TRIED):
@@ -261,13 +264,26 @@ def extract_json_text(text: str) -> str:
         except (ValueError, RecursionError):
             value = None
         if isinstance(value, dict):
-            return stripped[start:end]
+            return stripped[start:end], value
         start = stripped.find("{", start + 1)
     if not stripped.startswith("{"):
         start, end = stripped.find("{"), stripped.rfind("}")
         if 0 <= start < end:
             stripped = stripped[start : end + 1]
-    return stripped
+    return stripped, None
+
+
+def extract_json_text(text: str) -> str:
+    """The JSON object in a reply as text (see :func:`load_json_reply`)."""
+    return _find_object(text)[0]
+
+
+def load_json_reply(text: str) -> Any:
+    """The JSON object in a reply, parsed: code fences and prose around it (braces in it
+    included) are dropped. When no object parses, the parser's ValueError (JSONDecodeError)
+    or RecursionError for the likeliest text, for the caller to say why."""
+    found, value = _find_object(text)
+    return value if value is not None else json.loads(found)
 
 
 class JudgeSettings(BaseModel):

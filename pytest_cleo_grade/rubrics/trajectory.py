@@ -15,7 +15,6 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final
@@ -37,6 +36,7 @@ from pytest_cleo_grade.models import (
 from pytest_cleo_grade.rubrics.document import read_document
 from pytest_cleo_grade.rubrics.points import point
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
+from pytest_cleo_grade.scale import hundredths_half_up
 
 __all__ = [
     "DEFAULT_MODE",
@@ -251,8 +251,7 @@ def _out_of_order(
 
 def _percent(f1: Fraction) -> float:
     """100 x F1, rounded half up to two decimals (2/3 -> 66.67)."""
-    exact = Decimal(f1.numerator * 100) / Decimal(f1.denominator)
-    return float(exact.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+    return hundredths_half_up(f1 * 100)
 
 
 def diff_lines(

@@ -82,7 +82,8 @@ class AuditStore:
         timeout: float = BUSY_TIMEOUT_S,
     ) -> None:
         self.path = Path(path)
-        if not self.path.resolve().name:  # "/": no file there to open or create
+        resolved = self.path.resolve()
+        if not resolved.name:  # "/": no file there to open or create
             raise StoreError(f"{self.path}: a directory, not an audit store")
         self.read_only = read_only
         self.timeout = timeout
@@ -91,7 +92,7 @@ class AuditStore:
         self._claim: int | None = None
         #: Read-only: the WAL's side files were absent before the open (see close()).
         self._tidy_sides = read_only and not any(
-            map(os.path.lexists, _sides(self.path.resolve(), "-wal", "-shm"))
+            map(os.path.lexists, _sides(resolved, "-wal", "-shm"))
         )
         try:
             _retry_while_locked(self._open, timeout)

@@ -39,7 +39,7 @@ from pytest_cleo_grade.judges.protocol import (
     UsageMeter,
     ask_parsed,
     cache_key,
-    extract_json_text,
+    load_json_reply,
 )
 from pytest_cleo_grade.judges.untrusted import inline, one_line_json
 from pytest_cleo_grade.models import (
@@ -64,6 +64,7 @@ from pytest_cleo_grade.rubrics.weighted.spec import (
     default_source,
     load_rubric_file,
 )
+from pytest_cleo_grade.scale import hundredths_half_up
 
 # The rubric-file names are re-exported: callers configure this rubric through them.
 __all__ = [
@@ -336,7 +337,7 @@ def _verdict(dimension: Dimension, reply: _DimensionReply) -> Verdict:
 def parse_reply(spec: RubricSpec, text: str) -> dict[str, Verdict]:
     """Parse and validate a judge's reply; ValueError says what is wrong with it."""
     try:
-        data = json.loads(extract_json_text(text))
+        data = load_json_reply(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     except (ValueError, RecursionError) as exc:
@@ -384,15 +385,8 @@ def normalise(dimension: Dimension, value: float) -> Fraction:
     return (_exact(value) - low) / (high - low)
 
 
-def _points(value: Fraction) -> float:
-    """Half-up rounding to 2 decimals of an exact value, as the displayed percentages round
-    half up (rounding the float 0.135 would give 0.13: it is 0.13499999...)."""
-    hundredths = math.floor(value * 100 + Fraction(1, 2))
-    return float(Fraction(hundredths, 100))
-
-
 def _max_points(dimension: Dimension) -> float:
-    return _points(_exact(dimension.weight) * 100)
+    return hundredths_half_up(_exact(dimension.weight) * 100)
 
 
 def aggregate_chunks(
@@ -560,7 +554,7 @@ class WeightedJudgeRubric:
             if verdict.rationale.strip():
                 evidence.append(f"rationale: {verdict.rationale.strip()}")
             dimensions[dimension.name] = DimensionScore(
-                score=_points(share * 100), max=_max_points(dimension), evidence=evidence
+                score=hundredths_half_up(share * 100), max=_max_points(dimension), evidence=evidence
             )
         extra: dict[str, Any] = {
             "judgeScores": {name: v.raw for name, v in verdicts.items()},
@@ -707,7 +701,7 @@ class WeightedJudgeRubric:
             {
                 "sessionId": session_id,
                 "taskId": context.task_id,
-                "totalScore": _points(overall * 100),
+                "totalScore": hundredths_half_up(overall * 100),
                 "maxScore": 100,
                 "dimensions": dimensions,
                 "flags": flags,
