@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -390,3 +391,42 @@ def test_a_validation_failure_quoting_not_found_is_no_not_found_either_way(
     assert (first.result.success, first.result.exit_code) == (False, 1)
     assert first.params == {"id": "Fix the 404 page not found"}
     assert second.result.success
+
+
+def test_parallel_calls_cancelled_by_a_siblings_error_are_recorded_as_failures(
+    session: GradeSession,
+) -> None:
+    # When one of a response's parallel calls raises, pydantic-ai cancels the others. The
+    # hooks caught only Exception, so a cancelled call (maybe a tasks.add that had acted) was
+    # not recorded at all, while the instrumented run's spans recorded it as a failure.
+    agent: Agent[None, str] = Agent(capabilities=[AuditHooks()])
+    running = asyncio.Event()
+
+    @agent.tool_plain
+    async def tasks_add(title: str, description: str) -> str:
+        running.set()
+        await asyncio.sleep(30)  # cancelled long before
+        return "T2"
+
+    @agent.tool_plain
+    async def tasks_show(taskId: str) -> dict[str, str]:
+        await running.wait()
+        raise KeyError(taskId)
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(
+            parts=[
+                ToolCallPart("tasks_add", {"title": "A", "description": "d"}),
+                ToolCallPart("tasks_show", {"taskId": "T9"}),
+            ]
+        )
+
+    with pytest.raises(KeyError):
+        agent.run_sync("go", model=FunctionModel(respond))
+    outcomes = {
+        e.operation: (e.result.success, e.result.exit_code, e.error) for e in session.entries
+    }
+    assert outcomes == {
+        "show": (False, 4, "'T9'"),
+        "add": (False, 1, "cancelled before it ended (CancelledError)"),
+    }

@@ -31,12 +31,14 @@ from pytest_cleo_grade.capture.direct import expect_call, expected_call_ended
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
+    StartedIn,
     ToolMapping,
     elapsed_ms,
     envelope_failure,
     injected_fault,
-    record_call,
+    record_call_started_in,
     record_injected,
+    session_at_start,
     texts_envelope_failure,
 )
 
@@ -95,7 +97,9 @@ def audit_hooks(
     *, mapping: ToolMapping | None = None, source: str = SOURCE
 ) -> dict[Any, list[Any]]:
     """The ``hooks=`` mapping for ``ClaudeAgentOptions`` recording every tool call."""
-    started: dict[str, tuple[datetime, int]] = {}
+    # When each call began, and in which session (a call that ends in the next test is not
+    # that test's).
+    started: dict[str, tuple[datetime, int, StartedIn]] = {}
     lock = threading.Lock()
     # These hooks' own calls, told apart from another audit_hooks()'s with the same ids.
     own = object()
@@ -105,9 +109,11 @@ def audit_hooks(
         expected_call_ended((own, key))
         with lock:
             begun = started.pop(key, None)
-        when, clock = begun if begun is not None else (datetime.now(UTC), time.perf_counter_ns())
+        if begun is None:
+            begun = (datetime.now(UTC), time.perf_counter_ns(), session_at_start())
+        when, clock, started_in = begun
         duration = _sdk_duration(data.get("duration_ms"))
-        record_call(
+        record_call_started_in(
             Call(
                 tool=str(data.get("tool_name")),
                 arguments=data.get("tool_input"),
@@ -117,6 +123,7 @@ def audit_hooks(
                 source=source,
                 extra={"toolUseId": key} if key else {},
             ),
+            started_in,
             mapping=mapping,
         )
 
@@ -141,7 +148,7 @@ def audit_hooks(
         # By tool and arguments: the span knows nothing of Claude's tool_use_id.
         expect_call((own, key), _server_tool(tool), arguments=arguments)
         with lock:
-            started[key] = (datetime.now(UTC), time.perf_counter_ns())
+            started[key] = (datetime.now(UTC), time.perf_counter_ns(), session_at_start())
         return {}
 
     async def post_tool_use(

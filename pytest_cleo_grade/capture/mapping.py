@@ -85,6 +85,7 @@ __all__ = [
     "exit_code_for",
     "map_tool_call",
     "parse_arguments",
+    "raised_failure",
     "record_call",
     "record_call_started_in",
     "says_not_found",
@@ -669,6 +670,15 @@ def _warn_unseen(call: Call) -> None:
                 CleoGradeWarning,
                 stacklevel=3,
             )
+
+
+def raised_failure(tool: str, exc: BaseException) -> Failure:
+    """The failure of a call that raised. A cancellation (the caller's timeout, a
+    ``move_on_after``, a sibling call's error cancelling the others) is no Exception, but the
+    call was made and may have acted: it is a failure saying it was cancelled."""
+    if isinstance(exc, Exception):
+        return Failure(tool=tool, exception=exc)
+    return Failure(tool=tool, message=f"cancelled before it ended ({type(exc).__name__})")
 
 
 #: The graded session a call started in: what :func:`pytest_cleo_grade.audit.active_session`

@@ -31,12 +31,15 @@ from pytest_cleo_grade.capture.direct import direct_call
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
+    StartedIn,
     ToolMapping,
     elapsed_ms,
     envelope_failure,
     injected_fault,
-    record_call,
+    raised_failure,
+    record_call_started_in,
     record_injected,
+    session_at_start,
 )
 from pytest_cleo_grade.faults import Fault
 
@@ -93,7 +96,8 @@ def _input_required(result: Any) -> bool:
     return bool(_field(result, "result_type", "resultType") == "input_required")
 
 
-_Begun = tuple[datetime, int]
+# When a call began, by the clock and the monotonic counter, and the session it began in.
+_Begun = tuple[datetime, int, StartedIn]
 
 
 class _Rounds:
@@ -115,7 +119,7 @@ class _Rounds:
                 found = self._begun.pop(state, None)
             if found is not None:
                 return found
-        return datetime.now(UTC), time.perf_counter_ns()
+        return datetime.now(UTC), time.perf_counter_ns(), session_at_start()
 
     def pending(self, result: Any, begun: _Begun) -> bool:
         """Whether ``result`` only asks for input (then it is no outcome: nothing to record)."""
@@ -192,7 +196,6 @@ def audited_client(
             return _error_result(fault)
         _hint_from_session(client, hints)
         begun = rounds.begin(state)
-        started, clock = begun
         try:
             # Named: a tool span around it of another tool (the tool whose code makes this
             # call) is another call, and so is one inside it of another tool.
@@ -203,13 +206,13 @@ def audited_client(
                 finally:
                     _passing_on.reset(passing_on)
         except BaseException as exc:
-            failure: Failure | None = _raised(name, exc)
-            _record(name, arguments, failure, hints.get(name), started, clock, source, mapping)
+            failure: Failure | None = raised_failure(name, exc)
+            _record(name, arguments, failure, hints.get(name), begun, source, mapping)
             raise
         if rounds.pending(result, begun):
             return result
         failure = result_failure(name, result)
-        _record(name, arguments, failure, hints.get(name), started, clock, source, mapping)
+        _record(name, arguments, failure, hints.get(name), begun, source, mapping)
         return result
 
     for attribute, value in (
@@ -253,15 +256,6 @@ _passing_on: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 
-def _raised(name: str, exc: BaseException) -> Failure:
-    """The failure of a call that raised. A cancellation (the caller's timeout, a
-    ``move_on_after``, a cancelled task) is no Exception, but the call was made and may have
-    acted: it is a failure saying it was cancelled."""
-    if isinstance(exc, Exception):
-        return Failure(tool=name, exception=exc)
-    return Failure(tool=name, message=f"cancelled before it ended ({type(exc).__name__})")
-
-
 def _error_result(fault: Fault) -> BaseModel:
     """A ``tools/call`` result with ``isError``, as a server reports a failing tool."""
     from mcp.types import CallToolResult, TextContent
@@ -275,11 +269,11 @@ def _record(
     arguments: Any,
     failure: Failure | None,
     read_only: bool | None,
-    started: datetime,
-    clock: int,
+    begun: _Begun,
     source: str,
     mapping: ToolMapping | None,
 ) -> None:
+    started, clock, started_in = begun
     call = Call(
         tool=name,
         arguments=arguments,
@@ -289,7 +283,8 @@ def _record(
         duration_ms=elapsed_ms(clock),
         source=source,
     )
-    record_call(call, mapping=mapping)
+    # Into the session the call started in: a call a test left running is not the next one's.
+    record_call_started_in(call, started_in, mapping=mapping)
 
 
 # MCPServer turns a crashing tool into an ``isError`` result that says only "Error executing
@@ -400,7 +395,6 @@ class AuditMiddleware:
         crashes: list[BaseException] = []
         token = _crash.set(crashes)
         begun = self._rounds.begin(state)
-        started, clock = begun
         try:
             # Named: a tool span inside it that names another tool (a call the tool's own
             # code makes) is another call, recorded by whoever sees it, not this one.
@@ -412,8 +406,8 @@ class AuditMiddleware:
                 read_only = await self._hint(name)
             else:
                 read_only = (self._hints or {}).get(name)
-            raised = _raised(name, exc)
-            _record(name, arguments, raised, read_only, started, clock, self.source, self.mapping)
+            raised = raised_failure(name, exc)
+            _record(name, arguments, raised, read_only, begun, self.source, self.mapping)
             raise
         finally:
             _crash.reset(token)
@@ -425,7 +419,7 @@ class AuditMiddleware:
                 tool=name, exception=crashes[-1], payload=failure.payload, message=failure.message
             )
         read_only = await self._hint(name)
-        _record(name, arguments, failure, read_only, started, clock, self.source, self.mapping)
+        _record(name, arguments, failure, read_only, begun, self.source, self.mapping)
         return result
 
 

@@ -36,6 +36,8 @@ hands it to, with that processor's mapping and source).
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
@@ -52,9 +54,12 @@ from pytest_cleo_grade.capture.direct import SpanClaims
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
+    StartedIn,
     ToolMapping,
     envelope_failure,
     record_call,
+    record_call_started_in,
+    session_at_start,
     texts_envelope_failure,
 )
 
@@ -201,6 +206,8 @@ class AuditTracingProcessor(TracingProcessor):
     def __init__(self, *, mapping: ToolMapping | None = None, source: str = SOURCE) -> None:
         self.mapping = mapping
         self.source = source
+        self._started_in: OrderedDict[tuple[str, str], StartedIn] = OrderedDict()
+        self._lock = threading.Lock()
 
     def on_trace_start(self, trace: Any) -> None:
         return None
@@ -209,13 +216,23 @@ class AuditTracingProcessor(TracingProcessor):
         return None
 
     def on_span_start(self, span: Any) -> None:
-        return None
+        if isinstance(span.span_data, FunctionSpanData):
+            # The session the call starts in: one a test left running (in a thread) that
+            # ends during the next test is still the first test's call.
+            with self._lock:
+                self._started_in[(str(span.trace_id), str(span.span_id))] = session_at_start()
+                if len(self._started_in) > RECORDED_SPANS_KEPT:
+                    self._started_in.popitem(last=False)  # spans that never ended
 
     def on_span_end(self, span: Any) -> None:
         data = span.span_data
-        if not isinstance(data, FunctionSpanData) or stopped_before_running(span.error):
+        if not isinstance(data, FunctionSpanData):
             return
-        if not _first_to_record(span):
+        key = (str(span.trace_id), str(span.span_id))
+        with self._lock:
+            known = key in self._started_in
+            started_in = self._started_in.pop(key, None)
+        if stopped_before_running(span.error) or not _first_to_record(span):
             return
         started, ended = _time(span.started_at), _time(span.ended_at)
         duration = (ended - started).total_seconds() * 1000 if started and ended else None
@@ -223,21 +240,23 @@ class AuditTracingProcessor(TracingProcessor):
         mcp_data = data.mcp_data
         if isinstance(mcp_data, Mapping):
             extra["mcp"] = dict(mcp_data)
-        record_call(
-            Call(
-                tool=data.name,
-                arguments=data.input,
-                failure=span_failure(
-                    data.name, span.error, data.output, mcp=isinstance(mcp_data, Mapping)
-                ),
-                started=started,
-                duration_ms=duration,
-                source=self.source,
-                extra=extra,
-                unseen=_unseen(data, span.error),
+        call = Call(
+            tool=data.name,
+            arguments=data.input,
+            failure=span_failure(
+                data.name, span.error, data.output, mcp=isinstance(mcp_data, Mapping)
             ),
-            mapping=self.mapping,
+            started=started,
+            duration_ms=duration,
+            source=self.source,
+            extra=extra,
+            unseen=_unseen(data, span.error),
         )
+        if not known:
+            # Started before this processor was registered: where it started is not known.
+            record_call(call, mapping=self.mapping)
+        else:
+            record_call_started_in(call, started_in, mapping=self.mapping)
 
     def shutdown(self) -> None:
         return None

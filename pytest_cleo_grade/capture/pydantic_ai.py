@@ -43,12 +43,15 @@ from pytest_cleo_grade.capture.direct import DirectCall, direct_call
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
+    StartedIn,
     ToolMapping,
     elapsed_ms,
     envelope_failure,
     injected_fault,
-    record_call,
+    raised_failure,
+    record_call_started_in,
     record_injected,
+    session_at_start,
 )
 from pytest_cleo_grade.errors import CleoGradeError
 
@@ -61,7 +64,7 @@ _NOT_FAILURES = (CallDeferred, ApprovalRequired, SkipToolExecution, SkipToolVali
 _RETRY_REQUESTS = (ModelRetry, ToolRetryError, ValidationError)
 
 
-def _failure(ctx: RunContext[Any], call: ToolCallPart, exc: Exception) -> Failure:
+def _failure(ctx: RunContext[Any], call: ToolCallPart, exc: BaseException) -> Failure:
     """How the call failed: what the tool (or its validation) said, not pydantic-ai's verdict
     that it said so once too often.
 
@@ -79,7 +82,7 @@ def _failure(ctx: RunContext[Any], call: ToolCallPart, exc: Exception) -> Failur
         and ctx.retry >= ctx.max_retries
     ):
         return Failure(tool=call.tool_name, exception=cause)
-    return Failure(tool=call.tool_name, exception=exc)
+    return raised_failure(call.tool_name, exc)
 
 
 def _this_call(call: ToolCallPart, args: Any) -> AbstractContextManager[DirectCall]:
@@ -109,8 +112,11 @@ class AuditHooks(AbstractCapability[Any]):
         failure: Failure | None,
         started: datetime,
         clock: int,
+        started_in: StartedIn,
     ) -> None:
-        record_call(
+        # The session the call started in: one a test left running (in a thread) that ends
+        # during the next test is still the first test's call.
+        record_call_started_in(
             Call(
                 tool=call.tool_name,
                 arguments=arguments,
@@ -120,6 +126,7 @@ class AuditHooks(AbstractCapability[Any]):
                 source=self.source,
                 extra={"toolCallId": call.tool_call_id} if call.tool_call_id else {},
             ),
+            started_in,
             mapping=self.mapping,
         )
 
@@ -132,14 +139,14 @@ class AuditHooks(AbstractCapability[Any]):
         args: Any,
         handler: WrapToolValidateHandler,
     ) -> Any:
-        started, clock = datetime.now(UTC), time.perf_counter_ns()
+        started, clock, started_in = datetime.now(UTC), time.perf_counter_ns(), session_at_start()
         try:
             with _this_call(call, args):
                 return await handler(args)
         except _NOT_FAILURES:
             raise
-        except Exception as exc:
-            self._record(call, args, _failure(ctx, call, exc), started, clock)
+        except BaseException as exc:
+            self._record(call, args, _failure(ctx, call, exc), started, clock, started_in)
             raise
 
     async def wrap_tool_execute(
@@ -161,16 +168,17 @@ class AuditHooks(AbstractCapability[Any]):
                     fault, call.tool_name, args, source=self.source, mapping=self.mapping
                 )
                 raise ModelRetry(fault.error)
-        started, clock = datetime.now(UTC), time.perf_counter_ns()
+        started, clock, started_in = datetime.now(UTC), time.perf_counter_ns(), session_at_start()
         try:
             with _this_call(call, args):
                 result = await handler(args)
         except _NOT_FAILURES:
             raise
-        except Exception as exc:
-            self._record(call, args, _failure(ctx, call, exc), started, clock)
+        except BaseException as exc:
+            self._record(call, args, _failure(ctx, call, exc), started, clock, started_in)
             raise
-        self._record(call, args, envelope_failure(call.tool_name, result), started, clock)
+        failure = envelope_failure(call.tool_name, result)
+        self._record(call, args, failure, started, clock, started_in)
         return result
 
 
