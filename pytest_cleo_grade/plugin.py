@@ -761,9 +761,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         outcome = yield
     except (pytest.skip.Exception, pytest.xfail.Exception):
         raise  # a skipped test is never graded; pytest.xfail() is an expected failure
-    except (Exception, pytest.fail.Exception):
+    except (Exception, pytest.fail.Exception, SystemExit):
         # A test that failed on its own keeps its failure; its grade is still recorded.
-        # Interrupts (other BaseExceptions) are not graded.
+        # sys.exit() in the body is such a failure (pytest reports it as one); an interrupt
+        # (KeyboardInterrupt) is not graded.
         session = _late_session(item, session)
         if session is not None:
             problem = _grade_item(item, session)
@@ -775,6 +776,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         return outcome
     if _skipped_by_unittest(item):
         return outcome
+    if _refresh_marker(item):
+        # A marker the body added (request.applymarker) decides the grade too.
+        session.grader = _grader(item)
     graded = _grade_item(item, session)
     if isinstance(graded, str):
         item.stash[FAILED_FOR_GRADE_KEY] = True

@@ -592,6 +592,44 @@ def test_markers_added_late_the_env_and_a_caught_ingest_cannot_make_the_gate_lie
     assert "invalid JSON" in text
 
 
+def test_a_marker_the_body_adds_and_a_body_that_calls_sys_exit_are_graded(
+    pytester: pytest.Pytester,
+) -> None:
+    # A marker added in the body was ignored (a test below its own threshold passed, a bad
+    # one passed silently); a body ending in sys.exit() failed with no grade recorded at all.
+    make_suite(
+        pytester,
+        """
+        import sys
+
+        def test_body_marker(graded_session, request):
+            request.applymarker(pytest.mark.cleo_grade(fail_under="A"))
+            forty(graded_session)
+
+        def test_body_bad_marker(graded_session, request):
+            request.applymarker(pytest.mark.cleo_grade(fail_under="Z"))
+            perfect(graded_session)
+
+        def test_exits(graded_session):
+            forty(graded_session)
+            sys.exit(3)
+        """,
+    )
+    result = pytester.runpytest("--junitxml=junit.xml")
+    result.assert_outcomes(failed=3)
+    text = "\n".join(result.outlines)
+    assert "is below the threshold 90% (A) set by @pytest.mark.cleo_grade" in text
+    assert "'Z'" in text
+    result.stdout.fnmatch_lines(["*test_agent.py::test_exits *40/100*", "FAILED*SystemExit: 3*"])
+    lines = history_lines(pytester.path)
+    assert sorted(line["testId"].split("::")[-1] for line in lines) == [
+        "test_body_marker",
+        "test_exits",
+    ]
+    junit = (pytester.path / "junit.xml").read_text()
+    assert junit.count('name="cleo_grade"') == 2
+
+
 def test_a_threshold_marker_on_a_test_that_never_grades_is_a_warning(
     pytester: pytest.Pytester,
 ) -> None:
