@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("langchain.agents", reason="needs the langchain extra (langchain 1.x)")
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import ToolRetryMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool, tool
@@ -174,6 +175,30 @@ def test_middleware_and_callbacks_together_record_each_call_once(session: GradeS
     agent = create_agent(scripted(CALLS), make_tools("envelope"), middleware=[AuditMiddleware()])
     agent.invoke({"messages": [HumanMessage("go")]}, config={"callbacks": [AuditCallbackHandler()]})
     assert len(session.entries) == len(CALLS)
+
+
+def test_a_retry_middleware_inside_the_recording_one_is_one_call_with_callbacks_too(
+    session: GradeSession,
+) -> None:
+    # Each retry is a new tool run with the same call id: the callbacks took only the first
+    # as the middleware's call and recorded the other attempts again (three entries).
+    attempts: list[str] = []
+
+    @tool
+    def tasks_show(taskId: str) -> dict[str, str]:
+        """Show a task."""
+        attempts.append(taskId)
+        raise KeyError(taskId)
+
+    retry = ToolRetryMiddleware(max_retries=2, initial_delay=0, jitter=False)
+    agent = create_agent(
+        scripted([("tasks_show", {"taskId": MISSING_TASK})]),
+        [tasks_show],
+        middleware=[AuditMiddleware(), retry],
+    )
+    agent.invoke({"messages": [HumanMessage("go")]}, config={"callbacks": [AuditCallbackHandler()]})
+    assert len(attempts) == 3
+    assert [(e.operation, e.result.exit_code) for e in session.entries] == [("show", 4)]
 
 
 def test_an_injected_not_found_fails_the_call_before_the_tool_runs(session: GradeSession) -> None:

@@ -31,7 +31,7 @@ __all__ = [
     "expected_call_ended",
     "forget_expected_calls",
     "is_expected_call",
-    "is_own_tool_run",
+    "own_tool_run",
     "remove_listener",
     "same_call",
 ]
@@ -96,9 +96,14 @@ class DirectCall:
     """One call an adapter records itself; ``identity`` is what the adapter said of it."""
 
     identity: CallIdentity
-    #: Whether a tool run inside the call was already taken as its own (see is_own_tool_run).
-    _run_seen: bool = field(default=False, repr=False)
+    #: Whether the call's own tool run is going on now (see own_tool_run).
+    _run_open: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def own_run_ended(self) -> None:
+        """The run :func:`own_tool_run` took as this call's own has ended."""
+        with self._lock:
+            self._run_open = False
 
 
 _CURRENT: Final[ContextVar[DirectCall | None]] = ContextVar("cleo_grade_direct_call", default=None)
@@ -135,20 +140,24 @@ def current_direct_call() -> DirectCall | None:
     return _CURRENT.get()
 
 
-def is_own_tool_run(identity: CallIdentity) -> bool:
-    """Whether a tool run starting now is the current direct call's own run (a callback seeing
-    the call the middleware records), not a separate call made inside it.
+def own_tool_run(identity: CallIdentity) -> DirectCall | None:
+    """The current direct call when a tool run starting now is that call's own run (a callback
+    seeing the call the middleware records), else None: a separate call made inside it.
 
-    The call's own run starts before its tool's code does, so only the first tool run inside a
-    direct call can be it; any later one is a call the tool makes (a sub-agent's).
+    The call's own run starts before its tool's code does, so a run that starts while the own
+    run is going on is a call the tool makes (a sub-agent's). One that starts after it ended is
+    the call once more: a retry middleware inside the recording one runs the tool again per
+    attempt, and the call is still recorded once. Tell the call when its own run ends
+    (:meth:`DirectCall.own_run_ended`).
     """
     call = _CURRENT.get()
     if call is None:
-        return False
+        return None
     with call._lock:
-        first = not call._run_seen
-        call._run_seen = True
-    return first and same_call(identity, call.identity)
+        if call._run_open or not same_call(identity, call.identity):
+            return None
+        call._run_open = True
+    return call
 
 
 def add_listener(listener: Callable[[DirectCall], None]) -> None:

@@ -42,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[langchain]'"
     ) from exc
 
-from pytest_cleo_grade.capture.direct import CallIdentity, direct_call, is_own_tool_run
+from pytest_cleo_grade.capture.direct import CallIdentity, DirectCall, direct_call, own_tool_run
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -203,6 +203,8 @@ class AuditCallbackHandler(BaseCallbackHandler):
         self.mapping = mapping
         self.source = source
         self._runs: dict[UUID, _Started] = {}
+        #: Runs that are a middleware's call, by run id: the call is told when each ends.
+        self._own: dict[UUID, DirectCall] = {}
         self._lock = threading.Lock()
 
     def on_tool_start(
@@ -216,8 +218,13 @@ class AuditCallbackHandler(BaseCallbackHandler):
     ) -> None:
         name = (serialized or {}).get("name") or kwargs.get("name") or "tool"
         arguments = inputs if inputs is not None else parse_arguments(input_str)
-        if is_own_tool_run(CallIdentity.of(str(name), kwargs.get("tool_call_id"), arguments)):
-            return  # the middleware records this call (not the calls its tool makes)
+        own = own_tool_run(CallIdentity.of(str(name), kwargs.get("tool_call_id"), arguments))
+        if own is not None:
+            # The middleware records this call (not the calls its tool makes), once however
+            # many attempts a retry middleware inside it makes.
+            with self._lock:
+                self._own[run_id] = own
+            return
         with self._lock:
             self._runs[run_id] = _Started(
                 str(name), arguments, datetime.now(UTC), time.perf_counter_ns(), session_at_start()
@@ -226,6 +233,9 @@ class AuditCallbackHandler(BaseCallbackHandler):
     def _finish(self, run_id: UUID, failure_of: Callable[[str], Failure | None]) -> None:
         with self._lock:
             begun = self._runs.pop(run_id, None)
+            own = self._own.pop(run_id, None)
+        if own is not None:
+            own.own_run_ended()
         if begun is None:
             return
         record_call_started_in(
@@ -249,5 +259,8 @@ class AuditCallbackHandler(BaseCallbackHandler):
             # Paused by interrupt() (or handed over): the resumed run is a new tool run.
             with self._lock:
                 self._runs.pop(run_id, None)
+                own = self._own.pop(run_id, None)
+            if own is not None:
+                own.own_run_ended()
             return
         self._finish(run_id, lambda tool: Failure(tool=tool, exception=error))
