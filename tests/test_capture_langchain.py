@@ -148,6 +148,30 @@ def test_a_toolnode_error_from_a_bare_keyerror_is_a_not_found(session: GradeSess
     assert "KeyError('T9')" in (entry.error or "")
 
 
+@pytest.mark.parametrize(
+    "handle",
+    ["The tool failed, try again.", lambda error: f"Tool error: {error}"],
+    ids=["text", "function"],
+)
+def test_a_keyerror_toolnode_turns_into_its_own_text_is_still_a_not_found(
+    session: GradeSession, handle: Any
+) -> None:
+    # The interceptor sees only the error message the node's handle_tool_errors made, which
+    # need not name the KeyError: it was recorded as exit 1.
+    @tool
+    def tasks_show(taskId: str) -> Any:
+        """Show a task."""
+        return {"T1": {"id": "T1"}}[taskId]
+
+    node = ToolNode([tasks_show], handle_tool_errors=handle, wrap_tool_call=audit_tool_call)
+    calls = [("tasks_show", {"taskId": "T9"}), ("tasks_show", {"taskId": "T1"})]
+    langgraph_agent(scripted(calls), node).invoke({"messages": [HumanMessage("go")]})
+    missing, found = session.entries
+    assert (missing.result.success, missing.result.exit_code) == (False, 4)
+    assert missing.error in {"The tool failed, try again.", "Tool error: 'T9'"}
+    assert (found.result.success, found.result.exit_code) == (True, 0)
+
+
 def test_the_async_interceptor_records_the_same_calls(session: GradeSession) -> None:
     node = ToolNode(make_tools("envelope"), awrap_tool_call=AuditMiddleware().awrap_tool_call)
     graph = langgraph_agent(scripted(CALLS), node)

@@ -24,9 +24,12 @@ Names and exit codes go through the shared mapping (docs/capture.md): a ``KeyErr
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +39,7 @@ try:
     from langchain.agents.middleware import AgentMiddleware
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.messages import ToolMessage
+    from langchain_core.tracers.context import register_configure_hook
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "pytest_cleo_grade.capture.langchain needs langchain 1.x and langchain-core: "
@@ -100,6 +104,69 @@ def _injected_message(fault: Fault, tool_call: Any) -> ToolMessage:
     )
 
 
+class _OwnRunError(BaseCallbackHandler):
+    """What the tool of one middleware call raised, when its node turned that into text.
+
+    ``ToolNode(handle_tool_errors=...)`` gives the middleware an error ``ToolMessage`` whose
+    text is whatever the setting makes of the exception ("The tool failed" from a string, a
+    function's reply): a ``KeyError`` would be no not-found. The tool's own run still reports
+    the exception to the callbacks, and this handler, added to every run configured inside the
+    call, keeps it: the last of the call's own runs (a retry middleware inside runs it again),
+    not the runs a tool's code starts while its own run goes on.
+    """
+
+    run_inline = True  # called where the run is, even by an async callback manager
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.error: BaseException | None = None
+        self._open: UUID | None = None
+
+    def on_tool_start(
+        self, serialized: Any, input_str: str, *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        if self._open is None:
+            self._open, self.error = run_id, None
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id == self._open:
+            self._open = None
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id == self._open:
+            self._open, self.error = None, error
+
+
+_own_run_error: ContextVar[_OwnRunError | None] = ContextVar(
+    "cleo_grade_langchain_own_run_error", default=None
+)
+# LangChain's own way to add a handler to the runs configured in a context (as its
+# collect_runs() does): the tool run inside the middleware's call gets the handler above.
+register_configure_hook(_own_run_error, inheritable=False)
+
+
+@contextmanager
+def _watching_own_run() -> Iterator[_OwnRunError]:
+    watch = _OwnRunError()
+    token = _own_run_error.set(watch)
+    try:
+        yield watch
+    finally:
+        _own_run_error.reset(token)
+
+
+def _result_failure(tool: str, result: Any, watch: _OwnRunError) -> Failure | None:
+    """The failure a call's result reports; for an error message its node made of the tool's
+    exception, with that exception (its class decides the exit code, as when it propagates)."""
+    failure = message_failure(tool, result)
+    error = watch.error
+    handled = failure is not None and getattr(result, "status", None) == "error"
+    if handled and isinstance(error, Exception) and not isinstance(error, _CONTROL_FLOW):
+        # The text stays what the model was told; the exception decides the exit code.
+        return dataclasses.replace(failure, exception=error)
+    return failure
+
+
 @dataclass(frozen=True)
 class _Started:
     tool: str
@@ -156,14 +223,17 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         if injected is not None:
             return injected
         try:
-            with direct_call(begun.tool, call_id=begun.call_id, arguments=begun.arguments):
+            with (
+                direct_call(begun.tool, call_id=begun.call_id, arguments=begun.arguments),
+                _watching_own_run() as watch,
+            ):
                 result = handler(request)
         except _CONTROL_FLOW:
             raise  # paused (interrupt()) or handed over: recorded when it really runs
         except Exception as exc:
             self._record(begun, Failure(tool=begun.tool, exception=exc))
             raise
-        self._record(begun, message_failure(begun.tool, result))
+        self._record(begun, _result_failure(begun.tool, result, watch))
         return result
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -171,14 +241,17 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         if injected is not None:
             return injected
         try:
-            with direct_call(begun.tool, call_id=begun.call_id, arguments=begun.arguments):
+            with (
+                direct_call(begun.tool, call_id=begun.call_id, arguments=begun.arguments),
+                _watching_own_run() as watch,
+            ):
                 result = await handler(request)
         except _CONTROL_FLOW:
             raise  # paused (interrupt()) or handed over: recorded when it really runs
         except Exception as exc:
             self._record(begun, Failure(tool=begun.tool, exception=exc))
             raise
-        self._record(begun, message_failure(begun.tool, result))
+        self._record(begun, _result_failure(begun.tool, result, watch))
         return result
 
 
