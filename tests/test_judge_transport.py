@@ -200,6 +200,19 @@ def dribble_body(handler: BaseHTTPRequestHandler) -> None:
         time.sleep(0.3)
 
 
+def dribble_body_then_close(handler: BaseHTTPRequestHandler) -> None:
+    # A reply that closes the connection (HTTP/1.0's way, or Connection: close): http.client
+    # lets go of the connection's socket as soon as it reads the headers.
+    handler.send_response(200)
+    handler.send_header("Content-Length", "100")
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    for _ in range(100):
+        handler.wfile.write(b" ")
+        handler.wfile.flush()
+        time.sleep(0.3)
+
+
 def dribble_headers(handler: BaseHTTPRequestHandler) -> None:
     handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
     for _ in range(100):
@@ -208,7 +221,11 @@ def dribble_headers(handler: BaseHTTPRequestHandler) -> None:
         time.sleep(0.3)
 
 
-@pytest.mark.parametrize("answer", [dribble_body, dribble_headers], ids=["body", "headers"])
+@pytest.mark.parametrize(
+    "answer",
+    [dribble_body, dribble_body_then_close, dribble_headers],
+    ids=["body", "body-then-close", "headers"],
+)
 def test_a_server_sending_a_byte_every_300ms_fails_at_the_total_deadline(answer: object) -> None:
     with ScriptedServer(answer) as server:  # type: ignore[arg-type]
         judge = keyed_judge(server.base_url, timeout=1.0)

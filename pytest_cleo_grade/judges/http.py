@@ -313,13 +313,24 @@ class OpenAICompatibleJudge:
         """POST once within the total deadline; _Retryable on transport trouble."""
         connection, path, proxy_headers = self._connection(target)
         expired = threading.Event()
+        # The connection's sockets, kept here: http.client lets go of its socket once a reply
+        # says the connection closes after it (HTTP/1.0, Connection: close), and the reply
+        # then reads from it with no connection holding it.
+        opened: list[socket.socket] = []
+        connect = connection.connect
+
+        def connect_and_keep() -> None:
+            connect()
+            if connection.sock is not None:
+                opened.append(connection.sock)
+
+        connection.connect = connect_and_keep  # type: ignore[method-assign]
 
         def expire() -> None:
             # A socket timeout bounds each read, not the request: a server sending a byte at a
             # time would never trip it. Shutting the socket down ends any blocked read at once.
             expired.set()
-            sock = connection.sock
-            if sock is not None:
+            for sock in {id(s): s for s in (connection.sock, *opened) if s is not None}.values():
                 with contextlib.suppress(OSError):  # already closed
                     sock.shutdown(socket.SHUT_RDWR)
 
