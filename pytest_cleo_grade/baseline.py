@@ -157,13 +157,13 @@ def latest_from_history(results: Sequence[Any], *, whole: bool = True) -> dict[s
 
 
 def short_in_history(results: Sequence[Any]) -> dict[str, str]:
-    """The repeated tests whose latest series in a history is short, with "1 of 4 runs": the
+    """The repeated tests whose latest series in a history is short, with "1 of 4 runs graded": the
     ``partial`` of :func:`compare_baseline` for a history compared as the candidate."""
     found = {}
     for test_id, series in latest_series(results, _history_test).items():
         short = short_series(series)
         if short is not None:
-            found[test_id] = f"{short[0]} of {short[1]} runs"
+            found[test_id] = f"{short[0]} of {short[1]} runs graded"
     return found
 
 
@@ -246,7 +246,8 @@ def compare_baseline(
 ) -> BaselineComparison:
     """Every common test's total and dimensions against the baseline; without a tolerance
     for a metric, its change is shown but never a regression. ``partial`` names repeated
-    tests of which only some runs ran (with "1 of 4 runs"): they are listed, not compared."""
+    tests of which only some runs ran or were graded (with "1 of 4 runs ran"): they are
+    listed, not compared."""
     partial = partial or {}
     changes: list[Change] = []
     seen_metrics = {TOTAL}

@@ -160,12 +160,23 @@ class BaselineGate:
         self.runs_ran.setdefault(info.test_id, set()).add(info.run)
 
     def _partial_series(self) -> dict[str, str]:
-        """Repeated tests of which only some runs ran (-k, --lf, a run stopped early)."""
-        return {
-            test_id: f"{len(self.runs_ran[test_id])} of {runs} runs"
-            for test_id, runs in self.runs_asked.items()
-            if len(self.runs_ran[test_id]) < runs
-        }
+        """Repeated tests of which only some runs ran (-k, --lf, a run stopped early, a node
+        id naming one run) or were graded (a run that failed to grade, a skipped run): the
+        rest are no measure of the test's mean, as the HTML report says too."""
+        graded: dict[str, set[int]] = {}
+        for test in self.graded.values():
+            extra = test.result.model_extra or {}
+            run = extra.get("run")
+            if isinstance(run, int):
+                graded.setdefault(str(extra.get("testId")), set()).add(run)
+        partial = {}
+        for test_id, runs in self.runs_asked.items():
+            ran, scored = len(self.runs_ran[test_id]), len(graded.get(test_id, ()))
+            if ran < runs:
+                partial[test_id] = f"{ran} of {runs} runs ran"
+            elif scored < runs:
+                partial[test_id] = f"{scored} of {runs} runs graded"
+        return partial
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self.deselected += _graded(items)
@@ -192,6 +203,11 @@ class BaselineGate:
         files, rerun = _left_out_by_lf(session.config)
         if max(rerun, self.lf_rerun) or max(files, self.lf_files):
             return "--lf re-ran only the tests that failed last time"
+        series = self._partial_series()
+        if series:
+            first = min(series)
+            more = f" (and {len(series) - 1} more tests)" if len(series) > 1 else ""
+            return f"{first}: only {series[first]}{more}"
         return None
 
     def _current(self) -> dict[str, TestGrades]:

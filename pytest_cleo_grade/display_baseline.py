@@ -96,7 +96,7 @@ def baseline_lines(
     lines += [f"within noise {change_text(c)}" for c in comparison.changes if c.note]
     lines += [f"new test (not in baseline): {t}" for t in comparison.new_tests]
     lines += [f"missing from this run (in baseline): {t}" for t in comparison.missing_tests]
-    lines += [f"not compared, {ran} ran: {t}" for t, ran in comparison.partial_tests]
+    lines += [f"not compared, {why}: {t}" for t, why in comparison.partial_tests]
     others = [c for c in comparison.changes if not c.regressed and not c.note]
     lines += [f"  {change_text(c)}" for c in others if c.metric == "total"]
     return lines
@@ -140,9 +140,9 @@ def _listed(label: str, tests: Iterable[str]) -> list[str]:
 def _lists(comparison: BaselineComparison) -> list[tuple[str, list[str]]]:
     """The lines below the table after the problems, each kind with its name in the count."""
     partial = [
-        f"\nNot compared, {markdown_cell(ran)} ran: "
+        f"\nNot compared, {markdown_cell(why)}: "
         f"{markdown_code_cell(clipped(test), in_table=False)}"
-        for test, ran in comparison.partial_tests
+        for test, why in comparison.partial_tests
     ]
     return [
         ("new tests", _listed("New test (not in baseline)", comparison.new_tests)),

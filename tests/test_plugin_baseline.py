@@ -304,7 +304,7 @@ def test_a_short_series_in_the_history_is_no_baseline_and_no_candidate(
     capsys.readouterr()
     assert main(["baseline", "diff", str(saved), history, "--fail-on-regression=total:5"]) == 0
     out = capsys.readouterr().out
-    assert "not compared, 1 of 4 runs ran: test_agent.py::test_agent" in out
+    assert "not compared, 1 of 4 runs graded: test_agent.py::test_agent" in out
     assert "REGRESSION" not in out
 
 
@@ -473,3 +473,43 @@ def test_a_whole_run_saves_its_baseline_whatever_it_left_out_that_is_not_graded(
         "test_agent.py::test_two",
         "test_agent.py::test_zz_last",
     ]
+
+
+def test_one_run_named_by_its_node_id_or_a_run_that_failed_to_grade_is_no_whole_series(
+    pytester: pytest.Pytester,
+) -> None:
+    # Naming one run's node id saved a baseline of that run alone (no -k to count as a
+    # deselection); and a series with a run that could not be graded was compared on the
+    # rest by the gate while the HTML report of the same run said "not compared".
+    make_suite(
+        pytester,
+        REPEATED.replace(
+            "    choice = Path",
+            "    if Path('silent.txt').exists() and cleo_grade_run == 2:\n"
+            "        return  # nothing recorded: this run cannot be graded\n"
+            "    choice = Path",
+        ),
+    )
+    pytester.makefile(".txt", agent="perfect")
+    pytester.runpytest("--cleo-grade-save-baseline=baseline.json").assert_outcomes(passed=4)
+    saved = (pytester.path / "baseline.json").read_text()
+    pytester.makefile(".txt", agent="forty")
+    one = pytester.runpytest(
+        "--cleo-grade-save-baseline=baseline.json", "test_agent.py::test_agent[run-3]"
+    )
+    one.stdout.fnmatch_lines(
+        [
+            "*baseline not saved to *baseline.json: test_agent.py::test_agent: only 1 of 4 runs "
+            "ran; save it from a whole run*"
+        ]
+    )
+    assert (pytester.path / "baseline.json").read_text() == saved
+    pytester.makefile(".txt", silent="")
+    gate = ["--cleo-grade-baseline=baseline.json", "--cleo-grade-fail-on-regression=total:5"]
+    result = pytester.runpytest(*gate, "--cleo-grade-html=report.html")
+    result.assert_outcomes(passed=3, failed=1)  # the run with nothing captured
+    result.stdout.fnmatch_lines(["not compared, 3 of 4 runs graded: test_agent.py::test_agent"])
+    result.stdout.no_fnmatch_line("*REGRESSION*")
+    page = (pytester.path / "report.html").read_text()
+    assert "not compared, 3 of 4 runs graded" in page
+    assert "gate FAILED" not in page
