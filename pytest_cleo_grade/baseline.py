@@ -125,7 +125,8 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
         per_dim = dims.setdefault(test_id, {})
         for name, score in result.dimensions.items():
             if score.max > 0:
-                per_dim.setdefault(name, []).append(score.score / score.max * 100)
+                # As GradeResult.percent divides: 11 * 100 / 20 is 55.0, 11 / 20 * 100 is not.
+                per_dim.setdefault(name, []).append(score.score * 100 / score.max)
     return {
         test_id: TestGrades(
             test_id,
@@ -238,6 +239,16 @@ def _noise_note(base: Sequence[float], current: Sequence[float]) -> str | None:
     )
 
 
+#: The decimals a baseline file keeps of each percentage: drops are compared to as many, so a
+#: saved 86.6667 (26/30) against a live 66.666... (20/30) is the 20 points it is, not 20.0000333.
+PLACES: Final = 4
+
+
+def _beyond(drop: float, allowed: float) -> bool:
+    """Whether ``drop`` exceeds ``allowed``, both to the baseline's precision."""
+    return round(drop, PLACES) > round(allowed, PLACES)
+
+
 def compare_baseline(
     baseline: Mapping[str, TestGrades],
     current: Mapping[str, TestGrades],
@@ -277,7 +288,9 @@ def compare_baseline(
             base_mean = statistics.fmean(base_values)
             now_mean = statistics.fmean(now_values)
             tolerance = tolerances.get(metric)
-            beyond = tolerance is not None and base_mean - now_mean > tolerance.allowed(base_mean)
+            beyond = tolerance is not None and _beyond(
+                base_mean - now_mean, tolerance.allowed(base_mean)
+            )
             note = _noise_note(base_values, now_values) if beyond else None
             changes.append(
                 Change(test_id, metric, base_mean, now_mean, tolerance, beyond and not note, note)
@@ -311,9 +324,9 @@ def baseline_document(grades: Mapping[str, TestGrades], *, source: str) -> dict[
         test = grades[test_id]
         tests[test_id] = {
             **({"rubric": test.rubric} if test.rubric is not None else {}),
-            "percents": [round(v, 4) for v in test.totals],
+            "percents": [round(v, PLACES) for v in test.totals],
             "dimensions": {
-                name: [round(v, 4) for v in values]
+                name: [round(v, PLACES) for v in values]
                 for name, values in sorted(test.dimensions.items())
             },
         }

@@ -261,3 +261,40 @@ def test_grades_of_another_rubric_are_not_compared_and_say_why(tmp_path: Path) -
     # A baseline saved before baselines named their rubric is compared as before.
     old = {"a": TestGrades("a", (95.0,), {})}
     assert not compare_baseline(old, now, parse_tolerances("total:5")).failed
+
+
+def test_a_drop_of_exactly_the_tolerance_passes_live_and_from_a_saved_file(
+    tmp_path: Path,
+) -> None:
+    # 11/20 read as 11 / 20 * 100 = 55.00000000000001, and a saved 26/30 as 86.6667 against a
+    # live 66.666...: each drop of exactly its tolerance was a regression, printed as -5.01.
+    from pytest_cleo_grade.models import DimensionScore
+
+    def graded(session: str, discovery: int, workflow: int) -> GradeResult:
+        return GradeResult(
+            session_id=session,
+            total_score=discovery + workflow,
+            max_score=50,
+            dimensions={
+                "discovery": DimensionScore(score=discovery, max=20, evidence=[]),
+                "workflow": DimensionScore(score=workflow, max=30, evidence=[]),
+            },
+            flags=[],
+            timestamp=datetime(2026, 3, 1, tzinfo=UTC),
+            entry_count=1,
+            testId="t::a",
+        )
+
+    before = grades_from_results([graded("s1", 11, 26)])
+    now = grades_from_results([graded("s2", 10, 20)])
+    tolerances = parse_tolerances("discovery:5,workflow:20")
+    live = compare_baseline(before, now, tolerances)
+    assert not live.failed
+    assert {c.metric: change_text(c) for c in live.changes if c.metric != "total"} == {
+        "discovery": "t::a discovery: 55.0% -> 50.0% (-5.0, tolerance 5 points)",
+        "workflow": "t::a workflow: 86.7% -> 66.7% (-20.0, tolerance 20 points)",
+    }
+    path = tmp_path / "b.json"
+    write_baseline(path, before, source="test")
+    assert not compare_baseline(read_baseline(path), now, tolerances).failed
+    assert compare_baseline(read_baseline(path), now, parse_tolerances("workflow:19.99")).failed
