@@ -98,8 +98,20 @@ def baseline_lines(
     lines += [f"missing from this run (in baseline): {t}" for t in comparison.missing_tests]
     lines += [f"not compared, {why}: {t}" for t, why in comparison.partial_tests]
     others = [c for c in comparison.changes if not c.regressed and not c.note]
-    lines += [f"  {change_text(c)}" for c in others if c.metric == "total"]
+    lines += [f"  {change_text(c)}" for c in others if _shown(c)]
     return lines
+
+
+def _shown(change: Change) -> bool:
+    """Whether a change gets a line or a row: every total, and a dimension when it moved
+    (gated or not: a metric without a tolerance is shown, never gated), so an unchanged
+    suite's summary is a line per test."""
+    return (
+        change.regressed
+        or change.note is not None
+        or change.metric == "total"
+        or change.baseline != change.current
+    )
 
 
 #: The most bytes the step summary's baseline block takes. GitHub drops a step's whole summary
@@ -140,8 +152,7 @@ def _listed(label: str, tests: Iterable[str]) -> list[str]:
 def _lists(comparison: BaselineComparison) -> list[tuple[str, list[str]]]:
     """The lines below the table after the problems, each kind with its name in the count."""
     partial = [
-        f"\nNot compared, {markdown_cell(why)}: "
-        f"{markdown_code_cell(clipped(test), in_table=False)}"
+        f"\nNot compared, {markdown_cell(why)}: {markdown_code_cell(clipped(test), in_table=False)}"
         for test, why in comparison.partial_tests
     ]
     return [
@@ -168,7 +179,7 @@ def baseline_markdown(
         "|---|---|---|---|---|---|",
     ]
     budget = _Budget(max(0, size - len("\n".join(head).encode("utf-8")) - 1 - _BASELINE_RESERVE))
-    listed = [c for c in comparison.changes if c.regressed or c.note or c.metric == "total"]
+    listed = [c for c in comparison.changes if _shown(c)]
     ordered = sorted(listed, key=lambda c: (not c.regressed, c.note is None))
     rows = [_markdown_row(change) for change in ordered]
     regressions = len(comparison.regressions)

@@ -298,3 +298,18 @@ def test_a_drop_of_exactly_the_tolerance_passes_live_and_from_a_saved_file(
     write_baseline(path, before, source="test")
     assert not compare_baseline(read_baseline(path), now, tolerances).failed
     assert compare_baseline(read_baseline(path), now, parse_tolerances("workflow:19.99")).failed
+
+
+def test_a_dimension_without_a_tolerance_that_moved_is_shown_and_not_gated() -> None:
+    # Only totals were listed: sessionDiscipline falling from 100 % to 0 % showed nowhere.
+    from pytest_cleo_grade.display_baseline import baseline_lines
+
+    before = {"t::a": grades("t::a", [95.0], sessionDiscipline=[100.0], taskHygiene=[100.0])}
+    now = {"t::a": grades("t::a", [93.0], sessionDiscipline=[0.0], taskHygiene=[100.0])}
+    comparison = compare_baseline(before, now, parse_tolerances("total:5"))
+    assert not comparison.failed
+    lines = baseline_lines(comparison, gated=True)
+    assert "  t::a sessionDiscipline: 100.0% -> 0.0% (-100.0)" in lines
+    assert not any("taskHygiene" in line for line in lines)  # unchanged: no line
+    markdown = baseline_markdown(comparison, gated=True)
+    assert "| `t::a` | sessionDiscipline | 100.0% | 0.0% | -100.0 | ok |" in markdown

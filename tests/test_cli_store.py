@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -294,10 +295,54 @@ def test_record_outside_grade_mode_keeps_only_mutations(
 ) -> None:
     monkeypatch.setenv("CLEO_SESSION_ID", "plain")
     monkeypatch.setenv("CLEO_AUDIT_DB", str(in_tmp / "a.db"))
-    assert run(capsys, "record", "tasks", "find", "--gateway", "cleo_query")[0] == 0
+    status, _, err = run(capsys, "record", "tasks", "find", "--gateway", "cleo_query")
+    # Said, not dropped silently (a tasks.add with no --gateway was dropped without a word).
+    assert status == 0
+    assert err.startswith("cleo-grade: warning: not recorded: outside grade mode")
     assert run(capsys, "record", "tasks", "add", "--gateway", "cleo_mutate")[0] == 0
     with AuditStore(in_tmp / "a.db", read_only=True) as store:
         assert [e.operation for e in store.session_entries("plain")] == ["add"]
+
+
+def test_record_names_the_variable_that_is_missing(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLEO_SESSION_ID", "s")
+    monkeypatch.delenv("CLEO_AUDIT_DB", raising=False)
+    status, _, err = run(capsys, "record", "tasks", "find")
+    assert status == 0
+    assert "(CLEO_AUDIT_DB is not set); nothing recorded" in err
+
+
+def test_record_stopped_while_waiting_for_a_lock_writes_nothing(in_tmp: Path) -> None:
+    # SQLite's busy wait runs no signal handler: SIGTERM was handled only once the lock was
+    # free, after the entry was written, and the command then said "terminated" (143).
+    db = in_tmp / "a.db"
+    with AuditStore(db):
+        pass  # the store exists
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    env = {
+        **os.environ,
+        "CLEO_SESSION_GRADE": "true",
+        "CLEO_SESSION_GRADE_ID": "s",
+        "CLEO_AUDIT_DB": str(db),
+    }
+    cli = Path(sys.executable).parent / "cleo-grade"
+    record = subprocess.Popen(
+        [str(cli), "record", "tasks", "find"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(1.0)  # the command is waiting on the lock by now
+        record.send_signal(signal.SIGTERM)
+        # It ends while the lock is still held (it used to wait for the lock first).
+        _, err = record.communicate(timeout=20)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert (record.returncode, err) == (143, "cleo-grade: terminated\n")
+    with AuditStore(db, read_only=True) as store:
+        assert store.session_entries("s") == []
 
 
 def test_a_store_on_an_unwritable_path_is_a_clear_cli_error(
@@ -503,3 +548,21 @@ def test_a_store_path_naming_no_file_is_one_line_and_status_two(
     assert (status, out) == (2, "")
     assert err.count("\n") == 1 and expected in err
     assert not (in_tmp / "r.html").exists()
+
+
+def test_a_command_started_with_its_stdout_closed_ends_without_a_traceback(
+    in_tmp: Path,
+) -> None:
+    # sys.stdout is None then: the final flush raised AttributeError (a traceback, exit 1,
+    # "below the threshold") after the grade had been saved.
+    (in_tmp / "e.jsonl").write_text(line(0) + "\n")
+    cli = Path(sys.executable).parent / "cleo-grade"
+    done = subprocess.run(
+        ["sh", "-c", f"'{cli}' grade --entries e.jsonl >&-"],
+        cwd=in_tmp,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert len((in_tmp / ".cleo" / "metrics" / "GRADES.jsonl").read_text().splitlines()) == 1

@@ -170,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.command_names = tuple(commands)
             handler: Handler = args.handler
             status = handler(args)
-            sys.stdout.flush()  # output that cannot be written fails here, said in one line
+            if sys.stdout is not None:  # None: started with its stdout closed (`>&-`)
+                sys.stdout.flush()  # output that cannot be written fails here, said in one line
             return status
     except CommandError as exc:
         print(terminal_text(exc), file=sys.stderr)

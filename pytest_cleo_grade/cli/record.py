@@ -269,15 +269,27 @@ def run_record(args: argparse.Namespace) -> int:
         )
     active = active_session()
     if active is None:
+        unset = [name for name in ("CLEO_AUDIT_DB", "CLEO_SESSION_ID") if not os.environ.get(name)]
+        why = (
+            f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set"
+            if unset
+            else ("its variables name none")
+        )
         print(
-            "cleo-grade: warning: no active graded session "
-            "(CLEO_AUDIT_DB and CLEO_SESSION_ID are not set); nothing recorded",
+            f"cleo-grade: warning: no active graded session ({why}); nothing recorded",
             file=sys.stderr,
         )
         return 0
     session_id, path, grade_mode = active
     if not grade_mode and args.gateway not in MUTATE_GATEWAYS:
-        return 0  # CLEO audits only mutations outside grade mode
+        # CLEO audits only mutations outside grade mode; said, never dropped silently.
+        print(
+            "cleo-grade: warning: not recorded: outside grade mode (CLEO_SESSION_GRADE is not "
+            "true) only mutations are recorded, and this call has no --gateway cleo_mutate "
+            "or mutate",
+            file=sys.stderr,
+        )
+        return 0
     try:
         entry = make_entry(
             session_id,
@@ -298,6 +310,8 @@ def run_record(args: argparse.Namespace) -> int:
         raise CommandError(f"cleo-grade: error: {_option_errors(exc.__cause__)}") from exc
     # Unlike audit.record(), a store that cannot be written is an error here (exit 2): the
     # shell caller asked for exactly this one write.
-    with AuditStore(path) as store:
+    # Waiting for another writer in slices: Ctrl-C or SIGTERM during the wait stops the
+    # command before it writes, rather than after a write it then reports as failed.
+    with AuditStore(path, busy_slice=0.05) as store:
         store.append(entry)
     return 0

@@ -80,13 +80,19 @@ class AuditStore:
         *,
         read_only: bool = False,
         timeout: float = BUSY_TIMEOUT_S,
+        busy_slice: float | None = None,
     ) -> None:
+        """``timeout``: how long a write waits for another writer. ``busy_slice``: wait in
+        slices of this many seconds, Python running between them, so that Ctrl-C or SIGTERM
+        stops a command at once instead of after the wait (SQLite's own wait runs no signal
+        handler); None waits in one piece."""
         self.path = Path(path)
         resolved = self.path.resolve()
         if not resolved.name:  # "/": no file there to open or create
             raise StoreError(f"{self.path}: a directory, not an audit store")
         self.read_only = read_only
         self.timeout = timeout
+        self._busy_wait = timeout if busy_slice is None else min(busy_slice, timeout)
         self._lock = threading.Lock()
         #: Write mode: a descriptor of the store file holding a shared flock (see _claim_file).
         self._claim: int | None = None
@@ -150,13 +156,13 @@ class AuditStore:
             conn = sqlite3.connect(
                 f"{self.path.absolute().as_uri()}?nofollow=1",
                 uri=True,
-                timeout=self.timeout,
+                timeout=self._busy_wait,
                 isolation_level=None,
                 check_same_thread=False,
             )
         conn.row_factory = sqlite3.Row
         register_functions(conn)
-        conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_wait * 1000)}")
         return conn
 
     def _reopen_immutable(self, exc: sqlite3.OperationalError) -> None:
