@@ -160,8 +160,9 @@ def _result_failure(tool: str, result: Any, watch: _OwnRunError) -> Failure | No
     exception, with that exception (its class decides the exit code, as when it propagates)."""
     failure = message_failure(tool, result)
     error = watch.error
-    handled = failure is not None and getattr(result, "status", None) == "error"
-    if handled and isinstance(error, Exception) and not isinstance(error, _CONTROL_FLOW):
+    if failure is None or getattr(result, "status", None) != "error":
+        return failure
+    if isinstance(error, Exception) and not isinstance(error, _CONTROL_FLOW):
         # The text stays what the model was told; the exception decides the exit code.
         return dataclasses.replace(failure, exception=error)
     return failure
