@@ -216,3 +216,18 @@ def test_diff_shows_a_regression_beyond_its_tolerance_and_halves_rounded_up(
     # A 5.04-point drop was printed "-5.0" against its 5 points, and 81.25 as "81.2".
     assert "REGRESSION t::a total: 81.29% -> 76.25% (-5.04, tolerance 5 points)" in out
     assert "t::b total: 81.3% -> 81.3% (+0.0, tolerance 5 points)" in out
+
+
+def test_a_history_line_that_is_not_utf8_is_skipped_not_the_whole_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `baseline save/show/diff` refused the whole history ("not UTF-8 text (byte 1913)")
+    # where every other command skips the line, named with its number.
+    path = history(tmp_path / "GRADES.jsonl", grade("t::a", 80))
+    with path.open("ab") as out:
+        out.write(b"\xff\n")
+    saved = tmp_path / "b.json"
+    assert main(["baseline", "save", str(saved), "--history", str(path)]) == 0
+    assert "GRADES.jsonl:2:" in capsys.readouterr().err
+    assert json.loads(saved.read_text())["tests"]["t::a"]["percents"] == [80.0]
+    assert main(["baseline", "diff", str(path), str(path)]) == 0

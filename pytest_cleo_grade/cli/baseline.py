@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -85,26 +86,42 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
     """The grades of a baseline file or a history, and the tests whose series is short (only
     from a history read as the ``candidate``: its latest series, as pytest's run would be;
     read as a baseline, a history gives each test's latest whole series)."""
+    not_utf8: BaselineError | None = None
     try:
-        text = _checked(lambda: read_text(path))
+        text: str | None = read_text(path)
+    except BaselineError as exc:
+        # Not UTF-8 throughout: a history with a damaged line is read as every other command
+        # reads it (that line skipped, named with its number), never refused whole.
+        text, not_utf8 = None, exc
     except FileNotFoundError:
         raise CommandError(f"cleo-grade baseline: {path}: no such file") from None
     except OSError as exc:
         why = exc.strerror or exc
         raise CommandError(f"cleo-grade baseline: {path}: cannot read: {why}") from None
-    try:
-        data = parse_json_strict(text)
-    except ValueError:  # not one JSON document (a history, or no JSON): read as a history
-        if f'"{BASELINE_FORMAT}"' in text[:4096]:
-            # A baseline file cut short or hand-edited: its own error, not a history's.
-            _checked(lambda: read_baseline(path))
-        data = None
+    data = None
+    if text is not None:
+        try:
+            data = parse_json_strict(text)
+        except ValueError:  # not one JSON document (a history, or no JSON): a history
+            if f'"{BASELINE_FORMAT}"' in text[:4096]:
+                # A baseline file cut short or hand-edited: its own error, not a history's.
+                _checked(lambda: read_baseline(path))
     if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
         return _checked(lambda: parse_baseline(data, str(path))), {}
     from pytest_cleo_grade.history import read_grades
 
-    with warnings_to_stderr():
-        results = read_grades(path)
+    if not_utf8 is None:
+        with warnings_to_stderr():
+            results = read_grades(path)
+    else:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = read_grades(path)
+        if not results:  # no history either: the file's own one-line error
+            raise CommandError(f"cleo-grade baseline: {not_utf8}")
+        with warnings_to_stderr():
+            for warning in caught:
+                warnings.warn(warning.message, stacklevel=1)
     if not results:
         raise CommandError(f"cleo-grade baseline: {path}: neither a baseline nor a grade history")
     if candidate:
