@@ -342,12 +342,17 @@ def _row(index: int, test: HtmlTest) -> str:
 
 
 def _table_percent(test: HtmlTest) -> str:
-    # A single grade below its threshold never shows the threshold's figure; a mean is
-    # no one grade's, and is shown as computed.
+    # A grade below its threshold never shows the threshold's figure, nor does a repeated
+    # test's mean below it (80.666 % against 80.67 % is not "80.67%" beside FAILED).
     if len(test.tests) > 1:
-        return describe_percent(test.percent)
+        return _mean_text(test)
     only = test.tests[0]
     return shown_percent(only.result.percent, only.threshold, exact=True)
+
+
+def _mean_text(test: HtmlTest) -> str:
+    """A repeated test's mean, as the terminal shows it against the test's threshold."""
+    return shown_percent(test.percent, test.tests[-1].threshold, exact=True)
 
 
 def _change(test: HtmlTest) -> tuple[str, str]:
@@ -378,7 +383,7 @@ def _runs_line(test: HtmlTest) -> str:
     if missing > len(listed):
         runs += f" and {missing - len(listed)} more not graded"
     count = test.partial or f"{len(test.tests)} runs"
-    return f"<p>{count}, mean {_e(describe_percent(test.percent))}: {_e(runs)}</p>\n"
+    return f"<p>{count}, mean {_e(_mean_text(test))}: {_e(runs)}</p>\n"
 
 
 def _shown_of(test: HtmlTest) -> str:

@@ -422,3 +422,33 @@ def test_the_report_command_counts_one_grade_in_the_singular(
     out = tmp_path / "report.html"
     assert main(["report", "--html", str(out), "--history", str(history)]) == 0
     assert capsys.readouterr().out == f"cleo-grade: wrote {out} (1 grade)\n"
+
+
+def test_a_repeated_tests_failing_mean_is_not_shown_rounded_up_to_its_threshold(
+    pytester: pytest.Pytester,
+) -> None:
+    # Runs of 81, 81 and 80 %: the mean 80.666...% fails 80.67 %, and the page showed
+    # "mean of 3 runs (80.67%)" beside "FAILED (mean 80.66% is below 80.67% (B))".
+    make_suite(
+        pytester,
+        """
+        @pytest.mark.cleo_grade(runs=3, fail_under=80.67)
+        def test_agent(graded_session, cleo_grade_run):
+            r = graded_session.record
+            finds, lists = (2, 3) if cleo_grade_run < 3 else (1, 2)
+            r("session", "list")
+            r("admin", "help")
+            for _ in range(finds):
+                r("tasks", "find", params={"query": "x"})
+            for _ in range(lists):
+                r("tasks", "list")
+            r("tasks", "show", params={"taskId": "T1"})
+            r("session", "end")
+        """,
+    )
+    result = pytester.runpytest("--cleo-grade-html=report.html")
+    result.stdout.fnmatch_lines(["*FAILED (mean 80.66% is below 80.67% (B))*"])
+    page = (pytester.path / "report.html").read_text()
+    assert "mean of 3 runs (80.66%)" in page
+    assert "3 runs, mean 80.66%" in page
+    assert "80.67%)" not in page.replace("below 80.67% (B))", "")
