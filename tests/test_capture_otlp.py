@@ -339,6 +339,9 @@ def test_cleo_grade_import_format_otlp_stores_and_grades_the_trace(
     )
     assert status == 0
     assert f"Imported 6 entries into {db} (sessions: run-1)" in capsys.readouterr().out
+    again = ["import", "--format", "otlp", str(path), "--session-id", "run-1", "--db", str(db)]
+    assert main(again) == 0  # each span is stored once, however often its file is imported
+    assert "(sessions: run-1; 6 already there)" in capsys.readouterr().out
     with AuditStore(db) as store:
         stored = store.session_entries("run-1")
     assert_same_grade(stored, grade_by_hand("run-1"))

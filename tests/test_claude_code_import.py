@@ -93,6 +93,14 @@ def test_the_cli_imports_it_and_grades_it_from_the_store(
     assert capsys.readouterr().out == f"Imported 8 entries into {db} (sessions: {SESSION})\n"
     assert main(["grade", SESSION, "--db", str(db), "--no-save", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["totalScore"] == 100
+    # A transcript imported again (it grows as the session goes on) adds only new calls:
+    # every call was stored twice, and the grade flagged duplicate task creates.
+    assert main(argv) == 0
+    assert capsys.readouterr().out == (
+        f"Imported 0 entries into {db} (sessions: {SESSION}; 8 already there)\n"
+    )
+    assert main(["grade", SESSION, "--db", str(db), "--no-save", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entryCount"] == 8
 
 
 def test_ingest_adds_the_calls_to_a_graded_session(tmp_path: Path) -> None:

@@ -178,13 +178,31 @@ def _import_otlp(source: Path, target: Path, session_id: str | None) -> int:
 
 
 def _import_loaded(entries: list[AuditEntry], target: Path) -> int:
-    """Store entries read (and checked) whole first: a bad line changes nothing."""
+    """Store entries read (and checked) whole first: a bad line changes nothing. A call the
+    file names (a transcript's tool use id, a span's trace and span ids) is stored once per
+    session, however often the file (a transcript that grows, say) is imported."""
+    from pytest_cleo_grade.store.schema import entry_row
+
+    rows = [entry_row(entry, _call_id(entry)) for entry in entries]
     with AuditStore(target) as store:
-        store.append_many(entries)
+        added = store.append_rows(rows)
     sessions = sorted({e.session_id or "(no session)" for e in entries})
     shown = ", ".join(sessions[:5]) + (", ..." if len(sessions) > 5 else "")
-    print(terminal_text(f"Imported {len(entries)} entries into {target} (sessions: {shown})"))
+    skipped = f"; {len(entries) - added} already there" if added != len(entries) else ""
+    print(terminal_text(f"Imported {added} entries into {target} (sessions: {shown}{skipped})"))
     return 0
+
+
+def _call_id(entry: AuditEntry) -> str | None:
+    """The row id of a call its file names, else None (a new id)."""
+    extra = entry.metadata.model_extra or {}
+    session = entry.session_id or ""
+    tool_use, trace, span = extra.get("toolUseId"), extra.get("traceId"), extra.get("spanId")
+    if isinstance(tool_use, str) and tool_use:
+        return f"{entry.metadata.source}:{session}:{tool_use}"
+    if isinstance(trace, str) and trace and isinstance(span, str) and span:
+        return f"{entry.metadata.source}:{session}:{trace}:{span}"
+    return None
 
 
 def _params(text: str | None) -> dict[str, Any]:
