@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from pytest_cleo_grade.models import GradeResult, Point, format_timestamp
+from pytest_cleo_grade.models import POINT_ENTRY_LIMIT, GradeResult, Point, format_timestamp
 from pytest_cleo_grade.verdict import (
     GradedTest,
     RunGrade,
@@ -21,6 +21,7 @@ from pytest_cleo_grade.verdict import (
 )
 
 __all__ = [
+    "calls_counted",
     "clipped",
     "comparison_properties",
     "failure_message",
@@ -141,11 +142,21 @@ def signed_text(points: float) -> str:
     return f"{'+' if points > 0 else ''}{number_text(points)}"
 
 
+def calls_counted(entries: Sequence[int]) -> str:
+    """How many calls a point's ``entries`` are: a full list may have been cut at the limit
+    (the sentence has the count), and is "100 or more"."""
+    count = len(entries)
+    return f"{count} or more" if count >= POINT_ENTRY_LIMIT else str(count)
+
+
 def _where(entries: Sequence[int]) -> str:
     if not entries:
         return ""
     shown = ", ".join(f"#{i}" for i in entries[:5])
-    more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+    if len(entries) >= POINT_ENTRY_LIMIT:
+        more = " and more"  # cut at the limit: how many more, the sentence says
+    else:
+        more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
     return f" [{shown}{more}]"
 
 

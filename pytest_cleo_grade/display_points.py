@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_cleo_grade.display import (
+    calls_counted,
     item_line,
     number_text,
     points_of,
@@ -42,7 +43,7 @@ def _by_entry(items: Sequence[Point]) -> dict[int, list[Point]]:
 
 
 def _annotation(item: Point) -> str:
-    shared = f" (shared by {len(item.entries)} calls)" if len(item.entries) > 1 else ""
+    shared = f" (shared by {calls_counted(item.entries)} calls)" if len(item.entries) > 1 else ""
     return f"{terminal_text(item.rule)} {signed_text(item.points)}{shared}"
 
 

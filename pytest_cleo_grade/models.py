@@ -278,6 +278,11 @@ class DimensionScore(BaseModel):
     )
 
 
+#: The most entry indices one point lists; a million-entry session would otherwise carry a
+#: million indices in every history line. The sentence still counts them all.
+POINT_ENTRY_LIMIT: Final = 100
+
+
 class Point(BaseModel):
     """One award or deduction behind a dimension's score (DESIGN section 8).
 

@@ -112,3 +112,18 @@ def test_violations_past_what_an_item_lists_still_count_and_list_the_first_indic
     assert (unrecovered[-1].points, unrecovered[-1].text) == (-5 * 300, "300 more like the above")
     first_rest = start + POINT_ITEM_LIMIT
     assert unrecovered[-1].entries == list(range(first_rest, first_rest + POINT_ENTRY_LIMIT))
+
+
+def test_a_point_cut_at_the_entry_limit_is_never_shown_with_a_short_count() -> None:
+    # 300 finds: the point lists the first 100, and `show` printed "and 95 more" and
+    # "(shared by 100 calls)" as if those were all.
+    from pytest_cleo_grade.display_points import render_session
+    from pytest_cleo_grade.models import AuditEntry
+
+    raw = sequence(("session", "list"), *[("tasks", "find")] * 300, ("session", "end"))
+    entries = [AuditEntry.model_validate(item) for item in raw]
+    result = grade_entries(entries, session_id=str(raw[0]["sessionId"]), now=NOW)
+    text = render_session(result, entries)
+    assert "(shared by 100 or more calls)" in text
+    assert " and more]" in text
+    assert "(shared by 100 calls)" not in text and "and 95 more" not in text

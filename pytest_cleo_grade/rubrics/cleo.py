@@ -362,6 +362,10 @@ def _calls(count: int, name: str) -> str:
     return f"{count} {name} call{'' if count == 1 else 's'}"
 
 
+def _discovery(total: int) -> str:
+    return f"{total} discovery call{'' if total == 1 else 's'}"
+
+
 def _session_discipline(facts: _Facts, flags: list[str], points: _Points) -> DimensionScore:
     dim = "sessionDiscipline"
     score = 0
@@ -406,7 +410,7 @@ def _discovery_efficiency(facts: _Facts, flags: list[str], points: _Points) -> D
     elif finds * 5 >= total * 4:  # ratio >= 80 %, compared exactly
         score += 15
         evidence.append(f"find:list ratio {_percent_half_up(finds, total)}% >= 80%")
-        text = f"{_calls(finds, 'tasks.find')} of {total} discovery calls (at least 80%)"
+        text = f"{_calls(finds, 'tasks.find')} of {_discovery(total)} (at least 80%)"
         points.append(point(dim, 15, "discovery.ratio", text, facts.find_positions))
     else:
         # round(15 * ratio) half up, exactly: 1:5 -> 3, 1:29 -> 1, 7:3 -> 11.
@@ -414,7 +418,7 @@ def _discovery_efficiency(facts: _Facts, flags: list[str], points: _Points) -> D
         score += earned
         flags.append(f"tasks.list used {lists}x (prefer tasks.find for discovery)")
         text = (
-            f"{_calls(finds, 'tasks.find')} of {total} discovery calls "
+            f"{_calls(finds, 'tasks.find')} of {_discovery(total)} "
             f"({_percent_half_up(finds, total)}%, below 80%): {earned} of 15"
         )
         points.append(point(dim, earned, "discovery.ratio", text, facts.list_positions))

@@ -27,7 +27,7 @@ __all__ = [
     "graded_call",
 ]
 
-#: A successful tasks.add: (described, has a parent, trimmed case-folded title or None when
+#: A successful tasks.add: (described, has a parent, trimmed lowercased title or None when
 #: blank or absent).
 AddFacts = tuple[bool, bool, str | None]
 

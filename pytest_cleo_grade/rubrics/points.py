@@ -11,9 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, islice
 from typing import Any, Final
 
-#: The most entry indices one item lists; a million-entry session would otherwise carry a
-#: million indices in every history line. The sentence still counts them all.
-POINT_ENTRY_LIMIT: Final = 100
+from pytest_cleo_grade.models import POINT_ENTRY_LIMIT as POINT_ENTRY_LIMIT  # re-exported
+
 #: The most items one rule adds for one dimension; further violations share a last item.
 POINT_ITEM_LIMIT: Final = 100
 

@@ -218,7 +218,7 @@ class Recovery(_Rule):
 
 class Duplicates(_Rule):
     """``points`` (<= 0) once when ``match`` calls repeat a value of parameter ``param``
-    (compared trimmed and case-folded; missing and blank values are not compared)."""
+    (compared trimmed and lowercased; missing and blank values are not compared)."""
 
     fields: ClassVar[frozenset[str]] = frozenset({"count"})
     award: ClassVar[bool] = False
