@@ -566,3 +566,14 @@ def test_a_command_started_with_its_stdout_closed_ends_without_a_traceback(
     )
     assert (done.returncode, done.stderr) == (0, "")
     assert len((in_tmp / ".cleo" / "metrics" / "GRADES.jsonl").read_text().splitlines()) == 1
+
+
+def test_an_empty_history_path_is_a_usage_error_not_the_default(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    # `--history ''` (an unset variable in a CI script) appended to the default history.
+    (in_tmp / "e.jsonl").write_text(line(0) + "\n")
+    status, out, err = run(capsys, "grade", "--entries", "e.jsonl", "--history", "")
+    assert (status, out) == (2, "")
+    assert err == "cleo-grade: error: --history: an empty path (name a grade history)\n"
+    assert not (in_tmp / ".cleo").exists()

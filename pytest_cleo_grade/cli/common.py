@@ -46,6 +46,9 @@ def add_history_option(parser: argparse.ArgumentParser) -> None:
 
 def history_path(args: argparse.Namespace) -> Path:
     value: str | None = getattr(args, "history", None)
+    if value == "":
+        # As --db '': an empty path is a mistake (an unset variable), not the default.
+        raise CommandError("cleo-grade: error: --history: an empty path (name a grade history)")
     return Path(value) if value else Path.cwd() / DEFAULT_HISTORY
 
 

@@ -10,9 +10,10 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from types import FrameType
-from typing import Final
+from typing import Final, TextIO
 
 from pytest_cleo_grade.cli import (
     baseline,
@@ -27,7 +28,7 @@ from pytest_cleo_grade.cli import (
 )
 from pytest_cleo_grade.cli.common import CommandError, Handler
 from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
 
 __all__ = ["build_parser", "main"]
 
@@ -140,6 +141,34 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _warnings_in_one_line() -> Iterator[None]:
+    """A CleoGradeWarning no command gathered itself (one from deep in a rubric: a judge
+    cache that cannot be read) is one ``cleo-grade: warning:`` line, as every other is, not
+    Python's two lines naming a source file."""
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if not issubclass(category, CleoGradeWarning):
+            shown(message, category, filename, lineno, file, line)
+            return
+        text = str(message).removeprefix("cleo-grade: ")
+        print(terminal_text(f"cleo-grade: warning: {text}"), file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
 #: What writing the output can fail with (a full disk under `> out.txt`, a quota): said in
 #: one line, as every other error, not a traceback with exit status 1 ("below threshold").
 _OUTPUT_FAILURES: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
@@ -162,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     args_list = _normalise(given, commands)
     try:
-        with _terminate_as_interrupt():
+        with _terminate_as_interrupt(), _warnings_in_one_line():
             args = parser.parse_args(args_list)
             if given[:1] and not given[0].startswith("-") and given[0] not in commands:
                 # `cleo-grade WORD` grades WORD: a mistyped command arrives there as a
