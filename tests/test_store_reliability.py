@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from pytest_cleo_grade.history import read_grades
+from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.store import AuditStore
+from tests.entries import entry
 from tests.test_import import SESSION as CLEO_SESSION
 from tests.test_import import build_cleo_db
 
@@ -418,3 +420,39 @@ def _waits_in_the_claim(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
     except OSError:
         return False
+
+
+def test_a_healthy_store_is_read_on_a_full_disk(tmp_path: Path) -> None:
+    # The read-only commands need a -shm beside a WAL database: on a full disk SQLite could
+    # create it but not grow it (SQLITE_IOERR_SHMSIZE), and `grade --no-save`, `show` and
+    # `list` failed with "disk I/O error" on a store with nothing left in any log.
+    db = tmp_path / "audit.db"
+    with AuditStore(db) as store:
+        store.append_many(
+            AuditEntry.model_validate(e)
+            for e in (entry("session", "list", at=0), entry("tasks", "find", at=1))
+        )
+    session = str(entry("session", "list")["sessionId"])
+    cli = str(Path(sys.executable).parent / "cleo-grade")
+    for argv in (["grade", session, "--no-save", "--json"], ["show", session], ["list"]):
+        done = subprocess.run(
+            [cli, *argv, "--db", str(db)],
+            capture_output=True,
+            text=True,
+            preexec_fn=_fsize_limited(16),  # type: ignore[arg-type]
+            timeout=60,
+            check=False,
+        )
+        assert (done.returncode, done.stderr) == (0, ""), argv
+    assert (
+        json.loads(
+            subprocess.run(
+                [cli, "grade", session, "--no-save", "--json", "--db", str(db)],
+                capture_output=True,
+                text=True,
+                preexec_fn=_fsize_limited(16),  # type: ignore[arg-type]
+                check=True,
+            ).stdout
+        )["entryCount"]
+        == 2
+    )

@@ -178,7 +178,9 @@ class AuditStore:
         """
         real = self.path.resolve()
         for side in _sides(real, "-wal", "-journal"):
-            if os.path.lexists(side):
+            # An empty log holds no entries: the one the refused open itself left (a full
+            # disk lets SQLite create the file but not write to its -shm) changes nothing.
+            if os.path.lexists(side) and not _empty_regular(side):
                 raise StoreError(
                     f"{self.path}: cannot be read without writing beside it ({exc}), and "
                     f"{side.name} may hold entries not yet in the database; read it where its "
@@ -863,10 +865,22 @@ def _sides(path: Path, *suffixes: str) -> list[Path]:
 #: SQLite's primary result codes SQLITE_READONLY and SQLITE_CANTOPEN: a read-only open of a
 #: WAL database that cannot create its ``-shm`` reports one of them on the first read.
 _SHM_FAILURES: Final = frozenset({8, 14})
+#: SQLITE_IOERR_SHMOPEN, _SHMSIZE and _SHMMAP: the ``-shm`` could be created but not grown
+#: (a full disk, a quota): the same open, refused one step later.
+_SHM_IO_FAILURES: Final = frozenset({10 | 18 << 8, 10 | 19 << 8, 10 | 21 << 8})
 
 
 def _cannot_share_memory(exc: sqlite3.OperationalError) -> bool:
-    return getattr(exc, "sqlite_errorcode", 0) & 0xFF in _SHM_FAILURES
+    code = getattr(exc, "sqlite_errorcode", 0)
+    return code & 0xFF in _SHM_FAILURES or code in _SHM_IO_FAILURES
+
+
+def _empty_regular(path: Path) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == 0
 
 
 def _remove_unused_sides(path: Path) -> None:
