@@ -55,6 +55,16 @@ def test_query_admin_grade_grades_from_the_store_and_saves_like_cleo(
         assert [g.session_id for g in store.grades()] == ["good"]
 
 
+def test_query_admin_grade_of_an_unknown_session_warns_as_grade_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store_session("good", *GOOD)
+    assert main(["query", "admin", "grade", '{"sessionId": "NOPE"}', "--no-save"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["entryCount"] == 0
+    assert captured.err == "cleo-grade: warning: no audit entries found for session NOPE\n"
+
+
 def test_query_admin_grade_list_prints_the_history_as_json(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -19,7 +19,12 @@ from pytest_cleo_grade.cli.common import (
     print_json,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.grade import grade_from_store, refuse_empty, save_grade
+from pytest_cleo_grade.cli.grade import (
+    grade_from_store,
+    refuse_empty,
+    save_grade,
+    warn_no_entries,
+)
 from pytest_cleo_grade.cli.record import add_db_option, db_path
 from pytest_cleo_grade.display import render_grade, score_text, terminal_text
 from pytest_cleo_grade.files import replaced_input, write_atomically
@@ -201,5 +206,7 @@ def run_query(args: argparse.Namespace) -> int:
     refuse_empty(result, strict=args.strict, where=where)
     if not args.no_save:
         save_grade(result, history=history_path(args), store=path)
+    if result.entry_count == 0:
+        warn_no_entries(result.session_id)  # as `grade` says it (a mistyped id, say)
     print_json(result.to_json_dict())
     return 0
