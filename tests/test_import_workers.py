@@ -420,3 +420,31 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+def test_a_sigterm_once_the_import_committed_reports_the_import_not_a_termination(
+    tmp_path: Path,
+) -> None:
+    # The handler ran after COMMIT (a large import's then takes a moment to close its store):
+    # every row stayed, yet the command said "terminated" (143), so a caller that retried
+    # stored every entry twice.
+    patch = """
+        import os, signal
+        from pytest_cleo_grade.store import core
+
+        append_batches = core.AuditStore.append_batches
+
+        def then_terminated(self, batches):
+            added = append_batches(self, batches)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return added
+
+        core.AuditStore.append_batches = then_terminated
+        """
+    (tmp_path / "e.jsonl").write_text("\n".join(varied_line(i) for i in range(50)) + "\n")
+    done = cli(
+        tmp_path, "import", "e.jsonl", workers=None, code=f"{textwrap.dedent(patch)}\n{CLI}\n"
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("Imported 50 entries into")
+    assert len(stored(tmp_path / ".cleo" / "audit.db")[0]) == 50

@@ -92,6 +92,8 @@ class AuditStore:
             raise StoreError(f"{self.path}: a directory, not an audit store")
         self.read_only = read_only
         self.timeout = timeout
+        #: Whether append_batches() committed, even if an interrupt followed at once.
+        self.batches_committed = False
         self._busy_wait = timeout if busy_slice is None else min(busy_slice, timeout)
         self._lock = threading.Lock()
         #: Write mode: a descriptor of the store file holding a shared flock (see _claim_file).
@@ -339,8 +341,14 @@ class AuditStore:
                     conn.executemany(INSERT_ENTRY, rows)
                 inserted = conn.total_changes - before
                 conn.execute("COMMIT")
+                self.batches_committed = True
             except BaseException:
-                _roll_back(conn)
+                if conn.in_transaction:
+                    _roll_back(conn)
+                else:
+                    # Ctrl-C handled as COMMIT returned (a signal waits for no statement):
+                    # the transaction is in, and the caller must not report it undone.
+                    self.batches_committed = True
                 raise
             finally:
                 conn.execute(f"PRAGMA cache_size = {int(previous)}")

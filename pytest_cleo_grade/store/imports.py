@@ -93,10 +93,16 @@ def stream_entries_file(
             if first is None:
                 raise EntryError(f"{where}: no entries for session {session_id}")
             created = _missing_parts(store_path)
+            store: AuditStore | None = None
             try:
                 with AuditStore(store_path) as store:
                     store.append_batches(selected(first))
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt) and store and store.batches_committed:
+                    # Ctrl-C or SIGTERM while the store closed (a large import's checkpoint
+                    # takes a moment): every row is in, nothing is left to undo, and the
+                    # import reports what it did rather than an interruption it survived.
+                    return summary
                 if store_path in created and remove_if_unused(store_path):
                     _remove_directories(created[1:])
                 raise
