@@ -190,9 +190,13 @@ def test_the_judge_cache_stores_the_endpoint_without_its_key(tmp_path: Path) -> 
 # --------------------------------------------------------------------------- deadline, size
 
 
-def dribble_body(handler: BaseHTTPRequestHandler) -> None:
+def dribble_body(handler: BaseHTTPRequestHandler, *, close: bool = False) -> None:
     handler.send_response(200)
     handler.send_header("Content-Length", "100")
+    if close:
+        # A reply that closes the connection (HTTP/1.0's way, or Connection: close):
+        # http.client lets go of the connection's socket as soon as it reads the headers.
+        handler.send_header("Connection", "close")
     handler.end_headers()
     for _ in range(100):
         handler.wfile.write(b" ")
@@ -201,16 +205,7 @@ def dribble_body(handler: BaseHTTPRequestHandler) -> None:
 
 
 def dribble_body_then_close(handler: BaseHTTPRequestHandler) -> None:
-    # A reply that closes the connection (HTTP/1.0's way, or Connection: close): http.client
-    # lets go of the connection's socket as soon as it reads the headers.
-    handler.send_response(200)
-    handler.send_header("Content-Length", "100")
-    handler.send_header("Connection", "close")
-    handler.end_headers()
-    for _ in range(100):
-        handler.wfile.write(b" ")
-        handler.wfile.flush()
-        time.sleep(0.3)
+    dribble_body(handler, close=True)
 
 
 def dribble_headers(handler: BaseHTTPRequestHandler) -> None:
