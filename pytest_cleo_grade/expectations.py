@@ -57,6 +57,9 @@ class Call:
         domain, dot, operation = name.partition(".")
         if not dot or not domain or not operation:
             raise ValueError(f"expected call {self.name!r} is not domain.operation")
+        if any(character.isspace() for character in name):
+            # As a rule file's call patterns: " a.b" would never match, and score 0 unseen.
+            raise ValueError(f"expected call {self.name!r} holds whitespace")
         if self.params is not None and not isinstance(self.params, Mapping):
             raise ValueError(f"params of expected call {self.name} must be a dict")
         if self.match is not None and self.match not in MATCHES:
@@ -74,11 +77,14 @@ class Call:
 
     def label(self) -> str:
         """``tasks.show`` or ``tasks.show {"taskId": "T1"}`` as the diff shows it."""
-        if self.params is None or self.how == "ignore":
-            suffix = ""
+        how = self.how
+        if how == "ignore" or (how == "subset" and not self.params):
+            suffix = ""  # any params match
+        elif not self.params:
+            suffix = " (no params)"  # exact, with none: the call must have none either
         else:
             shown = ", ".join(f"{key}={value!r}" for key, value in self.params.items())
-            suffix = f" ({'exactly ' if self.how == 'exact' else ''}{shown})"
+            suffix = f" ({'exactly ' if how == 'exact' else ''}{shown})"
         return self.name + suffix + (" (where ...)" if self.where is not None else "")
 
     def matches(self, name: str, params: Mapping[str, Any]) -> bool:

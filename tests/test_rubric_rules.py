@@ -241,6 +241,13 @@ def test_an_empty_session_scores_zero_with_the_files_empty_flag(support: Path) -
             'flag = "{count} searches (at most {max})"',
             "flag: placeholder {count} takes no conversion (!r) or format spec (:...)",
         ),
+        # true was read as 1.0, "0.5" as 0.5: every other field refuses such types.
+        ("threshold = 0.75", "rules[1] (search_ratio).threshold: Input should be a valid number"),
+        # The id the rubric gives the dimension's start points: two things under one id.
+        ('id = "retry"', "rule id 'safety.start' is the id the rubric gives a dimension's start"),
+        # A forbidden rule's evidence is given when nothing was called: it names no call
+        # (it printed "Never called . (taskId )").
+        ('evidence_if_clean = "Nothing unsafe"', "evidence: unknown placeholder {operation}"),
     ],
 )
 def test_a_bad_rule_file_names_the_file_and_the_field(
@@ -258,6 +265,13 @@ def test_a_bad_rule_file_names_the_file_and_the_field(
         'id = "one_ticket"': 'id = "lookup_first"',
         'match = { calls = ["tool.delete_user"] }': "match = { calls = [] }",
         'match = { calls = ["tool.refund"] }': 'match = { calls = ["tool.refund"], domains = [] }',
+        "threshold = 0.75": "threshold = true",
+        'id = "retry"': 'id = "safety.start"',
+        'evidence_if_clean = "Nothing unsafe"': (
+            'evidence_if_clean = "Nothing unsafe"\n\n[[dimensions.rules]]\nid = "no_drop"\n'
+            'kind = "forbidden"\nmatch = { calls = ["tool.drop"] }\npoints = -1\n'
+            'evidence = "Never called {operation}"'
+        ),
     }[change]
     path = tmp_path / "bad.toml"
     path.write_text(SUPPORT.replace(change, replacement, 1), encoding="utf-8")
@@ -555,3 +569,48 @@ def test_the_kinds_other_spellings_are_accepted(tmp_path: Path) -> None:
         "recovery",
         "duplicates",
     ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        # Through an alias the error named a field the file does not have (penalty.points).
+        (
+            'kind = "recovery"\nfailure = { success = false }\n'
+            'recover = { calls = ["tool.search"] }\nwithin = 2',
+            'kind = "recovery_window"\nfailure = { success = false }\n'
+            'recover = { calls = ["tool.search"] }\nwithin = 0',
+            "dimensions[1] (safety).rules[3] (retry).within: Input should be greater than",
+        ),
+        # Printed raw ("clean {x"), where every other sentence is checked.
+        (
+            'evidence_if_clean = "Nothing unsafe"',
+            'evidence_if_clean = "clean {x"',
+            "dimensions[1] (safety).evidence_if_clean: expected '}' before end of string",
+        ),
+        ('name = "support"', 'name = "support"\nempty_flag = "None for {session}"', "empty_flag"),
+    ],
+)
+def test_an_alias_and_the_placeholder_free_sentences_are_checked_by_name(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    assert old in SUPPORT
+    path = tmp_path / "bad.toml"
+    path.write_text(SUPPORT.replace(old, new, 1), encoding="utf-8")
+    with pytest.raises(RubricError) as caught:
+        load_rule_file(path)
+    assert message in str(caught.value)
+
+
+def test_another_rubrics_file_given_to_the_rules_rubric_is_named_for_what_it_is(
+    tmp_path: Path,
+) -> None:
+    # It was "dimensions: Field required (and 1 more error)".
+    path = tmp_path / "t.toml"
+    path.write_text('[trajectory]\nmode = "in_order"\nexpect = ["tasks.find"]\n')
+    with pytest.raises(RubricError) as caught:
+        load_rule_file(path)
+    assert str(caught.value) == (
+        f"{path}: a trajectory file, not a rule file: the rules rubric reads rule files; name "
+        "the rubric it is for (--rubric trajectory or weighted)"
+    )

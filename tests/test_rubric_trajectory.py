@@ -517,3 +517,16 @@ def test_cleo_grade_rubrics_check_shows_a_trajectory_file(
         f"cleo-grade: error: {path}: trajectory.mode: invalid trajectory mode 'strict': "
         "expected exact, in_order, any_order, subset, superset"
     )
+
+
+def test_an_exact_match_with_no_params_says_so_and_names_with_whitespace_are_refused() -> None:
+    # match="exact" without params (the call must have none) lost its condition in the
+    # labels: "Unexpected call tasks.show" beside "Expected call tasks.show was not made".
+    from pytest_cleo_grade.expectations import Call, parse_expectations
+
+    assert Call("tasks.show", match="exact").label() == "tasks.show (no params)"
+    assert Call("tasks.find", {}, "exact").label() == "tasks.find (no params)"
+    assert Call("tasks.find", {}, "subset").label() == "tasks.find"
+    # " a.b" never matches a call: a typo scored 0 unseen (rule files refuse such names).
+    with pytest.raises(ValueError, match=r"expect\[0\]: expected call ' a.b' holds whitespace"):
+        parse_expectations([" a.b"])

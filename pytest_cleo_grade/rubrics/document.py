@@ -35,7 +35,9 @@ def describe_loc(loc: Sequence[int | str], data: object) -> str:
     node: object = data
     tag: object = None
     for part in loc:
-        if tag is not None and part == tag:
+        # pydantic names the union member it tried: the node's tag, or the name an alias
+        # in the file stands for (kind "per_violation" is tried as "penalty"), never a key.
+        if tag is not None and (part == tag or (isinstance(node, dict) and part not in node)):
             tag = None
             continue
         tag = None

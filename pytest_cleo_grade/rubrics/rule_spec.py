@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -102,6 +103,8 @@ class _Rule(_Model):
 
     #: Placeholders the kind fills in its sentences.
     fields: ClassVar[frozenset[str]] = frozenset()
+    #: Those it fills in its ``evidence``, when fewer (None: the same).
+    evidence_fields: ClassVar[frozenset[str] | None] = None
     #: Whether the kind's points are awards (>= 0) or penalties (<= 0).
     award: ClassVar[bool] = True
 
@@ -124,9 +127,10 @@ class _Rule(_Model):
 
     @field_validator("evidence", "flag", "flag_missing", "none_evidence", check_fields=False)
     @classmethod
-    def _template(cls, text: str | None) -> str | None:
+    def _template(cls, text: str | None, info: ValidationInfo) -> str | None:
         if text is not None:
-            _check_template(text, cls.fields)
+            fewer = cls.evidence_fields if info.field_name == "evidence" else None
+            _check_template(text, cls.fields if fewer is None else fewer)
         return text
 
 
@@ -179,7 +183,7 @@ class Ratio(_Rule):
     kind: Literal["ratio"]
     match: CallPattern
     other: CallPattern
-    threshold: Annotated[float, Field(gt=0, le=1, strict=False)]
+    threshold: Annotated[float, Field(gt=0, le=1, strict=True)]
     none_points: Annotated[Points, Field(ge=0)] = 0
     none_evidence: Text | None = None
 
@@ -228,9 +232,11 @@ class Duplicates(_Rule):
 
 
 class Forbidden(_Rule):
-    """``points`` (<= 0) for each ``match`` call (``once``: one penalty for any number)."""
+    """``points`` (<= 0) for each ``match`` call (``once``: one penalty for any number).
+    The evidence is given when there was no such call: it names none."""
 
     fields: ClassVar[frozenset[str]] = frozenset({"count", "domain", "operation", "taskId"})
+    evidence_fields: ClassVar[frozenset[str] | None] = frozenset({"count"})
     award: ClassVar[bool] = False
     kind: Literal["forbidden"]
     match: CallPattern
@@ -276,6 +282,13 @@ class Dimension(_Model):
     start: Annotated[Whole, Field(ge=0)] = 0
     evidence_if_clean: Text | None = None
     rules: Annotated[list[Rule], Field(min_length=1)]
+
+    @field_validator("evidence_if_clean")
+    @classmethod
+    def _no_placeholders(cls, text: str | None) -> str | None:
+        if text is not None:
+            _check_template(text, frozenset())  # printed as written once checked: no braces
+        return text
 
     @model_validator(mode="before")
     @classmethod
@@ -325,6 +338,12 @@ class RuleSpec(_Model):
     empty_flag: Text = "No audit entries found for session"
     dimensions: Annotated[list[Dimension], Field(min_length=1)]
 
+    @field_validator("empty_flag")
+    @classmethod
+    def _no_placeholders(cls, text: str) -> str:
+        _check_template(text, frozenset())  # printed as written once checked: no braces
+        return text
+
     @model_validator(mode="after")
     def _unique(self) -> RuleSpec:
         names = [d.name for d in self.dimensions]
@@ -332,9 +351,16 @@ class RuleSpec(_Model):
             if names.count(name) > 1:
                 raise ValueError(f"dimension {name!r} is defined twice")
         ids = [rule.id for d in self.dimensions for rule in d.rules]
+        # The ids the rubric gives a dimension's start and its 0..max limit (points).
+        own = {f"{name}.{part}" for name in names for part in ("start", "limit")}
         for rule_id in ids:
             if ids.count(rule_id) > 1:
                 raise ValueError(f"rule id {rule_id!r} is used twice")
+            if rule_id in own:
+                raise ValueError(
+                    f"rule id {rule_id!r} is the id the rubric gives a dimension's start or "
+                    "limit points: choose another"
+                )
         return self
 
     def maxima(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+from pytest_cleo_grade.errors import RubricError
 from pytest_cleo_grade.models import (
     AuditEntry,
     DimensionScore,
@@ -102,7 +103,26 @@ def load_rule_file(path: str | Path) -> RuleSpec:
 @functools.lru_cache(maxsize=32)
 def _load_rule_file(path: str, version: tuple[int, int] | None) -> RuleSpec:
     data, _ = read_document(path)
+    kind = _other_kind(data)
+    if kind is not None:
+        # Its own fields' errors ("dimensions: Field required") would not say what it is.
+        raise RubricError(
+            f"{path}: {kind}, not a rule file: the rules rubric reads rule files; name the "
+            "rubric it is for (--rubric trajectory or weighted)"
+        )
     return validate_document(RuleSpec, data, path)
+
+
+def _other_kind(data: object) -> str | None:
+    """What another rubric's file is ("a trajectory file"), or None (a rule file, or a file
+    that is none: its own errors say what is wrong with it)."""
+    if is_rule_document(data) or not isinstance(data, dict):
+        return None
+    if "trajectory" in data:
+        return "a trajectory file"
+    if "judge" in data or (isinstance(data.get("dimensions"), list) and data["dimensions"]):
+        return "a weighted rubric file"
+    return None
 
 
 @functools.cache
@@ -311,7 +331,7 @@ def _penalty(entries: Sequence[AuditEntry], rule: Penalty, dim: _Dimension) -> N
 
 def _forbidden(entries: Sequence[AuditEntry], rule: Forbidden, dim: _Dimension) -> None:
     found = _where(entries, rule.match)
-    _penalise(dim, rule, entries, found, {"count": 0, "domain": "", "operation": "", "taskId": ""})
+    _penalise(dim, rule, entries, found, {"count": 0})
 
 
 def _recovery(entries: Sequence[AuditEntry], rule: Recovery, dim: _Dimension) -> None:
@@ -398,7 +418,9 @@ def _score(
     for rule in spec.rules:
         _KINDS[type(rule)](entries, rule, dim)
     if dim.clean and spec.evidence_if_clean is not None:
-        dim.evidence.append((max((k for k, _ in dim.evidence), default=0), spec.evidence_if_clean))
+        # Checked to hold no placeholder: {{ and }} are its literal braces, as in any sentence.
+        clean = spec.evidence_if_clean.format()
+        dim.evidence.append((max((k for k, _ in dim.evidence), default=0), clean))
     score = min(max(dim.score, 0), spec.max)
     balance(dim.points, spec.name, score, f"{spec.name}.limit")
     evidence = [text for _, text in sorted(dim.evidence, key=lambda item: item[0])]
@@ -425,7 +447,7 @@ def grade_rules(
             total_score=0,
             max_score=sum(d.max for d in spec.dimensions),
             dimensions=empty,
-            flags=[spec.empty_flag],
+            flags=[spec.empty_flag.format()],
             timestamp=timestamp,
             entry_count=0,
             points=[],  # nothing to explain: every grade carries the list
