@@ -779,6 +779,37 @@ def test_child(graded_session):
     )
 
 
+def test_a_call_a_shell_agent_could_not_record_fails_its_test(
+    pytester: pytest.Pytester,
+) -> None:
+    # A quoting slip in --params: `cleo-grade record` said so on the child's stderr only, and
+    # the test passed, graded on the other calls (losing a tasks.add raised its grade).
+    cli = Path(sys.executable).parent / "cleo-grade"
+    make_suite(
+        pytester,
+        f"""
+import os, subprocess
+
+def test_shell_agent(graded_session):
+    env = {{**os.environ, **graded_session.subprocess_env()}}
+    script = (
+        "'{cli}' record session list --gateway cleo_query; "
+        "'{cli}' record tasks add --gateway cleo_mutate "
+        "--params '{{\\"title\\": \\"a \\"b\\" c\\"}}'"
+    )
+    subprocess.run(["sh", "-c", script], env=env, check=False)
+""",
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_shell_agent: not every call of the test could be recorded, *: tasks.add "
+            "(cleo-grade record): --params is not valid JSON*",
+        ]
+    )
+
+
 def test_calls_recorded_after_the_grade_are_said_to_be_in_no_grade(
     pytester: pytest.Pytester,
 ) -> None:

@@ -17,10 +17,11 @@ from pytest_cleo_grade.audit import (
     MUTATE_GATEWAYS,
     active_session,
     make_entry,
+    refuse,
 )
 from pytest_cleo_grade.cli.common import CommandError, session_id_arg
 from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.errors import EntryError
+from pytest_cleo_grade.errors import CleoGradeError, EntryError
 from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.sources import (
     ENTRY_FILE_FORMATS,
@@ -274,6 +275,18 @@ def _refuse_undecodable(args: argparse.Namespace) -> None:
 
 
 def run_record(args: argparse.Namespace) -> int:
+    try:
+        return _record(args)
+    except (CommandError, CleoGradeError) as exc:
+        # The call the shell agent made is not recorded: the graded session must hear of
+        # it (as from record() in a child), or its test is graded on the rest and passes.
+        if active_session() is not None:
+            text = str(exc).removeprefix("cleo-grade: error: ").removeprefix("cleo-grade record: ")
+            refuse(f"{args.domain}.{args.operation} (cleo-grade record): {text}")
+        raise
+
+
+def _record(args: argparse.Namespace) -> int:
     params = _params(args.params)
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration >= 0):
         raise CommandError("cleo-grade record: --duration must be a finite number >= 0")
