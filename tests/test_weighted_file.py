@@ -294,3 +294,18 @@ def test_the_documented_rubric_file_is_the_default_rubric() -> None:
     assert spec.dimensions == DEFAULT_SPEC.dimensions
     assert spec.budget == DEFAULT_SPEC.budget
     assert (spec.name, spec.version) == (DEFAULT_SPEC.name, DEFAULT_SPEC.version)
+
+
+def test_a_key_pasted_as_api_key_env_is_refused_without_being_repeated(tmp_path: Path) -> None:
+    # It was accepted, and every judged test then failed saying "environment variable
+    # sk-live-... (judge.api_key_env) is not set", in the terminal and in JUnit.
+    secret = "sk-live-INLINESECRET999"
+    path = write(tmp_path, RUBRIC_TOML.replace('"JUDGE_API_KEY"', f'"{secret}"'))
+    with pytest.raises(RubricError) as caught:
+        load_rubric_file(path)
+    text = str(caught.value)
+    assert text == (
+        f"{path}: judge.api_key_env: must name an environment variable (letters, digits and "
+        "_), not hold the key itself"
+    )
+    assert secret not in text

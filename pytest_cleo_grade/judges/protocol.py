@@ -59,6 +59,7 @@ MAX_CONSECUTIVE_FAILURES: Final = 1000
 
 #: An http(s) URL with a host: checked without urllib, which only the HTTP edge imports.
 _HTTP_URL: Final = re.compile(r"^https?://[^/?#\s]+", re.IGNORECASE)
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +348,17 @@ class JudgeSettings(BaseModel):
         if not _HTTP_URL.match(value.strip()):
             raise ValueError(f"expected an http:// or https:// URL, got {redact_url(value)!r}")
         return value.strip()
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable_name(cls, value: str | None) -> str | None:
+        # A key pasted here instead of its variable's name would be printed in every
+        # "is not set" failure, JUnit included: refused without repeating the value.
+        if value is not None and not _ENV_NAME.match(value):
+            raise ValueError(
+                "must name an environment variable (letters, digits and _), not hold the key itself"
+            )
+        return value
 
 
 # Bump when the key's recipe changes, so old rows can never be mistaken for new ones.
