@@ -552,6 +552,13 @@ class GradeSession:
         """Every entry of this session in session order: those held in this process and
         those other processes (subprocesses, the code under test elsewhere) stored."""
         store = self.store
+        if store.replaced():
+            # Other processes' calls went to the file the path names now, and this session
+            # cannot tell which of its calls that file is missing: no grade on part of them.
+            raise StoreError(
+                f"{store.path}: the audit store was deleted or replaced while the test ran, "
+                "so the calls stored in it are out of reach; clear it outside graded tests"
+            )
         version = store.data_version()
         if not self._flushed and version == self._version:
             # Nobody else committed to the store since the session started (the common

@@ -810,6 +810,60 @@ def test_shell_agent(graded_session):
     )
 
 
+def test_a_store_deleted_between_or_during_tests_never_hides_a_childs_call(
+    pytester: pytest.Pytester,
+) -> None:
+    # The process kept writing to (and reading from) the deleted file, while children
+    # recorded into the new one: the second of two identical tests passed at 100/100 with
+    # the child's not-found out of its grade.
+    pytester.makeconftest(
+        """
+import shutil, pytest
+
+@pytest.fixture(autouse=True)
+def fresh_cleo_project():
+    shutil.rmtree(".cleo", ignore_errors=True)
+    yield
+"""
+    )
+    make_suite(
+        pytester,
+        """
+import os, shutil, subprocess, sys
+
+CHILD = (
+    "from pytest_cleo_grade.audit import record\\n"
+    "record('tasks', 'show', {'taskId': 'T9'}, success=False, exit_code=4, error='not found')"
+)
+
+def child(graded_session):
+    env = {**os.environ, **graded_session.subprocess_env()}
+    subprocess.run([sys.executable, "-c", CHILD], env=env, check=True)
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_agent(graded_session, run):
+    perfect(graded_session)
+    child(graded_session)
+
+def test_resets_its_workspace(graded_session):
+    perfect(graded_session)
+    child(graded_session)
+    shutil.rmtree(".cleo")
+""",
+    )
+    result = pytester.runpytest("--cleo-grade-mode=report", "--cleo-grade-history=grades.jsonl")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_resets_its_workspace: cannot grade with rubric cleo: *audit.db: the audit "
+            "store was deleted or replaced while the test ran*",
+        ]
+    )
+    lines = [json.loads(line) for line in (pytester.path / "grades.jsonl").read_text().splitlines()]
+    scores = {line["testId"].split("::")[-1]: line["totalScore"] for line in lines}
+    assert scores == {"test_agent[1]": 95, "test_agent[2]": 95}
+
+
 def test_calls_recorded_after_the_grade_are_said_to_be_in_no_grade(
     pytester: pytest.Pytester,
 ) -> None:

@@ -423,6 +423,19 @@ class AuditStore:
         ids, entries = self._load(session_id)
         return list(zip(ids, entries, strict=True))
 
+    def replaced(self) -> bool:
+        """Whether the store's path no longer names the file this store has open: deleted,
+        or replaced by another (a ``rm -rf .cleo`` between tests, say). Writes and reads
+        would then go to a file nobody else sees, and another process's calls to the new
+        one. Always False read-only (no file is held)."""
+        if self._claim is None:
+            return False
+        try:
+            held, named = os.fstat(self._claim), os.stat(self.path)
+        except OSError:
+            return True
+        return (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino)
+
     def data_version(self) -> int:
         """SQLite's ``PRAGMA data_version``: it changes when another connection (another
         process) commits, never for this connection's own writes. A reader that saw the same

@@ -22,6 +22,11 @@ class SharedStore:
         self._store: AuditStore | None = None
 
     def get(self) -> AuditStore:
+        if self._store is not None and self._store.replaced():
+            # Deleted or replaced since (a fixture clearing .cleo/ between tests): every
+            # process records into the file the path names now, so this one must too.
+            self._store.close()
+            self._store = None
         if self._store is None:
             self._store = AuditStore(self.path)
         return self._store
