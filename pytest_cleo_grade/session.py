@@ -423,6 +423,11 @@ class GradeSession:
         return subprocess_env(self, extra=extra)
 
     @property
+    def db_path(self) -> Path:
+        """The session's store (absolute), as the environment names it."""
+        return self.settings.db_path.absolute()
+
+    @property
     def store(self) -> AuditStore:
         if self._store is None:
             raise CleoGradeError(f"session {self.id} is not started")

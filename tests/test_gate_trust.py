@@ -864,6 +864,36 @@ def test_resets_its_workspace(graded_session):
     assert scores == {"test_agent[1]": 95, "test_agent[2]": 95}
 
 
+def test_a_call_made_with_the_environment_cleared_is_still_the_tests(
+    pytester: pytest.Pytester,
+) -> None:
+    # mock.patch.dict(os.environ, clear=True) in the body: record() found no session in the
+    # environment and dropped the call, and the test passed without its failed lookup.
+    make_suite(
+        pytester,
+        """
+import os
+from unittest import mock
+from pytest_cleo_grade.audit import audited
+
+@audited("tasks", "show", gateway="cleo_query")
+def tasks_show(task_id):
+    raise KeyError(task_id)
+
+def test_isolated_env(graded_session):
+    perfect(graded_session)
+    with mock.patch.dict(os.environ, {"PATH": os.environ["PATH"]}, clear=True):
+        try:
+            tasks_show("T404")
+        except KeyError:
+            pass
+""",
+    )
+    result = pytester.runpytest("--cleo-grade-mode=report")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_isolated_env *95/100*"])
+
+
 def test_calls_recorded_after_the_grade_are_said_to_be_in_no_grade(
     pytester: pytest.Pytester,
 ) -> None:
