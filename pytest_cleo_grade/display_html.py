@@ -24,7 +24,7 @@ from pytest_cleo_grade.display import (
     score_text,
     signed_text,
 )
-from pytest_cleo_grade.models import GradeResult, Point, format_timestamp
+from pytest_cleo_grade.models import DimensionScore, GradeResult, Point, format_timestamp
 from pytest_cleo_grade.runs import latest_whole_series, short_series
 from pytest_cleo_grade.scale import letter_for
 from pytest_cleo_grade.stats import verdict_for
@@ -347,7 +347,8 @@ def _table_percent(test: HtmlTest) -> str:
     if len(test.tests) > 1:
         return _mean_text(test)
     only = test.tests[0]
-    return shown_percent(only.result.percent, only.threshold, exact=True)
+    # As the terminal's table and the test's own section show it: whole, half up.
+    return shown_percent(only.result.percent, only.threshold)
 
 
 def _mean_text(test: HtmlTest) -> str:
@@ -434,27 +435,67 @@ def radar_svg(result: GradeResult) -> str:
     n = len(dims)
     if n == 0:
         return "<p class='empty'>no dimensions</p>"
+    if n < 3:
+        return _bars_svg(dims)  # one or two axes make no polygon to read
     rings = "".join(
         f"<polygon class='ring' points='{_points_attr(_spoke(i, n, f) for i in range(n))}'/>"
         for f in (0.25, 0.5, 0.75, 1.0)
     )
     spokes, labels, values = [], [], []
+    left, right = 0.0, 440.0
     for i, (name, dim) in enumerate(dims):
-        fraction = min(max(dim.score / dim.max, 0.0), 1.0) if dim.max > 0 else 0.0
-        values.append(_spoke(i, n, fraction))
+        values.append(_spoke(i, n, _fraction(dim)))
         x, y = _spoke(i, n, 1.0)
         spokes.append(f"<line class='axis' x1='{_CX}' y1='{_CY}' x2='{x:.1f}' y2='{y:.1f}'/>")
         lx, ly = _spoke(i, n, 1.12)
         anchor = "middle" if abs(lx - _CX) < 5 else "start" if lx > _CX else "end"
+        text = f"{name} {number_text(dim.score)}/{number_text(dim.max)}"
+        # The box widens to every label (a combined rubric's cleo.discoveryEfficiency ran
+        # past a fixed one and was cut): a label's width estimated from its length.
+        width = len(text) * _CHAR_W
+        start = {"start": lx, "end": lx - width, "middle": lx - width / 2}[anchor]
+        left, right = min(left, start - 4), max(right, start + width + 4)
         labels.append(
-            f"<text x='{lx:.1f}' y='{ly + 4:.1f}' text-anchor='{anchor}'>{_e(name)} "
-            f"{_e(number_text(dim.score))}/{_e(number_text(dim.max))}</text>"
+            f"<text x='{lx:.1f}' y='{ly + 4:.1f}' text-anchor='{anchor}'>{_e(text)}</text>"
         )
     title = ", ".join(f"{name} {number_text(d.score)}/{number_text(d.max)}" for name, d in dims)
     return (
-        f"<svg class='radar' viewBox='0 0 440 240' width='440' height='240' role='img' "
+        f"<svg class='radar' viewBox='{left:.0f} 0 {right - left:.0f} 240' "
+        f"width='{right - left:.0f}' height='240' role='img' "
         f"data-axes='{n}'><title>{_e(title)}</title>{rings}{''.join(spokes)}"
         f"<polygon class='score' points='{_points_attr(values)}'/>{''.join(labels)}</svg>"
+    )
+
+
+#: A generous width of one character of the charts' 10px labels (system-ui), in px.
+_CHAR_W: Final = 6.2
+
+
+def _fraction(dim: DimensionScore) -> float:
+    return min(max(dim.score / dim.max, 0.0), 1.0) if dim.max > 0 else 0.0
+
+
+def _bars_svg(dims: Sequence[tuple[str, DimensionScore]]) -> str:
+    """One or two dimensions as bars, each as long as its dimension's max: a full bar is a
+    perfect score, as a full polygon is on the radar."""
+    rows = []
+    longest = max(len(f"{name} {number_text(d.score)}/{number_text(d.max)}") for name, d in dims)
+    width = max(300.0, longest * _CHAR_W)
+    for i, (name, dim) in enumerate(dims):
+        top = 10 + i * 44
+        rows.append(
+            f"<text x='0' y='{top + 10}'>{_e(name)} {_e(number_text(dim.score))}/"
+            f"{_e(number_text(dim.max))}</text>"
+            f"<rect class='ring' x='0' y='{top + 16}' width='{width:.0f}' height='14'/>"
+            f"<rect class='score' x='0' y='{top + 16}' width='{width * _fraction(dim):.1f}' "
+            "height='14'/>"
+        )
+    title = ", ".join(f"{name} {number_text(d.score)}/{number_text(d.max)}" for name, d in dims)
+    height = 20 + 44 * len(dims)
+    return (
+        f"<svg class='radar' viewBox='0 0 {width + 4:.0f} {height}' width='{width + 4:.0f}' "
+        f"height='{height}' role='img' data-axes='{len(dims)}'><title>{_e(title)}</title>"
+        f"{''.join(rows)}</svg>"
     )
 
 
@@ -569,6 +610,7 @@ h1{font-size:1.5em;margin:0 0 .2em}h2{font-size:1.15em;margin:0 0 .3em}h3{font-s
 .verdict.fail{background:#fdeaea;border-color:#c62828}
 table{border-collapse:collapse;margin:1em 0;min-width:60%}
 th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+td,h2,li,p,summary{overflow-wrap:anywhere}
 th{background:#f2f2f2}.js th{cursor:pointer}.js th:after{content:' \\2195';color:#999}
 th[aria-sort]:after{color:#222}
 .letter{font-weight:bold;padding:0 .3em;border-radius:3px}

@@ -90,9 +90,11 @@ class HtmlReportColumns:
         style = "color:#b00020;font-weight:bold" if failed else "font-weight:bold"
         from pytest_cleo_grade.display import html_text
 
-        body = "".join(f"<p>{html_text(line)}</p>" for line in lines)
+        # On each paragraph: pytest-html's stylesheet gives every <p> its own colour, which
+        # a colour on the div around them does not override.
+        body = "".join(f'<p style="{style}">{html_text(line)}</p>' for line in lines)
         state = "failed" if failed else "passed"
-        prefix.insert(0, f'<div class="cleo-grade {state}" style="{style}">{body}</div>')
+        prefix.insert(0, f'<div class="cleo-grade {state}">{body}</div>')
 
     def _failed(self) -> bool:
         run = self.reporter.current_run()

@@ -125,3 +125,26 @@ def test_a_screenshot_of_the_report_is_a_real_image(page: Path, tmp_path: Path) 
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1000, 900)
     assert len(data) > 20_000  # a rendered page, not a blank one
+
+
+def test_a_long_test_id_and_flag_wrap_inside_the_window(tmp_path: Path) -> None:
+    # A 400-character parametrize id pushed the table's Grade, Score and Change columns,
+    # and the flag's text, past the right edge of a 1000 px window.
+    long_id = "t::test_long[" + "averyveryverylongparametrizeidwithoutanyspaces_" * 8 + "]"
+    results = [grade(long_id, 60, 1), grade("t::short", 90, 2)]
+    run = RunGrade(
+        tuple(GradedTest(str(r.model_extra["testId"]), r, None, None, "fail") for r in results), 75
+    )  # type: ignore[index]
+    html = render_html(build_report(run, results))
+    # Measured where it is drawn: does anything reach past the window's right edge?
+    probe = (
+        "<script>var w=document.documentElement.clientWidth,far=0;"
+        "document.querySelectorAll('body *').forEach(function(e){"
+        "far=Math.max(far,e.getBoundingClientRect().right);});"
+        "document.body.setAttribute('data-overflow',String(Math.round(far-w)));</script>"
+    )
+    path = tmp_path / "report.html"
+    write_report(path, html.replace("</body>", probe + "</body>"))
+    dom = chromium(tmp_path, "--window-size=1000,900", "--dump-dom", path.as_uri())
+    overflow = re.search(r'data-overflow="(-?\d+)"', dom)
+    assert overflow is not None and int(overflow.group(1)) <= 0, overflow

@@ -310,3 +310,38 @@ def test_the_page_loads_nothing_from_anywhere() -> None:
     assert not re.search(r"(src|href)=['\"](?!#)", page)
     assert "@import" not in page and "url(" not in page and "http" not in page
     assert "@media print" in page
+
+
+def test_radar_labels_fit_their_box_and_one_or_two_dimensions_are_bars() -> None:
+    # Long names (a combined rubric's cleo.discoveryEfficiency) ran past a fixed 440-px box
+    # and were cut; one or two dimensions drew a line and no polygon at all.
+    combined = grade(
+        "t::a",
+        80,
+        dims={
+            "cleo.sessionDiscipline": (20, 20),
+            "cleo.discoveryEfficiency": (15, 20),
+            "trajectory.trajectory": (100, 100),
+        },
+    )
+    svg = radar_svg(combined)
+    box = re.search(r"viewBox='(-?\d+) 0 (\d+) 240'", svg)
+    assert box is not None
+    left, width = int(box.group(1)), int(box.group(2))
+    for x, anchor, text in re.findall(
+        r"<text x='([\d.]+)' y='[\d.]+' text-anchor='(\w+)'>([^<]*)", svg
+    ):
+        span = len(text) * 6.2
+        start = {"start": float(x), "end": float(x) - span, "middle": float(x) - span / 2}[anchor]
+        assert left <= start and start + span <= left + width, text
+    two = radar_svg(grade("t::b", 50, dims={"workflow": (17, 30), "safety": (0, 20)}))
+    bars = re.findall(r"<rect class='(ring|score)' x='0' y='\d+' width='([\d.]+)'", two)
+    assert bars == [("ring", "300"), ("score", "170.0"), ("ring", "300"), ("score", "0.0")]
+    assert "<polygon" not in two
+
+
+def test_a_grade_shows_one_percentage_on_the_page_as_the_terminal_does() -> None:
+    # The table said "43.5/100 (43.5%)" beside the section's "43.5/100 (44%)"; the terminal
+    # says 44%. Half up, whole, in both places (a failing one is never rounded up).
+    page = render_html(build_report(run_of(grade("t::a", 43.5)), []))
+    assert "43.5/100 (44%)" in page and "(43.5%)" not in page

@@ -85,6 +85,37 @@ def test_a_failed_gate_is_the_first_thing_the_summary_says(pytester: pytest.Pyte
     assert "the run exits with status 1 even where no test failed" in summary
 
 
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_a_failed_gate_is_drawn_in_red(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    # The colour was on the div, and pytest-html's own `p {color: black}` won: black text.
+    report(pytester, "--cleo-grade-gate=A")
+    path = pytester.path / "report.html"
+    probe = (
+        "<script>document.addEventListener('DOMContentLoaded',function(){"
+        "var p=document.querySelector('.cleo-grade p');"
+        "document.body.setAttribute('data-gate-colour',getComputedStyle(p).color);});</script>"
+    )
+    path.write_text(path.read_text(encoding="utf-8").replace("</body>", probe + "</body>"))
+    done = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert 'data-gate-colour="rgb(176, 0, 32)"' in done.stdout
+
+
 def test_a_passed_gate_says_so_without_alarm(pytester: pytest.Pytester) -> None:
     status, page, _ = report(pytester, "--cleo-grade-gate=F")
     assert status == 0
@@ -104,7 +135,7 @@ def test_a_failed_baseline_gate_shows_in_the_summary(pytester: pytest.Pytester) 
     assert result.ret == 1
     page = (pytester.path / "report.html").read_text(encoding="utf-8")
     assert '<div class="cleo-grade failed"' in page
-    assert "<p>cleo-grade baseline gate FAILED: 1 regression</p>" in page
+    assert ">cleo-grade baseline gate FAILED: 1 regression</p>" in page
 
 
 def test_a_failed_baseline_gate_alone_says_why_the_run_exits_with_status_1(
@@ -122,8 +153,8 @@ def test_a_failed_baseline_gate_alone_says_why_the_run_exits_with_status_1(
     result.assert_outcomes(passed=3)
     page = (pytester.path / "report.html").read_text(encoding="utf-8")
     summary = page.split('<div class="cleo-grade failed"', 1)[1].split("</div>", 1)[0]
-    assert "<p>cleo-grade baseline gate FAILED: 1 regression</p>" in summary
-    reminder = "<p>the run exits with status 1 even where no test failed</p>"
+    assert ">cleo-grade baseline gate FAILED: 1 regression</p>" in summary
+    reminder = ">the run exits with status 1 even where no test failed</p>"
     assert summary.count(reminder) == 1
 
 
@@ -205,7 +236,7 @@ def test_an_unwritable_step_summary_leaves_the_baseline_gates_reason(
     assert status == 1
     summary = page.split('<div class="additional-summary prefix">', 1)[1]
     assert '<div class="cleo-grade failed"' in summary
-    assert "<p>cleo-grade no baseline at " in summary
+    assert ">cleo-grade no baseline at " in summary
     assert "absent.json: nothing compared</p>" in summary
     assert "GITHUB_STEP_SUMMARY" not in page
 
