@@ -105,10 +105,11 @@ class HtmlTest:
     @property
     def repeat_verdict(self) -> str | None:
         """``flaky (2/3 passed)`` for a repeated test with a threshold, else None."""
-        if len(self.tests) < 2 or all(test.threshold is None for test in self.tests):
+        if not self.repeated or all(test.threshold is None for test in self.tests):
             return None
         passed = sum(test.passed for test in self.tests)
         if self.partial is not None:
+            # (One graded run too: whether it met the threshold is worth saying.)
             # Runs missing from the series may have failed: no verdict over the others.
             return f"{passed}/{len(self.tests)} graded runs passed"
         return f"{verdict_for(passed, len(self.tests))} ({passed}/{len(self.tests)} passed)"

@@ -221,6 +221,13 @@ def test_a_repeated_test_with_a_run_not_graded_says_how_many_of_its_runs_are_sho
     assert "stable pass" not in page
 
 
+def test_a_repeated_test_with_one_graded_run_says_whether_it_passed() -> None:
+    # `-k run-2`: the row said only "1 of 3 runs graded", not whether run 2 met its threshold.
+    runs = [grade("t::a", 70, minute=0, run=2, runs=3)]
+    page = render_html(build_report(run_of(*runs, threshold=75), runs))
+    assert "0/1 graded runs passed; 1 of 3 runs graded" in page
+
+
 def test_a_huge_runs_count_in_a_history_is_counted_never_listed_run_by_run() -> None:
     # A history line is input: ``runs`` of 10**12 must not make a list of every run.
     runs = [grade("t::a", p, minute=i, run=i, runs=10**12) for i, p in ((1, 90), (3, 80))]
