@@ -248,7 +248,10 @@ def test_a_partial_series_is_marked_and_never_compared() -> None:
     row = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     assert "vs previous run" not in page
     assert "<td data-sort='0'>not compared, 1 of 3 runs graded</td>" in row
-    assert "<td data-sort='1 of 3 runs graded'>1 of 3 runs graded</td>" in row
+    assert (
+        "<td data-sort='0/1 graded runs passed; 1 of 3 runs graded'>0/1 graded runs passed; "
+        "1 of 3 runs graded</td>"
+    ) in row
     assert "1 of 3 runs graded, mean 74%: #1 not graded, #2 74% C, #3 not graded" in page
     assert "run 2 of 3 (the only one graded): 74/100 (74%)" in page
     against = build_report(run_of(again), [again], baseline={"t::a": [85.0, 74.0, 85.0]})
