@@ -51,15 +51,26 @@ _VALIDATION_TEXT: Final = re.compile(
 )
 
 
+#: A call to a tool the agent does not have (Claude Code's "No such tool available: x", the
+#: MCP SDK's "Unknown tool: x", LangChain's "x is not a valid tool", "Tool 'x' not found"):
+#: a failed call, not a missing task or file, so no not-found (the MCP adapter's exit 1).
+_NO_SUCH_TOOL: Final = re.compile(
+    r"\bno such tool\b|\bunknown tool\b|\bis not a valid tool\b"
+    r"|\btool (?:named )?['\"`]?[\w.:/-]+['\"`]? (?:was )?not found\b",
+    re.IGNORECASE,
+)
+
+
 def says_not_found(text: str | None) -> bool:
     """Whether an error text says "not found" (E_NOT_FOUND, no such ..., does not exist).
 
     The text of an argument validation error is never read: it quotes the agent's arguments,
-    and a title that says "not found" does not make a missing field a miss.
+    and a title that says "not found" does not make a missing field a miss. Nor is a call to
+    a tool that does not exist a not-found.
     """
     if not text or _VALIDATION_TEXT.search(text) is not None:
         return False
-    return _NOT_FOUND_TEXT.search(text) is not None
+    return _NOT_FOUND_TEXT.search(text) is not None and _NO_SUCH_TOOL.search(text) is None
 
 
 def int_code(value: Any) -> int | None:

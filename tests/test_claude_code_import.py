@@ -365,3 +365,30 @@ def test_a_sessions_sub_agent_transcripts_are_imported_with_it(
     db = tmp_path / "audit.db"
     assert main(["import", "--format", "claude-code", str(session_file), "--db", str(db)]) == 0
     assert "Imported 3 entries" in capsys.readouterr().out
+
+
+def test_a_built_in_tools_output_holding_an_envelope_is_data_not_a_failure(
+    tmp_path: Path,
+) -> None:
+    # `cat` of a fixture holding CLEO's not-found envelope became a failed call (exit 4),
+    # where the hooks record the same call as a success.
+    envelope = '{"success": false, "error": {"code": "E_NOT_FOUND", "exitCode": 4}}'
+    path = write(
+        tmp_path,
+        use("t1", "Bash"),
+        result("t1", envelope),
+        use("t2", "mcp__cleo__cleo_query", at="2026-03-01T12:00:03Z"),
+        result("t2", text_blocks(envelope), at="2026-03-01T12:00:04Z"),
+    )
+    bash, cleo = load_transcript(path)
+    assert (bash.result.success, bash.result.exit_code) == (True, 0)
+    assert (cleo.result.success, cleo.result.exit_code) == (False, 4)  # an MCP tool's answer
+
+
+def test_a_call_to_a_tool_that_does_not_exist_is_exit_one(tmp_path: Path) -> None:
+    # "No such tool available" read as a not-found (4): the agent was then asked to recover
+    # a task it never looked up, where the MCP adapter records the same mistake as exit 1.
+    text = "<tool_use_error>Error: No such tool available: mcp__cleo__cleo_qeury</tool_use_error>"
+    path = write(tmp_path, use("t1", "mcp__cleo__cleo_qeury"), result("t1", text, error=True))
+    [entry] = load_transcript(path)
+    assert (entry.result.success, entry.result.exit_code) == (False, 1)

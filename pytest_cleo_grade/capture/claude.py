@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[claude]'"
     ) from exc
 
+from pytest_cleo_grade.capture.claude_code import answers_in_envelopes
 from pytest_cleo_grade.capture.direct import expect_call, expected_call_ended
 from pytest_cleo_grade.capture.mapping import (
     Call,
@@ -49,17 +50,20 @@ SOURCE = "claude"
 
 def response_failure(tool: str, response: Any) -> Failure | None:
     """The failure a ``tool_response`` reports: an MCP result with ``isError`` (its text is
-    the error), or CLEO's error envelope (as the response, its text, or a content block)."""
+    the error), or, for an MCP tool, CLEO's error envelope (as the response, its text, or a
+    content block)."""
+    if isinstance(response, Mapping) and (response.get("isError") or response.get("is_error")):
+        blocks = response.get("content")
+        texts = (
+            [b.get("text") for b in blocks if isinstance(b, Mapping)]
+            if isinstance(blocks, list)
+            else []
+        )
+        message = "\n".join(t for t in texts if isinstance(t, str)) or None
+        return Failure(tool=tool, payload=dict(response), message=message)
+    if not answers_in_envelopes(tool):
+        return None
     if isinstance(response, Mapping):
-        if response.get("isError") or response.get("is_error"):
-            blocks = response.get("content")
-            texts = (
-                [b.get("text") for b in blocks if isinstance(b, Mapping)]
-                if isinstance(blocks, list)
-                else []
-            )
-            message = "\n".join(t for t in texts if isinstance(t, str)) or None
-            return Failure(tool=tool, payload=dict(response), message=message)
         found = envelope_failure(tool, dict(response))
         if found is not None:
             return found

@@ -38,7 +38,13 @@ from pytest_cleo_grade.files import iter_lines, open_regular, parse_json_strict
 from pytest_cleo_grade.models import AuditEntry
 from pytest_cleo_grade.sources import is_sqlite_file
 
-__all__ = ["SOURCE", "TranscriptError", "load_transcript", "subagent_transcripts"]
+__all__ = [
+    "SOURCE",
+    "TranscriptError",
+    "answers_in_envelopes",
+    "load_transcript",
+    "subagent_transcripts",
+]
 
 SOURCE: Final = "claude-code"
 UNANSWERED: Final = "no tool_result in the transcript (the session was interrupted)"
@@ -94,11 +100,20 @@ def _text(content: Any) -> str | None:
     return "\n".join(_texts(content)) or None
 
 
+def answers_in_envelopes(tool: str) -> bool:
+    """Whether a successful result of ``tool`` is read for CLEO's error envelope: an MCP
+    tool's (``mcp__server__tool``: CLEO's own reach Claude that way) is; a built-in tool's
+    (Bash, Read, Task) output is data the agent looked at, whatever it holds."""
+    return tool.startswith("mcp__")
+
+
 def _failure(tool: str, block: Mapping[str, Any]) -> Failure | None:
     content = block.get("content")
     text = _text(content)
     if block.get("is_error") is True:
         return Failure(tool=tool, payload=content, message=text)
+    if not answers_in_envelopes(tool):
+        return None  # a `cat` of a fixture that holds an envelope is data, not its status
     # Each block on its own (the envelope, then a hint), as the hooks and MCP adapters read it.
     return texts_envelope_failure(tool, _texts(content))
 
