@@ -100,13 +100,13 @@ class Received:
 class FakeJudgeServer:
     """Serves queued behaviours in order, then ``default`` for every further request."""
 
-    def __init__(self, default: Behaviour | None = None) -> None:
+    def __init__(self, default: Behaviour | None = None, *, port: int = 0) -> None:
         self.default: Behaviour = default or Reply(verdict_json())
         self.queue: list[Behaviour] = []
         self.received: list[Received] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         # A short poll interval keeps shutdown() (and so each test's teardown) quick.
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
@@ -207,3 +207,14 @@ def serve(default: Behaviour | None = None) -> Iterator[FakeJudgeServer]:
     """Generator for a pytest fixture: a running server, closed afterwards."""
     with FakeJudgeServer(default) as server:
         yield server
+
+
+if __name__ == "__main__":
+    # `python -m tests.fake_judge [PORT]`: the judge docs/judges.md's output was made against,
+    # serving its default reply until Ctrl-C.
+    import sys
+
+    with FakeJudgeServer(port=int(sys.argv[1]) if len(sys.argv) > 1 else 8765) as running:
+        print(f"fake judge at {running.base_url} (Ctrl-C stops it)", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()

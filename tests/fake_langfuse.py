@@ -9,6 +9,7 @@ by id (a score sent again with its id replaces the one before)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -45,10 +46,12 @@ class FakeLangfuse:
     refuse: dict[str, str] = field(default_factory=dict)
     #: The scores accepted, by id.
     stored: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Where it listens (0: any free port).
+    port: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -180,3 +183,14 @@ class FakeLangfuse:
             do_GET = do_POST = _serve
 
         return Handler
+
+
+if __name__ == "__main__":
+    # `python -m tests.fake_langfuse [PORT]`: the Langfuse docs/exports.md's output was made
+    # against (keys pk-test / sk-test), until Ctrl-C.
+    import sys
+
+    with FakeLangfuse(port=int(sys.argv[1]) if len(sys.argv) > 1 else 3000) as running:
+        print(f"fake Langfuse at {running.base_url} (Ctrl-C stops it)", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()

@@ -282,3 +282,33 @@ def test_a_local_judge_is_never_sent_through_a_proxy(
     judge, _ = make_judge(server, retries=0)
     assert judge("p").text.startswith("{")
     assert server.count == 1
+
+
+def test_the_docs_fake_judge_runs_on_its_own() -> None:
+    # docs/judges.md's output was made against it: `python -m tests.fake_judge PORT` serves
+    # its default reply, which the weighted rubric grades.
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_judge", str(port)],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = f"http://127.0.0.1:{port}"
+        assert server.stdout.readline() == f"fake judge at {url} (Ctrl-C stops it)\n"
+        judge = OpenAICompatibleJudge(base_url=url, model="m", timeout=10.0)
+        assert "goal_achievement" in judge("p").text
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)  # closes its stdout too
