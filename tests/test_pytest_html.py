@@ -45,6 +45,28 @@ def report(pytester: pytest.Pytester, *args: str) -> tuple[int, str, dict[str, A
     return int(result.ret), page, json.loads(html.unescape(blob.group(1)))
 
 
+def dump_dom(tmp_path: Path, url: str) -> str:
+    """The page at ``url`` as headless Chromium leaves it once its scripts ran."""
+    done = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
+
+
 def row(data: dict[str, Any], test: str) -> list[str]:
     cells: list[str] = data["tests"][f"test_agent.py::{test}"][0]["resultsTableRow"]
     return cells
@@ -96,24 +118,7 @@ def test_a_failed_gate_is_drawn_in_red(pytester: pytest.Pytester, tmp_path: Path
         "document.body.setAttribute('data-gate-colour',getComputedStyle(p).color);});</script>"
     )
     path.write_text(path.read_text(encoding="utf-8").replace("</body>", probe + "</body>"))
-    done = subprocess.run(
-        [
-            "chromium",
-            "--headless",
-            "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
-            "--disable-gpu",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            path.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert 'data-gate-colour="rgb(176, 0, 32)"' in done.stdout
+    assert 'data-gate-colour="rgb(176, 0, 32)"' in dump_dom(tmp_path, path.as_uri())
 
 
 def test_a_passed_gate_says_so_without_alarm(pytester: pytest.Pytester) -> None:
@@ -203,24 +208,8 @@ def test_clicking_score_in_a_browser_sorts_by_the_percentage(
 ) -> None:
     path, _ = _scored_report(pytester)
     # `?sort=cleoPercent` is what clicking the Score header sets; pytest-html's script sorts.
-    done = subprocess.run(
-        [
-            "chromium",
-            "--headless",
-            "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
-            "--disable-gpu",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-            path.as_uri() + "?sort=cleoPercent",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    shown = re.findall(r'col-cleoPercent">(?:<!--[^>]*-->)?([^<]*)<', done.stdout)
+    dom = dump_dom(tmp_path, path.as_uri() + "?sort=cleoPercent")
+    shown = re.findall(r'col-cleoPercent">(?:<!--[^>]*-->)?([^<]*)<', dom)
     # Lowest first on the first click, the ungraded test before every grade.
     assert shown == ["", "40% (40/100)", "75% (75/100)", "100% (100/100)"]
 
