@@ -330,6 +330,7 @@ class AuditStore:
         """
 
         def insert(conn: sqlite3.Connection) -> int:
+            self.batches_committed = False
             previous = conn.execute("PRAGMA cache_size").fetchone()[0]
             # A large transaction spills pages to the WAL once the default 2 MB cache is
             # full; 64 MB keeps a million-row import in memory until it commits.

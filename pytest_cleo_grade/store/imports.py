@@ -98,7 +98,11 @@ def stream_entries_file(
                 with AuditStore(store_path) as store:
                     store.append_batches(selected(first))
             except BaseException as exc:
-                if isinstance(exc, KeyboardInterrupt) and store and store.batches_committed:
+                if (
+                    isinstance(exc, KeyboardInterrupt)
+                    and store is not None
+                    and store.batches_committed
+                ):
                     # Ctrl-C or SIGTERM while the store closed (a large import's checkpoint
                     # takes a moment): every row is in, nothing is left to undo, and the
                     # import reports what it did rather than an interruption it survived.
