@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from pytest_cleo_grade.cli.common import (
     CommandError,
     add_history_option,
     history_path,
+    warning_line,
     warnings_to_stderr,
 )
 from pytest_cleo_grade.display import terminal_text
@@ -119,9 +121,8 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
             results = read_grades(path)
         if not results:  # no history either: the file's own one-line error
             raise CommandError(f"cleo-grade baseline: {not_utf8}")
-        with warnings_to_stderr():
-            for warning in caught:
-                warnings.warn(warning.message, stacklevel=1)
+        for warning in caught:
+            print(warning_line(warning.message), file=sys.stderr)
     if not results:
         raise CommandError(f"cleo-grade baseline: {path}: neither a baseline nor a grade history")
     if candidate:

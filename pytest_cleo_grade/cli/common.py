@@ -23,6 +23,8 @@ __all__ = [
     "parse_threshold",
     "print_json",
     "session_id_arg",
+    "warning_line",
+    "warnings_to_stderr",
 ]
 
 Handler = Callable[[argparse.Namespace], int]
@@ -116,5 +118,10 @@ def warnings_to_stderr() -> Iterator[None]:
         warnings.simplefilter("always")
         yield
     for warning in caught:
-        text = str(warning.message).removeprefix("cleo-grade: ")  # said once, below
-        print(terminal_text(f"cleo-grade: warning: {text}"), file=sys.stderr)
+        print(warning_line(warning.message), file=sys.stderr)
+
+
+def warning_line(message: object) -> str:
+    """A CleoGradeWarning as the CLI says it: one ``cleo-grade: warning: ...`` line."""
+    text = str(message).removeprefix("cleo-grade: ")  # said once, in front
+    return terminal_text(f"cleo-grade: warning: {text}")

@@ -26,7 +26,7 @@ from pytest_cleo_grade.cli import (
     send,
     show,
 )
-from pytest_cleo_grade.cli.common import CommandError, Handler
+from pytest_cleo_grade.cli.common import CommandError, Handler, warning_line
 from pytest_cleo_grade.display import terminal_text
 from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
 
@@ -159,8 +159,7 @@ def _warnings_in_one_line() -> Iterator[None]:
         if not issubclass(category, CleoGradeWarning):
             shown(message, category, filename, lineno, file, line)
             return
-        text = str(message).removeprefix("cleo-grade: ")
-        print(terminal_text(f"cleo-grade: warning: {text}"), file=sys.stderr)
+        print(warning_line(message), file=sys.stderr)
 
     warnings.showwarning = show
     try:
