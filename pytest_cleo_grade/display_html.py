@@ -450,7 +450,7 @@ def radar_svg(result: GradeResult) -> str:
         spokes.append(f"<line class='axis' x1='{_CX}' y1='{_CY}' x2='{x:.1f}' y2='{y:.1f}'/>")
         lx, ly = _spoke(i, n, 1.12)
         anchor = "middle" if abs(lx - _CX) < 5 else "start" if lx > _CX else "end"
-        text = f"{name} {number_text(dim.score)}/{number_text(dim.max)}"
+        text = _label(name, dim)
         # The box widens to every label (a combined rubric's cleo.discoveryEfficiency ran
         # past a fixed one and was cut): a label's width estimated from its length.
         width = len(text) * _CHAR_W
@@ -459,7 +459,7 @@ def radar_svg(result: GradeResult) -> str:
         labels.append(
             f"<text x='{lx:.1f}' y='{ly + 4:.1f}' text-anchor='{anchor}'>{_e(text)}</text>"
         )
-    title = ", ".join(f"{name} {number_text(d.score)}/{number_text(d.max)}" for name, d in dims)
+    title = ", ".join(_label(name, dim) for name, dim in dims)
     return (
         f"<svg class='radar' viewBox='{left:.0f} 0 {right - left:.0f} 240' "
         f"width='{right - left:.0f}' height='240' role='img' "
@@ -472,6 +472,11 @@ def radar_svg(result: GradeResult) -> str:
 _CHAR_W: Final = 6.2
 
 
+def _label(name: str, dim: DimensionScore) -> str:
+    """``sessionDiscipline 10/20``: a dimension as the charts name it (escaped by the caller)."""
+    return f"{name} {number_text(dim.score)}/{number_text(dim.max)}"
+
+
 def _fraction(dim: DimensionScore) -> float:
     return min(max(dim.score / dim.max, 0.0), 1.0) if dim.max > 0 else 0.0
 
@@ -480,18 +485,17 @@ def _bars_svg(dims: Sequence[tuple[str, DimensionScore]]) -> str:
     """One or two dimensions as bars, each as long as its dimension's max: a full bar is a
     perfect score, as a full polygon is on the radar."""
     rows = []
-    longest = max(len(f"{name} {number_text(d.score)}/{number_text(d.max)}") for name, d in dims)
+    longest = max(len(_label(name, dim)) for name, dim in dims)
     width = max(300.0, longest * _CHAR_W)
     for i, (name, dim) in enumerate(dims):
         top = 10 + i * 44
         rows.append(
-            f"<text x='0' y='{top + 10}'>{_e(name)} {_e(number_text(dim.score))}/"
-            f"{_e(number_text(dim.max))}</text>"
+            f"<text x='0' y='{top + 10}'>{_e(_label(name, dim))}</text>"
             f"<rect class='ring' x='0' y='{top + 16}' width='{width:.0f}' height='14'/>"
             f"<rect class='score' x='0' y='{top + 16}' width='{width * _fraction(dim):.1f}' "
             "height='14'/>"
         )
-    title = ", ".join(f"{name} {number_text(d.score)}/{number_text(d.max)}" for name, d in dims)
+    title = ", ".join(_label(name, dim) for name, dim in dims)
     height = 20 + 44 * len(dims)
     return (
         f"<svg class='radar' viewBox='0 0 {width + 4:.0f} {height}' width='{width + 4:.0f}' "
