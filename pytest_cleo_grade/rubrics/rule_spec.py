@@ -14,6 +14,7 @@ import string
 from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -152,6 +153,15 @@ def _check_template(text: str, allowed: frozenset[str]) -> None:
             )
 
 
+def _plain(text: str) -> str:
+    _check_template(text, frozenset())  # {{ and }} its only braces: formatted with no fields
+    return text
+
+
+#: A sentence that takes no placeholder (a file's empty_flag, a dimension's evidence_if_clean).
+PlainText = Annotated[Text, AfterValidator(_plain)]
+
+
 class Called(_Rule):
     """Awards ``points`` when ``match`` is called at least ``min`` times; else the flag."""
 
@@ -280,15 +290,8 @@ class Dimension(_Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=100)]
     max: Annotated[Whole, Field(gt=0, le=MAX_DIMENSION_POINTS)]
     start: Annotated[Whole, Field(ge=0)] = 0
-    evidence_if_clean: Text | None = None
+    evidence_if_clean: PlainText | None = None
     rules: Annotated[list[Rule], Field(min_length=1)]
-
-    @field_validator("evidence_if_clean")
-    @classmethod
-    def _no_placeholders(cls, text: str | None) -> str | None:
-        if text is not None:
-            _check_template(text, frozenset())  # printed as written once checked: no braces
-        return text
 
     @model_validator(mode="before")
     @classmethod
@@ -335,14 +338,8 @@ class RuleSpec(_Model):
 
     name: Annotated[str, Field(min_length=1, max_length=100)] = "rules"
     version: Annotated[str, Field(min_length=1, max_length=50)] = "1"
-    empty_flag: Text = "No audit entries found for session"
+    empty_flag: PlainText = "No audit entries found for session"
     dimensions: Annotated[list[Dimension], Field(min_length=1)]
-
-    @field_validator("empty_flag")
-    @classmethod
-    def _no_placeholders(cls, text: str) -> str:
-        _check_template(text, frozenset())  # printed as written once checked: no braces
-        return text
 
     @model_validator(mode="after")
     def _unique(self) -> RuleSpec:
