@@ -34,7 +34,7 @@ test: lint typecheck
 	$(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
 
 schemas: $(STAMP)
-	$(BIN)/python -m pytest_cleo_grade.schemas schemas
+	$(BIN)/python -m pytest_cleo_grade.core.schemas schemas
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -18,7 +18,7 @@ def _fresh_judge_breakers(monkeypatch: pytest.MonkeyPatch) -> None:
     judge server can be given the port an earlier test's failing one had, and would then
     start with that test's failures (seen once in CI: a breaker opened one request early).
     """
-    breaker = sys.modules.get("pytest_cleo_grade.judges.breaker")
+    breaker = sys.modules.get("pytest_cleo_grade.judges._breaker")
     if breaker is not None:
         monkeypatch.setattr(breaker.RUN_BREAKERS, "_streaks", {})
 

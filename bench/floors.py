@@ -193,7 +193,7 @@ def validate_and_insert(blobs: list[bytes], rows: list[tuple[Any, ...]], db_path
     Not an importer: it converts nothing. What it costs is the limit of validating and
     storing, whatever the code between the two.
     """
-    from pytest_cleo_grade.models import AuditEntry, collector_paused
+    from pytest_cleo_grade.core.models import AuditEntry, collector_paused
     from pytest_cleo_grade.store import AuditStore
 
     adapter = TypeAdapter(list[AuditEntry])

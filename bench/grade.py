@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from pytest_cleo_grade import grade_entries
-from pytest_cleo_grade.models import AuditEntry, validate_entry_dicts
+from pytest_cleo_grade.core.models import AuditEntry, validate_entry_dicts
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

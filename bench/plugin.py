@@ -67,7 +67,7 @@ def import_cost(rounds: int) -> float:
         return time.perf_counter() - started
 
     base = "import pytest, pytest_cleo_grade.plugin"
-    full = base + ", pytest_cleo_grade.graded, pytest_cleo_grade.display"
+    full = base + ", pytest_cleo_grade.grading.session, pytest_cleo_grade.reports._display"
     return min(timed(full) for _ in range(rounds)) - min(timed(base) for _ in range(rounds))
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from harness import Row, alternate, paired_ratio
 
-from pytest_cleo_grade.history import append_grades, read_grades
-from pytest_cleo_grade.html_report import latest_run, write_html_report
-from pytest_cleo_grade.models import DimensionScore, GradeResult
+from pytest_cleo_grade.core.models import DimensionScore, GradeResult
+from pytest_cleo_grade.reports._html import latest_run, write_html_report
+from pytest_cleo_grade.store.history import append_grades, read_grades
 
 DIMENSIONS = (
     "sessionDiscipline",

@@ -42,12 +42,12 @@ from report_page import report_row
 from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.cli import main as cli_main
 from pytest_cleo_grade.cli.grade import grade_entries_file, grade_from_store
-from pytest_cleo_grade.models import validate_entry_dicts
+from pytest_cleo_grade.core.models import validate_entry_dicts
+from pytest_cleo_grade.rubrics._cleo_calls import graded_call
 from pytest_cleo_grade.rubrics.cleo import grade_calls
-from pytest_cleo_grade.rubrics.cleo_calls import graded_call
 from pytest_cleo_grade.store import AuditStore, entry_row
-from pytest_cleo_grade.store.imports import import_workers
-from pytest_cleo_grade.workers import WORKERS_ENV
+from pytest_cleo_grade.store._imports import import_workers
+from pytest_cleo_grade.store._workers import WORKERS_ENV
 
 #: CLEO's TypeScript grader on 1k entries, measured with node on the same machine class when
 #: the issue was filed. Quoted, not re-measured: CLEO is not on the npm registry (the only

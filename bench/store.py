@@ -25,10 +25,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pytest_cleo_grade import audit
+from pytest_cleo_grade.capture import audit
 from pytest_cleo_grade.rubrics.cleo import grade_ordered
-from pytest_cleo_grade.sources import load_entries_file
 from pytest_cleo_grade.store import AuditStore
+from pytest_cleo_grade.store.sources import load_entries_file
 
 SESSION = "session-1772366400000-be0c4a"
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -44,7 +44,7 @@ OPS: list[tuple[str, str, dict[str, Any], str | None]] = [
 RECORDER = textwrap.dedent(
     """
     import sys, time
-    from pytest_cleo_grade import audit
+    from pytest_cleo_grade.capture import audit
     count = int(sys.argv[1])
     audit.record("session", "list", gateway="cleo_query")  # open the store before timing
     print("ready", flush=True)

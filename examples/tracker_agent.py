@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_cleo_grade.audit import AuditedDispatcher, exit_code_for, record
+from pytest_cleo_grade.capture.audit import AuditedDispatcher, exit_code_for, record
 
 
 def _next_millisecond() -> None:
@@ -103,7 +103,7 @@ class TaskTracker:
 class CliShell:
     """The anti-pattern transport: shelling out to a CLI (no MCP gateway) for everything.
 
-    Records through ``pytest_cleo_grade.audit.record``, i.e. into whatever graded session the
+    Records through ``pytest_cleo_grade.capture.record``, i.e. into whatever graded session the
     environment names, the way a separate CLI process would.
     """
 

@@ -14,7 +14,7 @@ import importlib.util
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pytest_cleo_grade.errors import (
+from pytest_cleo_grade.core.errors import (
     CleoGradeError,
     CleoGradeWarning,
     EntryError,
@@ -24,8 +24,8 @@ from pytest_cleo_grade.errors import (
 )
 
 if TYPE_CHECKING:
-    from pytest_cleo_grade.history import append_grade, read_grades
-    from pytest_cleo_grade.models import (
+    from pytest_cleo_grade.capture.audit import AuditedDispatcher, audited, record
+    from pytest_cleo_grade.core.models import (
         AuditEntry,
         AuditMetadata,
         AuditResult,
@@ -33,8 +33,10 @@ if TYPE_CHECKING:
         GradeResult,
         letter_for,
     )
+    from pytest_cleo_grade.grading.session import GradeSession, SessionSettings
     from pytest_cleo_grade.rubrics.cleo import grade_entries
-    from pytest_cleo_grade.session import GradeSession
+    from pytest_cleo_grade.store.history import append_grade, read_grades
+    from pytest_cleo_grade.store.sources import load_entries_file
 
 # The audit store's writers lock files with fcntl; say so once, here, rather than let a bare
 # "No module named 'fcntl'" surface later from deep inside the store.
@@ -50,16 +52,21 @@ __version__ = "0.1.0"
 # pytest imports this package in every run wherever it is installed (the plugin is an entry
 # point), so the names below, which pull in pydantic, load on first use rather than here.
 _LAZY: dict[str, str] = {
-    "append_grade": "pytest_cleo_grade.history",
-    "read_grades": "pytest_cleo_grade.history",
-    "AuditEntry": "pytest_cleo_grade.models",
-    "AuditMetadata": "pytest_cleo_grade.models",
-    "AuditResult": "pytest_cleo_grade.models",
-    "DimensionScore": "pytest_cleo_grade.models",
-    "GradeResult": "pytest_cleo_grade.models",
-    "letter_for": "pytest_cleo_grade.models",
+    "append_grade": "pytest_cleo_grade.store.history",
+    "read_grades": "pytest_cleo_grade.store.history",
+    "AuditEntry": "pytest_cleo_grade.core.models",
+    "AuditMetadata": "pytest_cleo_grade.core.models",
+    "AuditResult": "pytest_cleo_grade.core.models",
+    "DimensionScore": "pytest_cleo_grade.core.models",
+    "GradeResult": "pytest_cleo_grade.core.models",
+    "letter_for": "pytest_cleo_grade.core.models",
     "grade_entries": "pytest_cleo_grade.rubrics.cleo",
-    "GradeSession": "pytest_cleo_grade.session",
+    "GradeSession": "pytest_cleo_grade.grading.session",
+    "SessionSettings": "pytest_cleo_grade.grading.session",
+    "load_entries_file": "pytest_cleo_grade.store.sources",
+    "record": "pytest_cleo_grade.capture.audit",
+    "audited": "pytest_cleo_grade.capture.audit",
+    "AuditedDispatcher": "pytest_cleo_grade.capture.audit",
 }
 
 
@@ -76,6 +83,7 @@ __all__ = [
     "AuditEntry",
     "AuditMetadata",
     "AuditResult",
+    "AuditedDispatcher",
     "CleoGradeError",
     "CleoGradeWarning",
     "DimensionScore",
@@ -84,10 +92,14 @@ __all__ = [
     "GradeSession",
     "HistoryError",
     "RubricError",
+    "SessionSettings",
     "StoreError",
     "__version__",
     "append_grade",
+    "audited",
     "grade_entries",
     "letter_for",
+    "load_entries_file",
     "read_grades",
+    "record",
 ]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pytest_cleo_grade.models import AuditEntry, GradeResult
+from pytest_cleo_grade.core.models import AuditEntry, GradeResult
 from pytest_cleo_grade.rubrics.cleo import grade_entries
 
 NOW = datetime(2026, 3, 1, 13, 0, tzinfo=UTC)

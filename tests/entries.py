@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pytest_cleo_grade.models import AuditEntry
+from pytest_cleo_grade.core.models import AuditEntry
 
 BASE_TIME = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NOW = datetime(2026, 3, 1, 13, 0, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pytest_cleo_grade.session import GradeSession, SessionSettings
+from pytest_cleo_grade.grading.session import GradeSession, SessionSettings
 
 
 @contextmanager

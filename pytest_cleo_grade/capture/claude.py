@@ -27,8 +27,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[claude]'"
     ) from exc
 
+from pytest_cleo_grade.capture._direct import expect_call, expected_call_ended
 from pytest_cleo_grade.capture.claude_code import answers_in_envelopes
-from pytest_cleo_grade.capture.direct import expect_call, expected_call_ended
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,

@@ -33,10 +33,10 @@ from pytest_cleo_grade.capture.mapping import (
     build_entry,
     texts_envelope_failure,
 )
-from pytest_cleo_grade.errors import CleoGradeError
-from pytest_cleo_grade.files import iter_lines, open_regular, parse_json_strict
-from pytest_cleo_grade.models import AuditEntry
-from pytest_cleo_grade.sources import is_sqlite_file
+from pytest_cleo_grade.core._files import iter_lines, open_regular, parse_json_strict
+from pytest_cleo_grade.core.errors import CleoGradeError
+from pytest_cleo_grade.core.models import AuditEntry
+from pytest_cleo_grade.store.sources import is_sqlite_file
 
 __all__ = [
     "SOURCE",

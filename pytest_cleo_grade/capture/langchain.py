@@ -46,7 +46,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[langchain]'"
     ) from exc
 
-from pytest_cleo_grade.capture.direct import CallIdentity, DirectCall, direct_call, own_tool_run
+from pytest_cleo_grade.capture._direct import CallIdentity, DirectCall, direct_call, own_tool_run
+from pytest_cleo_grade.capture._faults import Fault
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -60,7 +61,6 @@ from pytest_cleo_grade.capture.mapping import (
     record_injected,
     session_at_start,
 )
-from pytest_cleo_grade.faults import Fault
 
 __all__ = [
     "AuditCallbackHandler",

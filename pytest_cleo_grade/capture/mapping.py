@@ -42,16 +42,10 @@ from typing import Any, Final, Literal, Protocol
 
 from pydantic import ValidationError
 
-from pytest_cleo_grade import audit, faults
-from pytest_cleo_grade.errors import (
-    CleoGradeError,
-    CleoGradeWarning,
-    EntryError,
-    warnings_shown_not_raised,
-)
-from pytest_cleo_grade.files import MAX_NESTING
-from pytest_cleo_grade.models import AuditEntry, format_validation_error
-from pytest_cleo_grade.not_found import (
+from pytest_cleo_grade.capture import _faults as faults
+from pytest_cleo_grade.capture import audit
+from pytest_cleo_grade.core._files import MAX_NESTING
+from pytest_cleo_grade.core._not_found import (
     E_NOT_FOUND,
     NOT_FOUND_CODES,
     NOT_FOUND_TYPES,
@@ -60,6 +54,13 @@ from pytest_cleo_grade.not_found import (
     names_not_found,
     says_not_found,
 )
+from pytest_cleo_grade.core.errors import (
+    CleoGradeError,
+    CleoGradeWarning,
+    EntryError,
+    warnings_shown_not_raised,
+)
+from pytest_cleo_grade.core.models import AuditEntry, format_validation_error
 
 __all__ = [
     "CLEO_DOMAINS",
@@ -681,7 +682,7 @@ def raised_failure(tool: str, exc: BaseException) -> Failure:
     return Failure(tool=tool, message=f"cancelled before it ended ({type(exc).__name__})")
 
 
-#: The graded session a call started in: what :func:`pytest_cleo_grade.audit.active_session`
+#: The graded session a call started in: what :func:`pytest_cleo_grade.capture.audit.active_session`
 #: said when the adapter saw the call start (None: no session was active).
 StartedIn = tuple[str, Path, bool] | None
 

@@ -27,7 +27,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from pydantic import BaseModel
 
-from pytest_cleo_grade.capture.direct import direct_call
+from pytest_cleo_grade.capture._direct import direct_call
+from pytest_cleo_grade.capture._faults import Fault
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -41,7 +42,6 @@ from pytest_cleo_grade.capture.mapping import (
     record_injected,
     session_at_start,
 )
-from pytest_cleo_grade.faults import Fault
 
 __all__ = ["AuditMiddleware", "audit_middleware", "audited_client", "result_failure"]
 

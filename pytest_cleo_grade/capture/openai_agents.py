@@ -50,7 +50,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[openai-agents]'"
     ) from exc
 
-from pytest_cleo_grade.capture.direct import SpanClaims
+from pytest_cleo_grade.capture._direct import SpanClaims
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,

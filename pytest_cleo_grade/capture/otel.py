@@ -2,7 +2,7 @@
 
 Needs the ``otel`` extra (``opentelemetry-sdk``). Tool spans are GenAI ``execute_tool``
 spans, the OpenInference ``TOOL`` kind and MCP ``tools/call`` spans (see
-:mod:`pytest_cleo_grade.capture.spans`); each becomes an entry of the graded session active
+:mod:`pytest_cleo_grade.capture._spans`); each becomes an entry of the graded session active
 in this process, mapped by :mod:`pytest_cleo_grade.capture.mapping`.
 """
 
@@ -27,8 +27,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[otel]'"
     ) from exc
 
-from pytest_cleo_grade.capture import direct
-from pytest_cleo_grade.capture.direct import CallIdentity, same_call
+from pytest_cleo_grade.capture import _direct as direct
+from pytest_cleo_grade.capture._direct import CallIdentity, same_call
+from pytest_cleo_grade.capture._spans import SpanData, call_identity_of, is_turn_span, tool_call_of
 from pytest_cleo_grade.capture.mapping import (
     Call,
     StartedIn,
@@ -37,13 +38,7 @@ from pytest_cleo_grade.capture.mapping import (
     record_call_started_in,
     session_at_start,
 )
-from pytest_cleo_grade.capture.spans import (
-    SpanData,
-    call_identity_of,
-    is_turn_span,
-    tool_call_of,
-)
-from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.core.errors import CleoGradeError
 
 __all__ = ["AuditSpanProcessor", "CaptureError", "install_otel_capture", "span_data"]
 
@@ -114,7 +109,7 @@ class AuditSpanProcessor(SpanProcessor):
     A call traced more than once (an agent's ``execute_tool`` span around an MCP client's
     ``tools/call`` span around the server's) is recorded once, from the outermost tool
     span; a call another adapter records itself (inside
-    :func:`~pytest_cleo_grade.capture.direct.direct_call`) is left to that adapter, with the
+    :func:`~pytest_cleo_grade.capture._direct.direct_call`) is left to that adapter, with the
     tool spans around and inside it that are the same call. A tool span below a model or agent
     turn (a sub-agent run by a tool) is a call of its own and is recorded. A span is the call
     of the session active when it started: one a test left open and that ends during the

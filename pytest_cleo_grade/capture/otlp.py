@@ -23,9 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
-from pytest_cleo_grade.capture.direct import same_call
-from pytest_cleo_grade.capture.mapping import ToolMapping, build_entry
-from pytest_cleo_grade.capture.spans import (
+from pytest_cleo_grade.capture._direct import same_call
+from pytest_cleo_grade.capture._spans import (
     ARGUMENT_KEYS,
     SpanData,
     call_identity_of,
@@ -35,10 +34,11 @@ from pytest_cleo_grade.capture.spans import (
     repeats_enclosing_call,
     tool_call_of,
 )
-from pytest_cleo_grade.errors import CleoGradeError, EntryError
-from pytest_cleo_grade.files import open_regular
-from pytest_cleo_grade.models import AuditEntry
-from pytest_cleo_grade.sources import is_sqlite_file, may_overflow, parse_json_strict
+from pytest_cleo_grade.capture.mapping import ToolMapping, build_entry
+from pytest_cleo_grade.core._files import open_regular
+from pytest_cleo_grade.core.errors import CleoGradeError, EntryError
+from pytest_cleo_grade.core.models import AuditEntry
+from pytest_cleo_grade.store.sources import is_sqlite_file, may_overflow, parse_json_strict
 
 __all__ = [
     "OtlpError",

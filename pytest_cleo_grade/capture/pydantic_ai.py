@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'pytest-cleo-grade[pydantic-ai]'"
     ) from exc
 
-from pytest_cleo_grade.capture.direct import DirectCall, direct_call
+from pytest_cleo_grade.capture._direct import DirectCall, direct_call
 from pytest_cleo_grade.capture.mapping import (
     Call,
     Failure,
@@ -53,7 +53,7 @@ from pytest_cleo_grade.capture.mapping import (
     record_injected,
     session_at_start,
 )
-from pytest_cleo_grade.errors import CleoGradeError
+from pytest_cleo_grade.core.errors import CleoGradeError
 
 __all__ = ["AuditHooks", "audit_agent"]
 

@@ -10,7 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_cleo_grade.baseline import (
+from pytest_cleo_grade.cli.common import (
+    CommandError,
+    add_history_option,
+    history_path,
+    warning_line,
+    warnings_to_stderr,
+)
+from pytest_cleo_grade.core._files import parse_json_strict, replaced_input
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.grading._baseline import (
     BASELINE_FORMAT,
     BaselineError,
     TestGrades,
@@ -24,15 +33,6 @@ from pytest_cleo_grade.baseline import (
     short_in_history,
     write_baseline,
 )
-from pytest_cleo_grade.cli.common import (
-    CommandError,
-    add_history_option,
-    history_path,
-    warning_line,
-    warnings_to_stderr,
-)
-from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.files import parse_json_strict, replaced_input
 
 __all__ = ["load_grades", "register"]
 
@@ -110,7 +110,7 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
                 _checked(lambda: read_baseline(path))
     if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
         return _checked(lambda: parse_baseline(data, str(path))), {}
-    from pytest_cleo_grade.history import read_grades
+    from pytest_cleo_grade.store.history import read_grades
 
     if not_utf8 is None:
         with warnings_to_stderr():
@@ -160,7 +160,7 @@ def run_show(args: argparse.Namespace) -> int:
     path = Path(args.path)
     grades = load_grades(path)
     if args.json:
-        from pytest_cleo_grade.baseline import baseline_document
+        from pytest_cleo_grade.grading._baseline import baseline_document
 
         print(json.dumps(baseline_document(grades, source=str(path)), indent=2))
         return 0
@@ -175,7 +175,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.display_baseline import baseline_lines
+    from pytest_cleo_grade.reports._baseline import baseline_lines
 
     old = load_grades(Path(args.old))
     new, short = _load(Path(args.new), candidate=True)

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.history import DEFAULT_HISTORY
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.store.history import DEFAULT_HISTORY
 
 __all__ = [
     "CommandError",
@@ -78,7 +78,7 @@ def session_id_arg(value: str) -> str:
 
 def parse_threshold(value: str) -> float:
     """A threshold as a letter (A-F) or a percentage (``85``, ``85%``, ``85.5``)."""
-    from pytest_cleo_grade.verdict import parse_grade_threshold
+    from pytest_cleo_grade.grading._verdict import parse_grade_threshold
 
     try:
         return parse_grade_threshold(value)

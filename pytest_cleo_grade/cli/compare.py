@@ -14,7 +14,10 @@ from pytest_cleo_grade.cli.common import (
     print_json,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.comparison import (
+from pytest_cleo_grade.core._files import iter_lines, open_regular
+from pytest_cleo_grade.core._text import terminal_lines
+from pytest_cleo_grade.core.models import GradeResult
+from pytest_cleo_grade.rubrics.comparison import (
     ComparisonError,
     ComparisonRecord,
     compare_records,
@@ -24,12 +27,13 @@ from pytest_cleo_grade.comparison import (
     render_markdown,
     render_text,
 )
-from pytest_cleo_grade.comparison.decision import COMPARISON_KEYS, BadComparisonGrade
-from pytest_cleo_grade.comparison.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, MIN_RESAMPLES
-from pytest_cleo_grade.display import terminal_lines
-from pytest_cleo_grade.files import iter_lines, open_regular
-from pytest_cleo_grade.history import read_grades
-from pytest_cleo_grade.models import GradeResult
+from pytest_cleo_grade.rubrics.comparison.decision import COMPARISON_KEYS, BadComparisonGrade
+from pytest_cleo_grade.rubrics.comparison.stats import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    MIN_RESAMPLES,
+)
+from pytest_cleo_grade.store.history import read_grades
 
 __all__ = ["register"]
 

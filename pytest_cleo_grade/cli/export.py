@@ -26,12 +26,13 @@ from pytest_cleo_grade.cli.grade import (
     warn_no_entries,
 )
 from pytest_cleo_grade.cli.record import add_db_option, db_path
-from pytest_cleo_grade.display import render_grade, score_text, terminal_text
-from pytest_cleo_grade.files import replaced_input, write_atomically
-from pytest_cleo_grade.history import read_grades
-from pytest_cleo_grade.models import GradeResult, format_timestamp
-from pytest_cleo_grade.sources import parse_json_strict
-from pytest_cleo_grade.verdict import describe_threshold, passes, percent_below
+from pytest_cleo_grade.core._files import replaced_input, write_atomically
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.core.models import GradeResult, format_timestamp
+from pytest_cleo_grade.grading._verdict import describe_threshold, passes, percent_below
+from pytest_cleo_grade.reports._display import render_grade, score_text
+from pytest_cleo_grade.store.history import read_grades
+from pytest_cleo_grade.store.sources import parse_json_strict
 
 __all__ = ["register"]
 
@@ -163,7 +164,7 @@ def _say_not_applied(threshold: float, history: Path) -> None:
 def refuse_replacing(target: Path, history: Path, db: Path, *, where: str) -> None:
     """A one-line error, before anything is written, when ``target`` is the history read or
     the project's audit store (or one of SQLite's files beside it): DESIGN §9, no data loss."""
-    from pytest_cleo_grade.html_report import inputs_of
+    from pytest_cleo_grade.reports._html import inputs_of
 
     kept = inputs_of(history=history, db=db)
     source = replaced_input(target, kept)

@@ -25,24 +25,25 @@ from pytest_cleo_grade.cli.rubrics import (
     grade_context_from_args,
     rubric_config_from_args,
 )
-from pytest_cleo_grade.display import render_grade, terminal_text
-from pytest_cleo_grade.errors import CleoGradeError
-from pytest_cleo_grade.files import kind_of
-from pytest_cleo_grade.history import read_grades
-from pytest_cleo_grade.models import AuditEntry, GradeResult, format_timestamp
+from pytest_cleo_grade.core._files import kind_of
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.core.errors import CleoGradeError
+from pytest_cleo_grade.core.models import AuditEntry, GradedCall, GradeResult, format_timestamp
+from pytest_cleo_grade.grading._verdict import describe_threshold, passes, percent_below
+from pytest_cleo_grade.reports._display import render_grade
+from pytest_cleo_grade.rubrics._cleo_calls import graded_call
 from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries, session_order
-from pytest_cleo_grade.rubrics.cleo_calls import GradedCall, graded_call
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
 from pytest_cleo_grade.rubrics.registry import grade_with_rubric
-from pytest_cleo_grade.session import persist
-from pytest_cleo_grade.sources import (
+from pytest_cleo_grade.store import AuditStore
+from pytest_cleo_grade.store._persist import persist
+from pytest_cleo_grade.store.history import read_grades
+from pytest_cleo_grade.store.sources import (
     find_cleo_db,
     is_sqlite_file,
     iter_entry_batches,
     load_entries_file,
 )
-from pytest_cleo_grade.store import AuditStore
-from pytest_cleo_grade.verdict import describe_threshold, passes, percent_below
 
 __all__ = ["register"]
 
@@ -283,7 +284,7 @@ def grade_from_store(
 
 
 def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> None:
-    """Save a grade with the one :func:`~pytest_cleo_grade.session.persist`: the history,
+    """Save a grade with the one :func:`~pytest_cleo_grade.store._persist.persist`: the history,
     then the grades table of the store it came from, all or nothing. A ``--history`` that
     cannot be written fails before the store is touched, and a grades table that cannot be
     written takes the history's line back, so an exit status 2 never leaves it saved in one

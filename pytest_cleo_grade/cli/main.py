@@ -27,8 +27,8 @@ from pytest_cleo_grade.cli import (
     show,
 )
 from pytest_cleo_grade.cli.common import CommandError, Handler, warning_line
-from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.errors import CleoGradeError, CleoGradeWarning
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.core.errors import CleoGradeError, CleoGradeWarning
 
 __all__ = ["build_parser", "main"]
 

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from pytest_cleo_grade.audit import (
+from pytest_cleo_grade.capture.audit import (
     ENV_AUDIT_DB,
     GATEWAYS,
     MUTATE_GATEWAYS,
@@ -20,19 +20,19 @@ from pytest_cleo_grade.audit import (
     refuse,
 )
 from pytest_cleo_grade.cli.common import CommandError, session_id_arg
-from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.errors import CleoGradeError, EntryError
-from pytest_cleo_grade.models import AuditEntry
-from pytest_cleo_grade.sources import (
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.core.errors import CleoGradeError, EntryError
+from pytest_cleo_grade.core.models import AuditEntry
+from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
+from pytest_cleo_grade.store._imports import import_cleo_rows, stream_entries_file
+from pytest_cleo_grade.store.sources import (
     ENTRY_FILE_FORMATS,
     IMPORT_FORMATS,
     find_cleo_db,
     is_sqlite_file,
     read_cleo_db,
 )
-from pytest_cleo_grade.sources import parse_json_strict as strict_json_loads
-from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
-from pytest_cleo_grade.store.imports import import_cleo_rows, stream_entries_file
+from pytest_cleo_grade.store.sources import parse_json_strict as strict_json_loads
 
 __all__ = ["add_db_option", "db_path", "register"]
 
@@ -182,7 +182,7 @@ def _import_loaded(entries: list[AuditEntry], target: Path) -> int:
     """Store entries read (and checked) whole first: a bad line changes nothing. A call the
     file names (a transcript's tool use id, a span's trace and span ids) is stored once per
     session, however often the file (a transcript that grows, say) is imported."""
-    from pytest_cleo_grade.store.schema import entry_row
+    from pytest_cleo_grade.store._schema import entry_row
 
     rows = [entry_row(entry, _call_id(entry)) for entry in entries]
     with AuditStore(target) as store:

@@ -14,7 +14,7 @@ from pytest_cleo_grade.cli.common import (
     warnings_to_stderr,
 )
 from pytest_cleo_grade.cli.record import add_db_option, db_path
-from pytest_cleo_grade.display import terminal_text
+from pytest_cleo_grade.core._text import terminal_text
 
 __all__ = ["register"]
 
@@ -50,8 +50,8 @@ def register(subparsers: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.history import read_grades
-    from pytest_cleo_grade.html_report import inputs_of, latest_run, write_html_report
+    from pytest_cleo_grade.reports._html import inputs_of, latest_run, write_html_report
+    from pytest_cleo_grade.store.history import read_grades
 
     where = "cleo-grade report"
     history = history_path(args)
@@ -59,7 +59,7 @@ def run_report(args: argparse.Namespace) -> int:
         raise CommandError(f"{where}: {history}: no grade history there")
     baseline = None
     if args.baseline is not None:
-        from pytest_cleo_grade.baseline import read_baseline
+        from pytest_cleo_grade.grading._baseline import read_baseline
 
         try:
             grades = read_baseline(Path(args.baseline))

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import print_json
-from pytest_cleo_grade.display import terminal_text
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.judges._redact import redact_url
 from pytest_cleo_grade.judges.connect import DefaultConnector
 from pytest_cleo_grade.judges.http import judge_url_arg
-from pytest_cleo_grade.judges.redact import redact_url
-from pytest_cleo_grade.rubrics.document import read_document
+from pytest_cleo_grade.rubrics._document import read_document
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC, GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager
 from pytest_cleo_grade.rubrics.rules import is_rule_document, load_rule_file

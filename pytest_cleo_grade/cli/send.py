@@ -16,8 +16,8 @@ from pytest_cleo_grade.cli.common import (
     warnings_to_stderr,
 )
 from pytest_cleo_grade.cli.export import latest_by_session
-from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.history import read_grades
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.store.history import read_grades
 
 __all__ = ["register"]
 
@@ -64,7 +64,7 @@ def positive_seconds(text: str) -> float:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.exports.langfuse import keys_from
+    from pytest_cleo_grade.reports.langfuse import keys_from
 
     keys = keys_from(os.environ)
     if keys is None:
@@ -83,7 +83,7 @@ def run_export(args: argparse.Namespace) -> int:
             "cleo-grade export langfuse: needs the langfuse extra "
             "(pip install 'pytest-cleo-grade[langfuse]')"
         )
-    from pytest_cleo_grade.exports.langfuse import DEADLINE, export_grades
+    from pytest_cleo_grade.reports.langfuse import DEADLINE, export_grades
 
     public, secret, base = keys
     deadline = DEADLINE if args.deadline is None else args.deadline
@@ -94,7 +94,7 @@ def run_export(args: argparse.Namespace) -> int:
                 grades, public_key=public, secret_key=secret, base_url=base, deadline=deadline
             )
         except Exception as exc:  # the SDK's HTTP and API errors: one line, never a traceback
-            from pytest_cleo_grade.exports.langfuse import failure_line
+            from pytest_cleo_grade.reports.langfuse import failure_line
 
             raise CommandError(
                 f"cleo-grade: {failure_line(exc, base, secret, public)}", status=1

@@ -20,9 +20,9 @@ from pytest_cleo_grade.cli.grade import (
 )
 from pytest_cleo_grade.cli.record import add_db_option
 from pytest_cleo_grade.cli.rubrics import add_rubric_options
-from pytest_cleo_grade.display import terminal_text
-from pytest_cleo_grade.display_points import render_session, session_json
-from pytest_cleo_grade.models import GradeResult, order_entries
+from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.core.models import GradeResult, order_entries
+from pytest_cleo_grade.reports._points import render_session, session_json
 from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
 from pytest_cleo_grade.store import AuditStore
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_cleo_grade.judges.cache import JudgeCache
+from pytest_cleo_grade.core.settings import JudgeCacheMode
+from pytest_cleo_grade.judges._cache import JudgeCache
 from pytest_cleo_grade.judges.http import build_judge
 from pytest_cleo_grade.judges.protocol import Judge, JudgeSettings, ReplyCache
-from pytest_cleo_grade.settings import JudgeCacheMode
 
 __all__ = ["DefaultConnector"]
 

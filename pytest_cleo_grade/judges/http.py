@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from pytest_cleo_grade.errors import JudgeError, RubricError
-from pytest_cleo_grade.judges.breaker import RUN_BREAKERS, CircuitBreakers
+from pytest_cleo_grade.core.errors import JudgeError, RubricError
+from pytest_cleo_grade.judges._breaker import RUN_BREAKERS, CircuitBreakers
+from pytest_cleo_grade.judges._redact import mask, redact_url, url_secrets
 from pytest_cleo_grade.judges.protocol import (
     DEFAULT_MAX_CONSECUTIVE_FAILURES,
     DEFAULT_MAX_REPLY_BYTES,
@@ -37,7 +38,6 @@ from pytest_cleo_grade.judges.protocol import (
     JudgeSettings,
     TokenUsage,
 )
-from pytest_cleo_grade.judges.redact import mask, redact_url, url_secrets
 
 __all__ = ["OpenAICompatibleJudge", "build_judge", "chat_completions_url", "judge_url_arg"]
 

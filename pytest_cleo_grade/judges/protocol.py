@@ -7,16 +7,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pytest_cleo_grade.errors import JudgeError
-from pytest_cleo_grade.judges.redact import redact_url
-from pytest_cleo_grade.settings import JudgeCacheMode
+from pytest_cleo_grade.core.errors import JudgeError
+from pytest_cleo_grade.core.models import GradeResult
+from pytest_cleo_grade.core.settings import JudgeCacheMode
+from pytest_cleo_grade.judges._redact import redact_url
 
 __all__ = [
     "DEFAULT_MAX_CONSECUTIVE_FAILURES",
@@ -424,3 +425,30 @@ class JudgeConnector(Protocol):
     def cache(self, path: Path, mode: JudgeCacheMode) -> ReplyCache:
         """The reply cache kept in the SQLite file ``path``."""
         ...
+
+
+_USAGE_KEYS: Final = (
+    "promptTokens",
+    "completionTokens",
+    "totalTokens",
+    "requests",
+    "cachedReplies",
+)
+
+
+def judge_usage_totals(results: Iterable[GradeResult]) -> dict[str, int]:
+    """Sum the ``judgeUsage`` of grades (for a run summary); ``grades`` counts judged ones.
+
+    Grades without ``judgeUsage`` (CLEO's, other rubrics') add nothing.
+    """
+    totals = dict.fromkeys(("grades", *_USAGE_KEYS), 0)
+    for result in results:
+        usage = (result.model_extra or {}).get("judgeUsage")
+        if not isinstance(usage, Mapping):
+            continue
+        totals["grades"] += 1
+        for key in _USAGE_KEYS:
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[key] += value
+    return totals

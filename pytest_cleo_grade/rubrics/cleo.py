@@ -14,21 +14,17 @@ from datetime import UTC, datetime
 from itertools import compress, islice
 from typing import Any, Final
 
-from pytest_cleo_grade.models import (
+from pytest_cleo_grade.core.models import (
     AuditEntry,
     DimensionScore,
+    GradedCall,
     GradeResult,
     coerce_entries,
     collector_paused,
     order_entries,
 )
-from pytest_cleo_grade.rubrics.cleo_calls import (
-    CallDetails,
-    Details,
-    EntryDetails,
-    GradedCall,
-)
-from pytest_cleo_grade.rubrics.points import (
+from pytest_cleo_grade.rubrics._cleo_calls import CallDetails, Details, EntryDetails
+from pytest_cleo_grade.rubrics._points import (
     POINT_ENTRY_LIMIT,
     balance,
     per_violation,

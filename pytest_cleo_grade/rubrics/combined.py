@@ -14,9 +14,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pytest_cleo_grade.errors import RubricError
-from pytest_cleo_grade.models import AuditEntry, DimensionScore, GradeResult, coerce_entries
-from pytest_cleo_grade.rubrics.document import read_document
+from pytest_cleo_grade.core.errors import RubricError
+from pytest_cleo_grade.core.models import AuditEntry, DimensionScore, GradeResult, coerce_entries
+from pytest_cleo_grade.core.settings import relative_weights, rubric_weights_text
+from pytest_cleo_grade.rubrics._document import read_document
 from pytest_cleo_grade.rubrics.protocol import (
     ConfigurableRubric,
     GradeContext,
@@ -25,7 +26,6 @@ from pytest_cleo_grade.rubrics.protocol import (
     stamp_rubric,
 )
 from pytest_cleo_grade.rubrics.rules import RULES_RUBRIC, is_rule_document
-from pytest_cleo_grade.settings import relative_weights, rubric_weights_text
 
 __all__ = ["CombinedRubric"]
 

@@ -25,7 +25,7 @@ def cleo_grade_register_rubrics(register: Callable[[Rubric], None]) -> None:
 
     A rubric is any object with ``name``, ``version``, ``dimensions`` (dimension name →
     maximum points, in order) and ``grade(entries, *, session_id, now=None, context=None)``
-    returning a :class:`~pytest_cleo_grade.models.GradeResult` (see
+    returning a :class:`~pytest_cleo_grade.core.models.GradeResult` (see
     :class:`pytest_cleo_grade.rubrics.protocol.Rubric`). Names must be unique across all plugins;
     ``cleo`` (the default) and ``weighted`` are built in.
 
@@ -39,8 +39,8 @@ def cleo_grade_register_rubrics(register: Callable[[Rubric], None]) -> None:
 
         from datetime import UTC, datetime
 
-        from pytest_cleo_grade.models import DimensionScore, GradeResult
-        from pytest_cleo_grade.models import coerce_entries
+        from pytest_cleo_grade.core.models import DimensionScore, GradeResult
+        from pytest_cleo_grade.core.models import coerce_entries
         from pytest_cleo_grade.rubrics.hookspecs import hookimpl
 
 

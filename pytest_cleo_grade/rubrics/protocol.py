@@ -8,9 +8,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pytest_cleo_grade.models import AuditEntry, GradeResult
-from pytest_cleo_grade.settings import DEFAULT_RUBRIC
-from pytest_cleo_grade.settings import JudgeCacheMode as CacheMode
+from pytest_cleo_grade.core.models import AuditEntry, GradeResult
+from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
+from pytest_cleo_grade.core.settings import JudgeCacheMode as CacheMode
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.judges.protocol import Judge, JudgeConnector

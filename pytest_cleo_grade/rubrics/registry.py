@@ -11,9 +11,9 @@ from typing import Any, Final
 import pluggy
 from pydantic import ValidationError
 
-from pytest_cleo_grade.comparison.rubric import ComparisonRubric
-from pytest_cleo_grade.errors import CleoGradeError, RubricError
-from pytest_cleo_grade.models import AuditEntry, GradeResult, format_validation_error
+from pytest_cleo_grade.core.errors import CleoGradeError, RubricError
+from pytest_cleo_grade.core.models import AuditEntry, GradeResult, format_validation_error
+from pytest_cleo_grade.core.settings import parse_rubric_weights
 from pytest_cleo_grade.rubrics import hookspecs
 from pytest_cleo_grade.rubrics.cleo import (
     CLEO_DIMENSIONS,
@@ -22,6 +22,7 @@ from pytest_cleo_grade.rubrics.cleo import (
     grade_entries,
 )
 from pytest_cleo_grade.rubrics.combined import CombinedRubric
+from pytest_cleo_grade.rubrics.comparison.rubric import ComparisonRubric
 from pytest_cleo_grade.rubrics.hookspecs import PROJECT_NAME, hookimpl
 from pytest_cleo_grade.rubrics.protocol import (
     DEFAULT_RUBRIC,
@@ -34,7 +35,6 @@ from pytest_cleo_grade.rubrics.protocol import (
 from pytest_cleo_grade.rubrics.rules import RulesRubric
 from pytest_cleo_grade.rubrics.trajectory import TrajectoryRubric
 from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
-from pytest_cleo_grade.settings import parse_rubric_weights
 
 __all__ = [
     "BUILTIN_PLUGIN_NAME",

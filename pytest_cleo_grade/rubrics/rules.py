@@ -19,19 +19,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from pytest_cleo_grade.errors import RubricError
-from pytest_cleo_grade.models import (
+from pytest_cleo_grade.core.errors import RubricError
+from pytest_cleo_grade.core.models import (
     AuditEntry,
     DimensionScore,
     GradeResult,
     coerce_entries,
     order_entries,
 )
-from pytest_cleo_grade.rubrics.cleo_calls import JS_WHITESPACE
-from pytest_cleo_grade.rubrics.document import parse_document, read_document, validate_document
-from pytest_cleo_grade.rubrics.points import balance, per_violation, point
-from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
-from pytest_cleo_grade.rubrics.rule_spec import (
+from pytest_cleo_grade.rubrics._cleo_calls import JS_WHITESPACE
+from pytest_cleo_grade.rubrics._document import parse_document, read_document, validate_document
+from pytest_cleo_grade.rubrics._points import balance, per_violation, point
+from pytest_cleo_grade.rubrics._rule_spec import (
     AtMost,
     Before,
     Called,
@@ -44,6 +43,7 @@ from pytest_cleo_grade.rubrics.rule_spec import (
     Recovery,
     RuleSpec,
 )
+from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.weighted.spec import validate_spec
 
 __all__ = [

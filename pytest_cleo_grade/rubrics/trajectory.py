@@ -19,24 +19,24 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final
 
-from pytest_cleo_grade.errors import RubricError
-from pytest_cleo_grade.expectations import (
+from pytest_cleo_grade.core._scale import hundredths_half_up
+from pytest_cleo_grade.core.errors import RubricError
+from pytest_cleo_grade.core.expectations import (
     Call,
     TrajectoryMode,
     parse_expectations,
     parse_trajectory_mode,
 )
-from pytest_cleo_grade.models import (
+from pytest_cleo_grade.core.models import (
     AuditEntry,
     DimensionScore,
     GradeResult,
     coerce_entries,
     order_entries,
 )
-from pytest_cleo_grade.rubrics.document import read_document
-from pytest_cleo_grade.rubrics.points import point
+from pytest_cleo_grade.rubrics._document import read_document
+from pytest_cleo_grade.rubrics._points import point
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
-from pytest_cleo_grade.scale import hundredths_half_up
 
 __all__ = [
     "DEFAULT_MODE",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pytest_cleo_grade.store.core import BUSY_TIMEOUT_S, DEFAULT_DB, AuditStore
-from pytest_cleo_grade.store.schema import (
+from pytest_cleo_grade.store._schema import (
     AUDIT_COLUMNS,
     CLEO_COLUMNS,
     ROW_COLUMNS,
     entry_row,
     entry_rows,
 )
+from pytest_cleo_grade.store._store import BUSY_TIMEOUT_S, DEFAULT_DB, AuditStore
 
 __all__ = [
     "AUDIT_COLUMNS",

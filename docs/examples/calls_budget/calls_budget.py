@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pytest_cleo_grade.models import AuditEntry, DimensionScore, GradeResult
+from pytest_cleo_grade.core.models import AuditEntry, DimensionScore, GradeResult
 from pytest_cleo_grade.rubrics.protocol import GradeContext
 from pytest_cleo_grade.rubrics.cleo import coerce_entries, order_entries
 from pytest_cleo_grade.rubrics.hookspecs import hookimpl

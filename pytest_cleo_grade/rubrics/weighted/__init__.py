@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_cleo_grade.display import judge_usage_totals
+from pytest_cleo_grade.judges.protocol import judge_usage_totals
 from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric, build_prompt, parse_reply
 from pytest_cleo_grade.rubrics.weighted.spec import RubricSpec
 

@@ -30,7 +30,16 @@ from pydantic import (
     field_validator,
 )
 
-from pytest_cleo_grade.errors import RubricError
+from pytest_cleo_grade.core._scale import hundredths_half_up
+from pytest_cleo_grade.core.errors import RubricError
+from pytest_cleo_grade.core.models import (
+    AuditEntry,
+    DimensionScore,
+    GradeResult,
+    coerce_entries,
+    order_entries,
+)
+from pytest_cleo_grade.judges._untrusted import inline, one_line_json
 from pytest_cleo_grade.judges.protocol import (
     Judge,
     JudgeConnector,
@@ -41,16 +50,8 @@ from pytest_cleo_grade.judges.protocol import (
     cache_key,
     load_json_reply,
 )
-from pytest_cleo_grade.judges.untrusted import inline, one_line_json
-from pytest_cleo_grade.models import (
-    AuditEntry,
-    DimensionScore,
-    GradeResult,
-    coerce_entries,
-    order_entries,
-)
+from pytest_cleo_grade.rubrics._points import point
 from pytest_cleo_grade.rubrics.cleo import EMPTY_SESSION_FLAG
-from pytest_cleo_grade.rubrics.points import point
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.weighted.spec import (
     DEFAULT_SPEC,
@@ -64,7 +65,6 @@ from pytest_cleo_grade.rubrics.weighted.spec import (
     default_source,
     load_rubric_file,
 )
-from pytest_cleo_grade.scale import hundredths_half_up
 
 # The rubric-file names are re-exported: callers configure this rubric through them.
 __all__ = [

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from pytest_cleo_grade.judges.protocol import JudgeSettings
-from pytest_cleo_grade.rubrics.document import MAX_NESTING, read_document, validate_document
+from pytest_cleo_grade.rubrics._document import MAX_NESTING, read_document, validate_document
 
 __all__ = [
     "DEFAULT_SPEC",

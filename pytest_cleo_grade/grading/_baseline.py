@@ -1,0 +1,409 @@
+"""Baselines: a committed JSON file of grades per test, and the regression gate against it.
+
+The comparison is pure (grades in, verdicts out); reading and writing the file are two small
+functions at the end. Percentages everywhere: the total as a percentage of its maximum, each
+dimension as a percentage of that dimension's maximum, so one tolerance language fits all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any, Final
+
+from pytest_cleo_grade.core._files import parse_json_strict, read_regular_bytes, write_atomically
+from pytest_cleo_grade.core.errors import CleoGradeError
+from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
+from pytest_cleo_grade.grading._runs import (
+    counted_whole,
+    excluded_of,
+    latest_series,
+    latest_whole_series,
+    short_series,
+)
+from pytest_cleo_grade.grading._stats import bootstrap_mean_interval
+
+__all__ = [
+    "BASELINE_FORMAT",
+    "TOTAL",
+    "BaselineComparison",
+    "BaselineError",
+    "Change",
+    "TestGrades",
+    "Tolerance",
+    "baseline_document",
+    "compare_baseline",
+    "figure_text",
+    "grades_from_results",
+    "latest_from_history",
+    "parse_baseline",
+    "parse_tolerances",
+    "read_baseline",
+    "read_text",
+    "short_in_history",
+    "write_baseline",
+]
+
+BASELINE_FORMAT: Final = "cleo-grade-baseline"
+_VERSION: Final = 1
+#: The metric name of a test's total in tolerance expressions.
+TOTAL: Final = "total"
+# A metric is ``total`` or a dimension as grades name it: a combined rubric's are dotted
+# (``cleo.sessionDiscipline``), a rule file's may hold other characters; not ``:`` or ``,``.
+_TERM = re.compile(r"^\s*([^\s:,](?:[^:,]*[^\s:,])?)\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*(%?)\s*$")
+
+
+class BaselineError(CleoGradeError):
+    """A baseline file or expression that cannot be used (the message names where)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """How far a metric may drop: percentage points, or (relative) a share of the baseline."""
+
+    amount: float
+    relative: bool = False
+
+    def allowed(self, baseline: float) -> float:
+        return baseline * self.amount / 100 if self.relative else self.amount
+
+    def text(self) -> str:
+        return f"{self.amount:g}%" if self.relative else f"{self.amount:g} points"
+
+
+def parse_tolerances(expression: str) -> dict[str, Tolerance]:
+    """``total:5`` / ``total:5%,sessionDiscipline:10``; ValueError names the bad term."""
+    tolerances: dict[str, Tolerance] = {}
+    for term in expression.split(","):
+        match = _TERM.match(term)
+        if match is None:
+            raise ValueError(
+                f"invalid regression tolerance {term.strip()!r} in {expression!r}: expected "
+                "METRIC:POINTS or METRIC:PERCENT%, e.g. total:5 or sessionDiscipline:10%"
+            )
+        name, amount, percent = match.groups()
+        if name in tolerances:
+            raise ValueError(f"regression tolerance for {name!r} given twice in {expression!r}")
+        tolerances[name] = Tolerance(float(amount), relative=bool(percent))
+    return tolerances
+
+
+@dataclass(frozen=True, slots=True)
+class TestGrades:
+    """One test's grades: a percentage per run, and per dimension a percentage per run."""
+
+    test_id: str
+    totals: tuple[float, ...]
+    dimensions: Mapping[str, tuple[float, ...]]
+    #: The rubric that graded it (None: a baseline saved before baselines said so).
+    rubric: str | None = None
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    def values(self, metric: str) -> tuple[float, ...]:
+        return self.totals if metric == TOTAL else self.dimensions.get(metric, ())
+
+
+def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
+    """Group GradeResults by test id (extra ``testId``, else the session id), a repeated
+    test's runs by their run index (xdist hands them over in the order they finish: a saved
+    baseline would change with the scheduling), else in the order given."""
+    totals: dict[str, list[float]] = {}
+    dims: dict[str, dict[str, list[float]]] = {}
+    rubrics: dict[str, str] = {}
+    for result in sorted(results, key=_run_index):
+        extra = result.model_extra or {}
+        test_id = str(extra.get("testId") or result.session_id)
+        rubrics[test_id] = str(extra.get("rubric") or DEFAULT_RUBRIC)
+        totals.setdefault(test_id, []).append(result.percent)
+        per_dim = dims.setdefault(test_id, {})
+        for name, score in result.dimensions.items():
+            if score.max > 0:
+                # As GradeResult.percent divides: 11 * 100 / 20 is 55.0, 11 / 20 * 100 is not.
+                per_dim.setdefault(name, []).append(score.score * 100 / score.max)
+    return {
+        test_id: TestGrades(
+            test_id,
+            tuple(values),
+            {k: tuple(v) for k, v in dims[test_id].items()},
+            rubrics[test_id],
+        )
+        for test_id, values in totals.items()
+    }
+
+
+def _run_index(result: Any) -> int:
+    run = (result.model_extra or {}).get("run")
+    return run if isinstance(run, int) and not isinstance(run, bool) else 0
+
+
+def latest_from_history(results: Sequence[Any], *, whole: bool = True) -> dict[str, TestGrades]:
+    """Each test's most recent grade in a history; a repeated test's most recent series
+    (its last ``runs`` lines that carry a run index), its latest whole one when ``whole`` (a
+    baseline: see :func:`runs.latest_whole_series`)."""
+    pick = latest_whole_series if whole else latest_series
+    latest = pick(results, _history_test)
+    # An expected failure's latest grade is left out, as the run's baseline gate leaves it
+    # (a repeated test whole when any of its runs counts, as in the run).
+    ordered = [r for series in latest.values() for r in reversed(series)]
+    return grades_from_results(
+        counted_whole(ordered, _history_test, lambda r: excluded_of(r.model_extra))
+    )
+
+
+def short_in_history(results: Sequence[Any]) -> dict[str, str]:
+    """The repeated tests whose latest series in a history is short, with "1 of 4 runs graded": the
+    ``partial`` of :func:`compare_baseline` for a history compared as the candidate."""
+    found = {}
+    for test_id, series in latest_series(results, _history_test).items():
+        short = short_series(series)
+        if short is not None:
+            found[test_id] = f"{short[0]} of {short[1]} runs graded"
+    return found
+
+
+def _history_test(result: Any) -> str:
+    return str((result.model_extra or {}).get("testId") or result.session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One metric of one test against the baseline."""
+
+    test_id: str
+    metric: str
+    baseline: float
+    current: float
+    tolerance: Tolerance | None
+    #: The drop is beyond the tolerance (and, with repeats on both sides, outside the noise).
+    regressed: bool
+    #: Why a drop beyond the tolerance was not counted ("within noise"), or None.
+    note: str | None = None
+
+    @property
+    def delta(self) -> float:
+        return self.current - self.baseline
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineComparison:
+    """This run against the baseline: changes, tests new to the run, tests missing from it."""
+
+    changes: tuple[Change, ...]
+    new_tests: tuple[str, ...]
+    missing_tests: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+    #: Repeated tests of which only some runs ran (``-k``, ``--lf``), with how many: not
+    #: compared (the runs re-run for being low are no measure of the test's mean).
+    partial_tests: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def regressions(self) -> tuple[Change, ...]:
+        return tuple(change for change in self.changes if change.regressed)
+
+    @property
+    def empty(self) -> bool:
+        """Whether this run graded no test at all (every one skipped): nothing was checked."""
+        return not self.changes and not self.new_tests
+
+    @property
+    def failed(self) -> bool:
+        """The gate's one predicate (its printed verdict asks the same)."""
+        return bool(self.regressions or self.problems)
+
+
+def figure_text(value: float, places: int = 1, rounding: str = ROUND_HALF_UP) -> str:
+    """``value`` with ``places`` decimals, halves rounded up as everywhere else in the product
+    (81.25 is "81.3", not Python's half-even "81.2")."""
+    return f"{Decimal(repr(value)).quantize(Decimal(1).scaleb(-places), rounding=rounding):f}"
+
+
+def _noise_note(base: Sequence[float], current: Sequence[float]) -> str | None:
+    """With two or more runs on both sides, a drop is real only when the 95 % intervals of
+    the two means do not overlap; otherwise the note says why it was not counted."""
+    if len(base) < 2 or len(current) < 2:
+        return None
+    base_low, _ = bootstrap_mean_interval(base)
+    _, current_high = bootstrap_mean_interval(current)
+    if current_high < base_low:
+        return None
+    return (
+        f"within noise: 95% intervals overlap (now up to {figure_text(current_high)}%, "
+        f"baseline from {figure_text(base_low)}%)"
+    )
+
+
+#: The decimals a baseline file keeps of each percentage: drops are compared to as many, so a
+#: saved 86.6667 (26/30) against a live 66.666... (20/30) is the 20 points it is, not 20.0000333.
+PLACES: Final = 4
+
+
+def _beyond(drop: float, allowed: float) -> bool:
+    """Whether ``drop`` exceeds ``allowed``, both to the baseline's precision."""
+    return round(drop, PLACES) > round(allowed, PLACES)
+
+
+def compare_baseline(
+    baseline: Mapping[str, TestGrades],
+    current: Mapping[str, TestGrades],
+    tolerances: Mapping[str, Tolerance],
+    partial: Mapping[str, str] | None = None,
+) -> BaselineComparison:
+    """Every common test's total and dimensions against the baseline; without a tolerance
+    for a metric, its change is shown but never a regression. ``partial`` names repeated
+    tests of which only some runs ran or were graded (with "1 of 4 runs ran"): they are
+    listed, not compared."""
+    partial = partial or {}
+    changes: list[Change] = []
+    seen_metrics = {TOTAL}
+    unlike: list[str] = []
+    parts: list[tuple[str, str]] = []
+    for test_id, now in current.items():
+        before = baseline.get(test_id)
+        if before is None:
+            continue
+        if test_id in partial:
+            parts.append((test_id, partial[test_id]))
+            continue
+        if before.rubric is not None and now.rubric is not None and before.rubric != now.rubric:
+            # Another rubric's percentages are no measure of this one's: a real drop could pass
+            # and a rubric change read as a regression.
+            unlike.append(
+                f"{test_id}: graded with rubric {now.rubric!r}, the baseline with "
+                f"{before.rubric!r}: not comparable (save a new baseline)"
+            )
+            continue
+        metrics = [TOTAL, *[m for m in before.dimensions if m in now.dimensions]]
+        seen_metrics.update(metrics)
+        for metric in metrics:
+            base_values, now_values = before.values(metric), now.values(metric)
+            if not base_values or not now_values:
+                continue
+            base_mean = statistics.fmean(base_values)
+            now_mean = statistics.fmean(now_values)
+            tolerance = tolerances.get(metric)
+            beyond = tolerance is not None and _beyond(
+                base_mean - now_mean, tolerance.allowed(base_mean)
+            )
+            note = _noise_note(base_values, now_values) if beyond else None
+            changes.append(
+                Change(test_id, metric, base_mean, now_mean, tolerance, beyond and not note, note)
+            )
+    compared = bool((baseline.keys() & current.keys()) - partial.keys())
+    problems = tuple(
+        f"tolerance for {metric!r}: no test compared has this dimension"
+        for metric in tolerances
+        if metric not in seen_metrics and compared
+    )
+    problems += tuple(unlike)
+    if tolerances and current and not compared and not parts:
+        # Renamed or moved tests must not disarm the gate: it would pass having checked nothing.
+        problems += (
+            "no test graded in this run is in the baseline, so nothing was compared "
+            "(renamed or moved tests? save a new baseline)",
+        )
+    return BaselineComparison(
+        changes=tuple(changes),
+        new_tests=tuple(t for t in current if t not in baseline),
+        missing_tests=tuple(t for t in baseline if t not in current),
+        problems=problems,
+        partial_tests=tuple(parts),
+    )
+
+
+def baseline_document(grades: Mapping[str, TestGrades], *, source: str) -> dict[str, Any]:
+    """The JSON document of a baseline file (sorted, so a committed file diffs cleanly)."""
+    tests = {}
+    for test_id in sorted(grades):
+        test = grades[test_id]
+        tests[test_id] = {
+            **({"rubric": test.rubric} if test.rubric is not None else {}),
+            "percents": [round(v, PLACES) for v in test.totals],
+            "dimensions": {
+                name: [round(v, PLACES) for v in values]
+                for name, values in sorted(test.dimensions.items())
+            },
+        }
+    return {
+        "format": BASELINE_FORMAT,
+        "version": _VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": source,
+        "tests": tests,
+    }
+
+
+def _numbers(value: object, where: str) -> tuple[float, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 100 for v in value
+        )
+    ):
+        raise BaselineError(f"{where}: expected a non-empty list of percentages (0 to 100)")
+    return tuple(float(v) for v in value)
+
+
+def parse_baseline(data: object, where: str) -> dict[str, TestGrades]:
+    """Validate a baseline document; BaselineError names the file and the field."""
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
+        raise BaselineError(f"{where}: not a cleo-grade baseline (format {BASELINE_FORMAT!r})")
+    if data.get("version") != _VERSION:
+        raise BaselineError(f"{where}: unsupported baseline version {data.get('version')!r}")
+    tests = data.get("tests")
+    if not isinstance(tests, dict):
+        raise BaselineError(f"{where}: field 'tests' must be an object")
+    grades = {}
+    for test_id, entry in tests.items():
+        at = f"{where}: tests[{test_id!r}]"
+        if not isinstance(entry, dict):
+            raise BaselineError(f"{at}: expected an object")
+        dims = entry.get("dimensions", {})
+        if not isinstance(dims, dict):
+            raise BaselineError(f"{at}.dimensions: expected an object")
+        rubric = entry.get("rubric")
+        if rubric is not None and not (isinstance(rubric, str) and rubric):
+            raise BaselineError(f"{at}.rubric: expected a rubric name")
+        grades[test_id] = TestGrades(
+            test_id,
+            _numbers(entry.get("percents"), f"{at}.percents"),
+            {str(k): _numbers(v, f"{at}.dimensions.{k}") for k, v in dims.items()},
+            rubric,
+        )
+    return grades
+
+
+def read_text(path: Path) -> str:
+    """A baseline's (or a history's) text: a regular file only (a FIFO is never waited on),
+    UTF-8 or a BaselineError naming the file. OSError passes through (the caller decides)."""
+    data = read_regular_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def read_baseline(path: Path) -> dict[str, TestGrades]:
+    """Read a baseline file; FileNotFoundError passes through (the caller decides)."""
+    text = read_text(path)
+    try:
+        data = parse_json_strict(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    except ValueError as exc:  # nested too deeply, NaN, a number of thousands of digits
+        raise BaselineError(f"{path}: invalid JSON: {exc}") from None
+    return parse_baseline(data, str(path))
+
+
+def write_baseline(path: Path, grades: Mapping[str, TestGrades], *, source: str) -> None:
+    """Write a baseline file whole: a new file under a random name renamed over the old one
+    (a link at ``path`` is replaced, never written through; nothing is left on failure)."""
+    text = json.dumps(baseline_document(grades, source=source), indent=2, ensure_ascii=False)
+    write_atomically(path, (text + "\n").encode("utf-8"))

@@ -1,0 +1,235 @@
+"""Verdicts: thresholds, the one pass predicate, percentages shown without contradiction,
+a graded test and the run's grade with its gate.
+
+Every message, summary, exit status and JUnit failure asks :func:`passes`, so a banner can
+never say FAIL while the exit code says pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, localcontext
+from typing import Any
+
+from pytest_cleo_grade.core._files import compact_json_utf8
+from pytest_cleo_grade.core._scale import (
+    THRESHOLD_FORMS,
+    letter_for,
+    parse_grade_threshold,
+    round_half_up,
+)
+from pytest_cleo_grade.core.models import GradeResult
+from pytest_cleo_grade.grading._runs import counted_whole
+
+__all__ = [
+    "THRESHOLD_FORMS",
+    "GradedTest",
+    "RunGrade",
+    "counted_tests",
+    "decode_graded_test",
+    "describe_percent",
+    "describe_threshold",
+    "encode_graded_test",
+    "parse_grade_threshold",
+    "passes",
+    "percent_below",
+    "shown_percent",
+    "threshold_text",
+]
+
+
+def passes(percent: float, threshold: float | None) -> bool:
+    """The one predicate behind every verdict: the exact percentage reaches the threshold."""
+    return threshold is None or percent >= threshold
+
+
+def describe_percent(percent: float, *, rounding: str = ROUND_HALF_UP) -> str:
+    """A percentage for display with at most two decimals: ``67.5%``, ``85%``."""
+    exact = Decimal(repr(percent))
+    # Enough digits for any float's two decimals (a history may hold 1e30 out of 100; the
+    # default 28 would make quantize() raise).
+    with localcontext(prec=max(28, exact.adjusted() + 4)):
+        text = str(exact.quantize(Decimal("0.01"), rounding=rounding))
+    return text.rstrip("0").rstrip(".") + "%"
+
+
+def threshold_text(threshold: float) -> str:
+    """A threshold as written, exactly: ``75%``, ``74.999%`` (rounding it could show a
+    figure the score then seems to reach, or a letter beside the wrong number)."""
+    exact = Decimal(repr(threshold))
+    if exact == exact.quantize(Decimal("0.01")):
+        return describe_percent(threshold)
+    return f"{exact.normalize():f}%"
+
+
+def describe_threshold(threshold: float) -> str:
+    """A threshold with the letter it corresponds to: ``75% (B)``, ``74.999% (C)``."""
+    return f"{threshold_text(threshold)} ({letter_for(threshold)})"
+
+
+def percent_below(percent: float, threshold: float) -> str:
+    """``percent`` for a message saying it is below ``threshold``, never contradicting it.
+
+    Whole percent, half up, as everywhere else, unless that would show the threshold's own
+    figure (74.9 % against 75 %): then two decimals, cut rather than rounded (``74.9%``).
+    """
+    text = f"{round_half_up(percent)}%"
+    if Decimal(text[:-1]) >= Decimal(threshold_text(threshold)[:-1]):
+        text = describe_percent(percent, rounding=ROUND_DOWN)
+    return text
+
+
+def shown_percent(percent: float, threshold: float | None, *, exact: bool = False) -> str:
+    """``percent`` as shown beside a grade: whole (``exact``: up to two decimals), never
+    rounded up to the ``threshold`` it fails (82.996 % against 83 % is not "83%")."""
+    if threshold is None or passes(percent, threshold):
+        return describe_percent(percent) if exact else f"{round_half_up(percent)}%"
+    if not exact:
+        return percent_below(percent, threshold)
+    text = describe_percent(percent)
+    if Decimal(text[:-1]) >= Decimal(threshold_text(threshold)[:-1]):
+        text = describe_percent(percent, rounding=ROUND_DOWN)
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class GradedTest:
+    """One graded test as the controller sees it: the final grade and the threshold it met."""
+
+    nodeid: str
+    result: GradeResult
+    threshold: float | None
+    threshold_source: str | None
+    mode: str
+    #: ``"xfailed"`` or ``"xpassed"``: shown, but left out of the run's mean and gate (an
+    #: expected failure says nothing about the agent the gate is meant to judge).
+    excluded: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return passes(self.result.percent, self.threshold)
+
+
+def encode_graded_test(test: GradedTest) -> str:
+    """The JSON that travels on the call report (a plain string survives any serialiser).
+
+    UTF-8 encodable always: xdist sends it as UTF-8, and agent text may hold a lone
+    surrogate (a task id from a file name that is not UTF-8), which JSON escapes spell.
+    """
+    data = {
+        "nodeid": test.nodeid,
+        "result": test.result.to_json_dict(),
+        "threshold": test.threshold,
+        "thresholdSource": test.threshold_source,
+        "mode": test.mode,
+        "excluded": test.excluded,
+    }
+    return compact_json_utf8(data)
+
+
+def decode_graded_test(text: str) -> GradedTest:
+    """Inverse of :func:`encode_graded_test`."""
+    data: dict[str, Any] = json.loads(text)
+    threshold = data["threshold"]
+    return GradedTest(
+        nodeid=data["nodeid"],
+        result=GradeResult.model_validate(data["result"]),
+        threshold=None if threshold is None else float(threshold),
+        threshold_source=data["thresholdSource"],
+        mode=data["mode"],
+        excluded=data.get("excluded"),
+    )
+
+
+def _test_of(test: GradedTest) -> str:
+    """The test a graded run belongs to: a repeated test's runs (extra ``run``) are one."""
+    extra = test.result.model_extra or {}
+    return str(extra["testId"]) if "run" in extra and "testId" in extra else test.nodeid
+
+
+def counted_tests(tests: Iterable[GradedTest]) -> tuple[GradedTest, ...]:
+    """The graded tests a run's mean, gate and baseline count (see :func:`counted_whole`)."""
+    return tuple(counted_whole(tests, _test_of, lambda test: test.excluded))
+
+
+@dataclass(frozen=True, slots=True)
+class RunGrade:
+    """The run's grade: the mean of the graded tests' exact percentages, and the gate verdict."""
+
+    tests: tuple[GradedTest, ...]
+    gate: float | None
+
+    @property
+    def counted(self) -> tuple[GradedTest, ...]:
+        """The tests the mean and the gate count (xfailed and xpassed ones are not).
+
+        A repeated test is one test: when any of its runs counts (an xfail-marked test of
+        which a run failed on its own, pytest's FAILED as one such run is), all of them do.
+        """
+        return counted_tests(self.tests)
+
+    def _per_test(self) -> list[float]:
+        """One percentage per test: a repeated test's runs (extra ``run``) count once, by
+        their mean, so a test run eight times does not weigh eight times in the gate."""
+        groups: dict[str, list[float]] = {}
+        for test in self.counted:
+            groups.setdefault(_test_of(test), []).append(test.result.percent)
+        return [sum(values) / len(values) for values in groups.values()]
+
+    @property
+    def mean(self) -> float | None:
+        percents = self._per_test()
+        if not percents:
+            return None
+        return sum(percents) / len(percents)
+
+    @property
+    def letter(self) -> str | None:
+        mean = self.mean
+        return None if mean is None else letter_for(mean)
+
+    @property
+    def gate_failed(self) -> bool:
+        """Whether the gate turns the exit status to 1 (never without graded tests)."""
+        mean = self.mean
+        return mean is not None and not passes(mean, self.gate)
+
+    def mean_text(self) -> str:
+        """The mean for display (two decimals, half up), never contradicting the verdict.
+
+        Below the gate, a mean that would round up to the gate's figure is cut instead:
+        74.999 % shows as 74.99 %, not as a 75 % that a 75 % gate would call "below".
+        """
+        mean = self.mean
+        if mean is None:
+            return "-"
+        text = describe_percent(mean)
+        if self.gate is not None and self.gate_failed:
+            shown_gate = describe_percent(self.gate)
+            if Decimal(text.rstrip("%")) >= Decimal(shown_gate.rstrip("%")):
+                text = describe_percent(mean, rounding=ROUND_DOWN)
+        return text
+
+    def verdict(self) -> str | None:
+        """The gate line, or None when no gate is set."""
+        if self.gate is None:
+            return None
+        gate = describe_threshold(self.gate)
+        if self.mean is None:
+            return f"gate {gate}: not applied, no graded tests"
+        if self.gate_failed:
+            return f"gate FAILED: mean {self.mean_text()} is below {gate}"
+        return f"gate passed: mean {self.mean_text()} reaches {gate}"
+
+    def run_line(self) -> str:
+        count = len(self._per_test())
+        noun = "test" if count == 1 else "tests"
+        # Tests, as the count beside it: a repeated xfail test's runs are one test left out.
+        counted = {_test_of(test) for test in self.counted}
+        left_out = len({_test_of(test) for test in self.tests} - counted)
+        note = f" ({left_out} xfail/xpass not counted)" if left_out else ""
+        if self.mean is None:
+            return f"no graded tests{note}"
+        return f"run grade {self.letter}: mean {self.mean_text()} over {count} graded {noun}{note}"

@@ -1,0 +1,265 @@
+"""Repeated runs (``runs=N``): one pytest item per run, one decision per test over its runs.
+
+Each run is its own item, ``test_x[run-3]`` (``test_x[a-run-3]`` with parametrize), so it runs,
+reports, lands on any xdist worker and can be selected with ``-k`` like any other item. A run
+is graded and stored on its own (extras ``run`` and ``runs``; ``testId`` is the test's id
+without the run). It does not fail for its grade: the controller collects the runs of a test
+and, when the last one reports, decides the test once (mean, pass rate or pass^k against the
+threshold). A failing decision turns that last run's report into the test's failure, so the
+terminal, JUnit, ``-x`` and the exit status all see exactly one failure per failing test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterable
+from typing import Final
+
+import pytest
+
+from pytest_cleo_grade.grading._runs import (
+    RepeatInfo,
+    RunSample,
+    TestRuns,
+    base_test_id,
+    decode_repeat,
+    run_id,
+    run_of,
+    runs_for,
+)
+from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE
+
+__all__ = [
+    "REPEAT_ATTRIBUTE",
+    "RUN_FIXTURE",
+    "STRICT_XFAIL_ATTRIBUTE",
+    "RepeatAggregator",
+    "RepeatSummary",
+    "asked_runs",
+    "parametrize_runs",
+]
+
+#: The fixture ``graded_session`` depends on; parametrised with the run index when runs > 1.
+RUN_FIXTURE: Final = "cleo_grade_run"
+#: The TestReport attribute telling the controller which test and run a report belongs to.
+REPEAT_ATTRIBUTE: Final = "cleo_grade_repeat"
+#: Set on a run of an ``xfail(strict=True)`` test that did not fail (shown as an XPASS).
+STRICT_XFAIL_ATTRIBUTE: Final = "cleo_grade_strict_xfail"
+
+
+def asked_runs(node: pytest.Item, option_runs: int | None) -> int:
+    """How many runs a test is asked for: its closest marker's ``runs=``, else the option."""
+    marker_runs = None
+    for mark in node.iter_markers("cleo_grade"):
+        if "runs" in mark.kwargs:
+            marker_runs = mark.kwargs["runs"]  # the closest marker wins
+            break
+    return runs_for(marker_runs, option_runs)
+
+
+def parametrize_runs(metafunc: pytest.Metafunc, option_runs: int | None) -> None:
+    """Make one item per run of a graded test asked to run more than once."""
+    if "graded_session" not in metafunc.fixturenames:
+        return
+    runs = asked_runs(metafunc.definition, option_runs)
+    if runs > 1:
+        indices = list(range(1, runs + 1))
+        metafunc.parametrize(RUN_FIXTURE, indices, indirect=True, ids=[run_id(i) for i in indices])
+
+
+class RepeatAggregator:
+    """Controller-side collection of repeated runs (registered next to the Reporter)."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, TestRuns] = {}
+        # Properties added to a run's teardown report, which junitxml reads them from.
+        self._properties: dict[str, list[tuple[str, object]]] = {}
+        #: Runs per test id among the collected items (a -k selection may keep only some).
+        self.expected: dict[str, int] = {}
+
+    def expect(self, nodeids: Iterable[str]) -> None:
+        counts: dict[str, int] = {}
+        for nodeid in nodeids:
+            run = run_of(nodeid)
+            if run is not None:
+                test_id = base_test_id(nodeid, run)
+                counts[test_id] = counts.get(test_id, 0) + 1
+        self.expected = counts
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            if report.failed:
+                self._teardown_failed(report)
+            report.user_properties.extend(self._properties.pop(report.nodeid, []))
+            return
+        encoded = getattr(report, REPEAT_ATTRIBUTE, None)
+        if str(report.outcome) == "rerun" or not isinstance(encoded, str):
+            # A rerun plugin's superseded attempt: the run is the attempt that follows.
+            return
+        # A run ends with its call, or in its setup when that skipped or failed (no call).
+        if report.when != "call" and (report.when != "setup" or report.passed):
+            return
+        info = decode_repeat(encoded)
+        runs = self.tests.setdefault(
+            info.test_id, TestRuns(info, expected=self.expected.get(info.test_id))
+        )
+        runs.nodeids.append(report.nodeid)
+        if report.skipped and not _graded(report):
+            # Skipped, or an imperative pytest.xfail(): never graded, left out as a skip is.
+            runs.skipped.add(info.run)
+        else:
+            runs.samples[info.run] = _sample(report, info)
+            # An xfail-marked run that raised: the expected failure happened (XFAIL).
+            runs.raised_as_expected |= report.skipped and _expected_failure(report)
+            # A run failing on its own is pytest's FAILED, an xfail marker or not (one that
+            # raised what ``raises=`` does not name): the test is no expected failure then.
+            runs.failed_on_its_own |= report.failed
+        if not runs.complete or runs.stats is not None:
+            return
+        stats = runs.decide()
+        if stats is None:
+            return
+        from pytest_cleo_grade.reports._repeats import junit_repeat_properties, repeat_message
+
+        self._properties[report.nodeid] = junit_repeat_properties(stats)
+        # An xfail-marked test is expected to fail: its decision is shown, never a failure
+        # (as a single xfailed test's grade is left out of the gate).
+        runs.xfail = _expected_failure(report) and not runs.failed_on_its_own
+        message = repeat_message(info.test_id, stats, runs.mode)
+        if runs.xfail and report.passed:
+            # As one run would be XFAIL for raising whatever its grade, so is the test when
+            # any of its runs raised, whichever run happens to complete it.
+            failed = not stats.decided_pass or runs.raised_as_expected
+            _expected_failure_decided(report, failed=failed)
+        if stats.decided_pass or report.failed or runs.mode != "fail":
+            report.sections.append(("CLEO repeats", message))
+        else:
+            # The test's one failure, carried by the run that completed it.
+            report.outcome = "failed"
+            report.longrepr = message
+            if _expected_failure(report):
+                # An xfail-marked test of which another run failed on its own is a failure,
+                # as one such run is: this run's XFAIL or XPASS becomes the decision's FAILED.
+                del report.wasxfail
+                _mark_grade(report, None)
+
+    def _teardown_failed(self, report: pytest.TestReport) -> None:
+        """A run whose teardown errored (pytest's ERROR): a failed run, as one whose call
+        raised. The run that completes a test reports its teardown after the decision, so
+        that decision is taken again; the ERROR already fails the session."""
+        run = run_of(report.nodeid)
+        runs = None if run is None else self.tests.get(base_test_id(report.nodeid, run))
+        sample = None if runs is None or run is None else runs.samples.get(run)
+        if runs is None or sample is None or not sample.passed:
+            return
+        runs.samples[sample.run] = dataclasses.replace(sample, passed=False)
+        if runs.stats is None:
+            return  # decided later, with this run failed
+        stats = runs.decide()
+        if stats is None:
+            return
+        from pytest_cleo_grade.reports._repeats import junit_repeat_properties, repeat_message
+
+        self._properties[report.nodeid] = junit_repeat_properties(stats)
+        report.sections.append(
+            ("CLEO repeats", repeat_message(runs.info.test_id, stats, runs.mode))
+        )
+
+
+def _expected_failure_decided(report: pytest.TestReport, *, failed: bool) -> None:
+    """The run completing an xfail-marked test carries the test's outcome, as one run would:
+    XFAIL when the decision over the runs fails (the expected failure happened), else XPASS,
+    a failure under ``strict=True``. Its grade's mark follows (``xfailed`` or ``xpassed``)."""
+    if failed:
+        report.outcome = "skipped"
+        _mark_grade(report, "xfailed")
+    elif getattr(report, STRICT_XFAIL_ATTRIBUTE, False):
+        report.outcome = "failed"
+        report.longrepr = f"[XPASS(strict)] {report.wasxfail}"
+        del report.wasxfail  # as pytest reports a strict XPASS
+
+
+def _mark_grade(report: pytest.TestReport, excluded: str | None) -> None:
+    from pytest_cleo_grade.grading._verdict import (
+        decode_graded_test,
+        encode_graded_test,
+    )
+
+    encoded = getattr(report, GRADE_ATTRIBUTE, None)
+    if isinstance(encoded, str):
+        graded = dataclasses.replace(decode_graded_test(encoded), excluded=excluded)
+        setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
+
+
+def _expected_failure(report: pytest.TestReport) -> bool:
+    return getattr(report, "wasxfail", None) is not None
+
+
+def _graded(report: pytest.TestReport) -> bool:
+
+    return isinstance(getattr(report, GRADE_ATTRIBUTE, None), str)
+
+
+def _sample(report: pytest.TestReport, info: RepeatInfo) -> RunSample:
+
+    encoded = getattr(report, GRADE_ATTRIBUTE, None)
+    if not isinstance(encoded, str):
+        return RunSample(info.run, None, False)
+    from pytest_cleo_grade.grading._verdict import decode_graded_test
+
+    graded = decode_graded_test(encoded)
+    # A run that raised is a failed run, expected (an xfail-marked test's XFAIL) or not.
+    own_pass = report.passed
+    return RunSample(info.run, graded.result.percent, own_pass and graded.passed)
+
+
+class RepeatSummary(RepeatAggregator):
+    """The aggregator with its output: the terminal summary and the GitHub step summary."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._order: list[str] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._order = [item.nodeid for item in session.items]
+        self.expect(self._order)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        # The xdist controller collects nothing itself; every worker reports the same ids.
+        if not self._order:
+            self._order = list(ids)
+            self.expect(self._order)
+
+    def _tests(self) -> list[TestRuns]:
+        # Collection order (reports arrive in completion order under xdist).
+        position = {nodeid: i for i, nodeid in enumerate(self._order)}
+        last = len(position)
+        return sorted(
+            self.tests.values(),
+            key=lambda runs: min((position.get(n, last) for n in runs.nodeids), default=last),
+        )
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if not path or not self.tests:
+            return
+        from pytest_cleo_grade.core._files import append_markdown
+        from pytest_cleo_grade.reports._repeats import repeat_markdown
+
+        # The Reporter warns about an unwritable step summary already.
+        with contextlib.suppress(OSError):
+            append_markdown(path, repeat_markdown(self._tests()))
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.tests:
+            return
+        from pytest_cleo_grade.reports._repeats import repeat_lines
+
+        terminalreporter.write_sep("-", "cleo-grade repeats")
+        for line in repeat_lines(self._tests()):
+            failed = "FAILED" in line.split("(")[0]
+            terminalreporter.write_line(line, red=failed, bold=failed, yellow="flaky" in line)

@@ -1,0 +1,333 @@
+"""GRADES.jsonl: the append-only grade history, safe under concurrent writers."""
+
+from __future__ import annotations
+
+import codecs
+import fcntl
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+from pydantic import ValidationError
+
+from pytest_cleo_grade.core._files import (
+    MAX_LINE_BYTES,
+    MAX_NESTING,
+    SQLITE_HEADER,
+    SURROGATE_ESCAPE,
+    check_nesting,
+    compact_json_utf8,
+    finite_float,
+    iter_lines,
+    make_parents,
+    open_append_no_follow,
+    open_regular,
+    parse_json_strict,
+)
+from pytest_cleo_grade.core.errors import CleoGradeWarning, HistoryError
+from pytest_cleo_grade.core.models import GradeResult, format_validation_error
+from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+
+__all__ = [
+    "DEFAULT_HISTORY",
+    "append_grade",
+    "append_grades",
+    "grade_line",
+    "read_grades",
+    "sync_history",
+]
+
+
+#: What a line says about a session id that is not Unicode (the writer refuses it, the
+#: reader skips it).
+_NOT_UNICODE_ID: Final = "sessionId holds a lone surrogate (\\uD800-\\uDFFF): not Unicode"
+
+
+def grade_line(result: GradeResult) -> str:
+    """The CLEO spec's history line: the compact GradeResult JSON with ``evaluator``, no newline.
+
+    Always UTF-8-encodable: see :func:`_line_bytes`.
+    """
+    return _line_bytes(result).decode("utf-8")
+
+
+def _line_bytes(result: GradeResult) -> bytes:
+    # Agent text that is not Unicode (a lone surrogate in a flag) is written as JSON escapes,
+    # which read_grades reads back equal; only such lines pay for them.
+    return compact_json_utf8(result.to_json_dict()).encode("utf-8")
+
+
+def _refuse_non_unicode_ids(results: Iterable[GradeResult], target: Path) -> None:
+    """HistoryError for a grade whose session id is not Unicode: the key every reader, filter
+    and store matches on could not hold it, so read_grades skips such a line."""
+    for result in results:
+        try:
+            result.session_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HistoryError(
+                f"{target}: cannot append grade: {_NOT_UNICODE_ID}: "
+                f"{result.session_id.encode('utf-8', 'backslashreplace').decode()}"
+            ) from None
+
+
+def _refuse_unreadable_lines(results: list[GradeResult], lines: list[bytes], target: Path) -> None:
+    """HistoryError for a grade whose line is longer than any reader reads (a session of
+    about a million flags): appended, it would be skipped by every later read."""
+    for result, line in zip(results, lines, strict=True):
+        if len(line) > MAX_LINE_BYTES:
+            session = result.session_id.encode("utf-8", "backslashreplace").decode()
+            raise HistoryError(
+                f"{target}: cannot append grade of session {session}: its line would be "
+                f"{len(line) / (1024 * 1024):.0f} MiB, longer than the "
+                f"{MAX_LINE_BYTES // (1024 * 1024)} MiB a history line is read back with"
+            )
+
+
+#: How long a writer waits for the history's lock: longer than the store's busy timeout,
+#: which a CLI holding the lock may wait out (its grades table), and then a HistoryError:
+#: a hung or stopped holder must not hang the run.
+LOCK_TIMEOUT_S: Final = 75.0
+# Histories whose last wait ran out in this process: the next writer tries once, not for
+# LOCK_TIMEOUT_S again (a run appending a line per test would wait that long per test).
+_stuck: set[Path] = set()
+
+
+def _lock(fd: int, path: Path) -> None:
+    deadline = time.monotonic() + (0.0 if path in _stuck else LOCK_TIMEOUT_S)
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                _stuck.add(path)
+                raise HistoryError(
+                    f"{path}: locked by another process for more than {LOCK_TIMEOUT_S:.0f} s "
+                    "(a hung or stopped cleo-grade or pytest?): nothing appended"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        else:
+            _stuck.discard(path)
+            return
+
+
+@contextmanager
+def _locked_append(path: Path) -> Iterator[int]:
+    make_parents(path)
+    # Never through a symbolic link (a planted one would carry grades out of the project),
+    # never into a FIFO or a device.
+    fd = open_append_no_follow(path)
+    try:
+        # Checked before the lock: the audit store holds a lock on its own file, which this
+        # process's store (the CLI saving into both) would hold against us for ever.
+        if os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER:
+            raise HistoryError(
+                f"{path}: an SQLite database (an audit store, a CLEO project's database), not "
+                "a grade history: nothing appended (name a .jsonl file)"
+            )
+        # An exclusive lock serialises writers across processes; O_APPEND alone does not
+        # guarantee that a large line is written in one piece.
+        _lock(fd, path)
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def append_grade(result: GradeResult, path: str | os.PathLike[str]) -> None:
+    """Append one grade to the history at ``path``, creating its directories.
+
+    The line is written whole or not at all: if the write fails (a full disk), the file is
+    cut back to its previous length before the error is raised as HistoryError. A grade whose
+    session id is not Unicode (a lone surrogate) is a HistoryError, nothing written.
+    """
+    append_grades([result], path)
+
+
+def append_grades(
+    results: Iterable[GradeResult],
+    path: str | os.PathLike[str],
+    *,
+    sync: bool = True,
+    then: Callable[[], object] | None = None,
+) -> None:
+    """Append several grades in one locked write and one fsync (all of them or none).
+
+    ``sync=False`` leaves the fsync to :func:`sync_history`: the line still survives a killed
+    process (it is in the kernel's cache), and a test run appending one line per finished
+    test pays for one fsync at its end instead of one per test.
+
+    ``then`` is called after the append, while the history is still locked; if it raises,
+    the appended lines are cut off again and its error propagates: the caller's other half
+    (the store's grades table) failed, so the grades are saved nowhere. Holding the lock is
+    what makes the cut safe: no other writer can have appended after them.
+    """
+    target = Path(path)
+    results = list(results)
+    _refuse_non_unicode_ids(results, target)
+    lines = [_line_bytes(result) for result in results]
+    _refuse_unreadable_lines(results, lines, target)
+    data = b"".join(line + b"\n" for line in lines)
+    if not data:
+        return
+    try:
+        with _locked_append(target) as fd:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # The last line is torn (a writer killed mid-line, a hand edit): start on a
+                # line of its own, or this grade would be glued to it and lost with it.
+                data = b"\n" + data
+            try:
+                written = os.write(fd, data)
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+                if sync:
+                    os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, size)
+                raise
+            if then is not None:
+                _then_or_cut_back(then, fd, size, target, sync=sync)
+    except OSError as exc:
+        raise HistoryError(f"{target}: cannot append grade: {exc.strerror or exc}") from exc
+
+
+def _then_or_cut_back(
+    then: Callable[[], object], fd: int, size: int, target: Path, *, sync: bool
+) -> None:
+    try:
+        then()
+    except BaseException as failure:
+        try:
+            os.ftruncate(fd, size)
+            if sync:
+                os.fsync(fd)
+        except OSError as exc:
+            # Rare (the file vanished under us?): say that the grade stayed in the history.
+            raise HistoryError(
+                f"{target}: the grade stays in the history although it was not saved "
+                f"elsewhere ({failure}): cannot remove its line: {exc.strerror or exc}"
+            ) from failure
+        raise
+
+
+def sync_history(path: str | os.PathLike[str]) -> None:
+    """fsync the history at ``path`` (after appends with ``sync=False``); HistoryError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise HistoryError(f"{path}: cannot sync the grade history: {exc.strerror or exc}") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise HistoryError(f"{path}: cannot sync the grade history: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def read_grades(path: str | os.PathLike[str], session_id: str | None = None) -> list[GradeResult]:
+    """Read the history in file order, optionally only one session's grades.
+
+    A missing file is an empty history. A line that is not a valid grade (torn, garbage,
+    absurdly nested, a number no percentage can hold, a session id with a lone surrogate) is
+    skipped with a CleoGradeWarning naming its line number, so one bad line never hides the
+    rest; a lone surrogate escape elsewhere (agent text, see :func:`grade_line`) reads back
+    as written. Only ``\n`` ends a line. A history that is not a regular file, or that is an
+    SQLite database, is a HistoryError.
+    """
+    target = Path(path)
+    try:
+        handle = open_regular(target)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise HistoryError(f"{target}: cannot read history: {exc.strerror or exc}") from exc
+    results: list[GradeResult] = []
+    with handle:
+        try:
+            if os.pread(handle.fileno(), len(SQLITE_HEADER), 0) == SQLITE_HEADER:
+                # One line, not a warning for every "line" of a database's pages.
+                raise HistoryError(
+                    f"{target}: an SQLite database (an audit store, a CLEO project's "
+                    "database), not a grade history"
+                )
+            for number, raw in iter_lines(handle, str(target), on_long=_long_line(target)):
+                result = _parse_line(target, number, raw)
+                if result is not None and (session_id is None or result.session_id == session_id):
+                    results.append(result)
+        except OSError as exc:
+            raise HistoryError(f"{target}: cannot read history: {exc.strerror or exc}") from exc
+    return results
+
+
+def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:
+    if number == 1 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8) :]  # an editor's BOM, as entries files allow it
+    if not raw.strip(b" \t\r"):
+        return None
+    try:
+        data = _parse_json(raw.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        _skip(target, number, f"invalid JSON ({exc})")
+        return None
+    try:
+        result = GradeResult.model_validate(data)
+        # What every reader shows must be computable: a 400-digit score overflows here.
+        result.display_percent  # noqa: B018
+    except ValidationError as exc:
+        _skip(target, number, format_validation_error(exc))
+        return None
+    except (ValueError, OverflowError, RecursionError, TypeError) as exc:
+        _skip(target, number, f"not a usable grade: {exc}")
+        return None
+    if result.total_score > result.max_score:
+        # No rubric scores past its maximum: an edited or corrupted line, which ranked first.
+        _skip(target, number, "not a usable grade: totalScore is above maxScore")
+        return None
+    try:
+        result.session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        _skip(target, number, _NOT_UNICODE_ID)
+        return None
+    return result
+
+
+def _parse_json(text: str) -> object:
+    """The line's JSON, as strict as every other reader, except that a lone surrogate
+    escape in the grade's text is kept: :func:`grade_line` writes agent text that is not
+    Unicode that way, and every display of a grade escapes it (the session id, a key, is
+    refused by the caller)."""
+    try:
+        return parse_json_strict(text, max_nesting=MAX_NESTING)
+    except ValueError:
+        if not SURROGATE_ESCAPE.search(text):
+            raise
+    # The strict parse failed on the escape or on something else: parse again without the
+    # surrogate check only (nesting, NaN/Infinity and overflowing numbers still fail).
+    check_nesting(text, MAX_NESTING)
+    return json.loads(text, parse_constant=_reject_constant, parse_float=finite_float)
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _long_line(target: Path) -> Callable[[int], None]:
+    def skip(number: int) -> None:
+        _skip(target, number, "line too long", stacklevel=5)
+
+    return skip
+
+
+def _skip(path: Path, number: int, why: str, stacklevel: int = 4) -> None:
+    message = f"{path}:{number}: skipped corrupt grade line: {why}"
+    warnings.warn(message, CleoGradeWarning, stacklevel=stacklevel)
