@@ -1,20 +1,20 @@
 """The controller's baseline gate: compare the run's grades with a baseline, save a baseline.
 
-Registered on the controller only (like the Reporter): grades arrive on the call reports,
-whichever process graded them. Decided once after the last test; the summary prints the
-same comparison object the exit status was decided on.
+A plain component of the controller (never a plugin of its own): it hands the gate each
+grade as it arrives, whichever process graded it, and asks it once after the last test; the
+summary prints the same comparison object the exit status was decided on. On an xdist worker
+only :class:`DeselectedOnWorker` runs, to tell the controller what the selection left out.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
 from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
+from pytest_cleo_grade.plugin._state import REPEAT_ATTRIBUTE
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.grading._baseline import BaselineComparison, TestGrades
@@ -104,8 +104,9 @@ class BaselineGate:
     def gated(self) -> bool:
         return self.options.fail_on_regression is not None
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        # Read before the first test appends to the history: "latest" is the previous run.
+    def start(self) -> None:
+        """Read the baseline (at the session's start, before the first test appends to the
+        history: "latest" is the previous run)."""
         if self.options.baseline is None:
             return
         from pytest_cleo_grade.core.errors import CleoGradeError
@@ -136,24 +137,14 @@ class BaselineGate:
             self.note = f"baseline not usable: {why}"
             self.failed_without_baseline = self.gated or self.options.baseline_required
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE
-
+    def on_report(self, report: pytest.TestReport, graded: GradedTest | None) -> None:
         if report.when == "setup":
             self.ran.add(report.nodeid)
         self._count_run(report)
-        encoded = getattr(report, GRADE_ATTRIBUTE, None)
-        if report.when != "call" or not isinstance(encoded, str):
-            return
-        from pytest_cleo_grade.grading._verdict import decode_graded_test
-
-        graded = decode_graded_test(encoded)
-        self.graded[graded.nodeid] = graded
+        if report.when == "call" and graded is not None:
+            self.graded[graded.nodeid] = graded
 
     def _count_run(self, report: pytest.TestReport) -> None:
-        from pytest_cleo_grade.plugin._repeats import REPEAT_ATTRIBUTE
-
         encoded = getattr(report, REPEAT_ATTRIBUTE, None)
         if not isinstance(encoded, str) or str(report.outcome) == "rerun":
             return  # not a run of a repeated test, or an attempt a rerun replaced
@@ -182,11 +173,10 @@ class BaselineGate:
                 partial[test_id] = f"{scored} of {runs} runs graded"
         return partial
 
-    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+    def deselect(self, items: list[pytest.Item]) -> None:
         self.deselected += _graded(items)
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: object) -> None:
+    def worker_done(self, node: Any) -> None:
         # Every worker collects and selects the whole suite: each counts the same tests.
         output = getattr(node, "workeroutput", None) or {}
         tests, files, rerun = output.get(DESELECTED_KEY, (0, 0, 0))
@@ -221,9 +211,9 @@ class BaselineGate:
         # As the run's mean: a repeated test counts whole when any of its runs counts.
         return grades_from_results(test.result for test in counted_tests(self.graded.values()))
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        result = yield
+    def decide(self, config: pytest.Config) -> bool:
+        """Compare the run with the baseline, once, after the last test; True when the gate
+        fails the run (a regression, or a baseline it needs missing)."""
         if self.baseline is not None:
             from pytest_cleo_grade.grading._baseline import compare_baseline, parse_tolerances
 
@@ -233,12 +223,8 @@ class BaselineGate:
             self.comparison = compare_baseline(
                 self.baseline, self._current(), tolerances, self._partial_series()
             )
-            if self.gated and self.comparison.failed:
-                session.testsfailed += 1
-            self._junit(session.config, self.comparison)
-        elif self.failed_without_baseline:
-            session.testsfailed += 1
-        return result
+            self._junit(config, self.comparison)
+        return self.failed
 
     @property
     def failed(self) -> bool:
@@ -258,9 +244,10 @@ class BaselineGate:
 
     def _junit(self, config: pytest.Config, comparison: BaselineComparison) -> None:
         """The verdict as <testsuite> properties: it belongs to the run, not to one test."""
-        from _pytest.junitxml import xml_key
-
-        xml = config.stash.get(xml_key, None)  # set on the controller under --junitxml only
+        # pytest's JUnit writer, registered under --junitxml only (found by what it does:
+        # its stash key is not public API).
+        plugins = config.pluginmanager.get_plugins()
+        xml = next((p for p in plugins if callable(getattr(p, "add_global_property", None))), None)
         if xml is None:
             return
         from pytest_cleo_grade.reports._baseline import baseline_verdict, change_text
@@ -276,67 +263,44 @@ class BaselineGate:
         for test, _ in comparison.partial_tests:
             xml.add_global_property("cleo_baseline_partial_test", test)
 
-    # The step summary leads with the regressions: this block is written before the others.
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    def finish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Save the baseline asked for (only what the run counts: a run of nothing but
+        expected failures saves none)."""
         target = self.options.save_baseline
-        # Only what the run counts is saved: a run of nothing but expected failures saves none.
-        if target is not None:
-            from pytest_cleo_grade.core._files import replaced_input
-            from pytest_cleo_grade.grading._baseline import write_baseline
+        if target is None:
+            return
+        from pytest_cleo_grade.core._files import replaced_input
+        from pytest_cleo_grade.grading._baseline import write_baseline
 
-            current = self._current()
-            partial = self._partial(session, exitstatus)
-            # A baseline saved from part of the suite would stop the gate checking the rest.
-            if partial is not None:
-                self.note = f"baseline not saved to {target}: {partial}; save it from a whole run"
-            elif not current:
-                self.note = f"baseline not saved to {target}: no graded test counted in this run"
-            # Never over the history it was read beside (grading never loses data).
-            elif replaced_input(target, [self.history_path]) is not None:
-                self.note = f"baseline not saved to {target}: it would replace the grade history"
-            else:
-                try:
-                    write_baseline(target, current, source="pytest run")
-                except OSError as exc:
-                    self.note = f"baseline not saved to {target}: {exc}"
-        path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if path and (self.comparison is not None or self.note):
-            from pytest_cleo_grade.core._text import markdown_cell
+        current = self._current()
+        partial = self._partial(session, exitstatus)
+        # A baseline saved from part of the suite would stop the gate checking the rest.
+        if partial is not None:
+            self.note = f"baseline not saved to {target}: {partial}; save it from a whole run"
+        elif not current:
+            self.note = f"baseline not saved to {target}: no graded test counted in this run"
+        # Never over the history it was read beside (grading never loses data).
+        elif replaced_input(target, [self.history_path]) is not None:
+            self.note = f"baseline not saved to {target}: it would replace the grade history"
+        else:
+            try:
+                write_baseline(target, current, source="pytest run")
+            except OSError as exc:
+                self.note = f"baseline not saved to {target}: {exc}"
+
+    def markdown(self) -> str | None:
+        """The step summary's block against the baseline (None: nothing compared or noted)."""
+        if self.comparison is not None:
             from pytest_cleo_grade.reports._baseline import baseline_markdown
 
-            text = (
-                baseline_markdown(self.comparison, gated=self.gated)
-                if self.comparison is not None
-                else f"### Against the baseline\n\n{markdown_cell(self.note or '')}\n"
-            )
-            try:
-                from pytest_cleo_grade.core._files import append_markdown
+            return baseline_markdown(self.comparison, gated=self.gated)
+        if self.note:
+            from pytest_cleo_grade.core._text import markdown_cell
 
-                append_markdown(path, text)
-            except OSError as exc:
-                # Its own warning: the note stays the gate's reason (a missing baseline, a
-                # regression, a failed save), which an unwritable file does not change.
-                self._summary_not_written(session.config, exc)
+            return f"### Against the baseline\n\n{markdown_cell(self.note)}\n"
+        return None
 
-    @staticmethod
-    def _summary_not_written(config: pytest.Config, exc: OSError) -> None:
-        # Registered with the gate, the Reporter warns after this hook, and meets the same
-        # path: one CleoGradeWarning for both blocks.
-        message = f"cleo-grade: GITHUB_STEP_SUMMARY not written: {exc}"
-        reporter = config.pluginmanager.get_plugin("cleo_grade_reporter")
-        if reporter is not None:
-            reporter.problem(message)
-            return
-        # No reporter (blocked with -p no:...): a warning, never an error at the run's end.
-        import warnings
-
-        from pytest_cleo_grade.core.errors import CleoGradeWarning, warnings_shown_not_raised
-
-        with warnings_shown_not_raised():
-            warnings.warn(message, CleoGradeWarning, stacklevel=1)
-
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+    def terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.comparison is None and self.note is None:
             return
         from pytest_cleo_grade.core._text import terminal_text

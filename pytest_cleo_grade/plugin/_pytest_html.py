@@ -1,6 +1,7 @@
 """pytest-html: grade, score and flags columns, and the run's grade and gate in its summary.
 
-Registered only when pytest-html is active (its hooks do not exist otherwise). Without this a
+A plain component of the controller, whose hook implementations (optional hooks: they exist
+only where pytest-html is installed) hand it pytest-html's cells. Without this a
 gate failure looked like an all-green report ("0 failed") while the run exited with status 1:
 the summary now says so first. Every test id and flag is HTML-escaped (pytest-html inserts
 these strings as markup).
@@ -9,13 +10,14 @@ these strings as markup).
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_cleo_grade.grading._verdict import GradedTest
-    from pytest_cleo_grade.plugin._reporter import Reporter
+    from pytest_cleo_grade.grading._verdict import GradedTest, RunGrade
+    from pytest_cleo_grade.plugin._baseline import BaselineGate
 
-__all__ = ["HtmlReportColumns"]
+__all__ = ["HtmlColumns"]
 
 #: Where the columns go: after Result and Test, before Duration.
 _AT = 2
@@ -45,22 +47,28 @@ def _percent_key(percent: float) -> str:
     return f"<!--{max(0.0, min(percent, 100.0)):07.3f}-->"
 
 
-class HtmlReportColumns:
-    """The pytest-html hook implementations, reading the Reporter's grades and verdicts."""
+class HtmlColumns:
+    """pytest-html's grade columns and summary, from the controller's grades and verdicts."""
 
-    def __init__(self, reporter: Reporter, baseline: Any = None) -> None:
-        self.reporter = reporter
+    def __init__(
+        self,
+        graded: Mapping[str, GradedTest],
+        run: Callable[[], RunGrade | None],
+        baseline: BaselineGate | None,
+    ) -> None:
+        self.graded = graded
+        self.run = run
         self.baseline = baseline
 
-    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+    def header(self, cells: list[str]) -> None:
         cells[_AT:_AT] = [
             '<th class="sortable" data-column-type="cleoGrade">Grade</th>',
             '<th class="sortable" data-column-type="cleoPercent">Score</th>',
             "<th>Flags</th>",
         ]
 
-    def pytest_html_results_table_row(self, report: Any, cells: list[str]) -> None:
-        graded = self.reporter.graded.get(report.nodeid) if report.when == "call" else None
+    def row(self, report: Any, cells: list[str]) -> None:
+        graded = self.graded.get(report.nodeid) if report.when == "call" else None
         if graded is None:
             cells[_AT:_AT] = [
                 '<td class="col-cleoGrade"></td>',
@@ -80,9 +88,7 @@ class HtmlReportColumns:
             _flags_cell(graded),
         ]
 
-    def pytest_html_results_summary(
-        self, prefix: list[str], summary: list[str], postfix: list[str], session: Any
-    ) -> None:
+    def summary(self, prefix: list[str]) -> None:
         lines = self._lines()
         if not lines:
             return
@@ -97,12 +103,12 @@ class HtmlReportColumns:
         prefix.insert(0, f'<div class="cleo-grade {state}">{body}</div>')
 
     def _failed(self) -> bool:
-        run = self.reporter.current_run()
-        baseline_failed = bool(getattr(self.baseline, "failed", False))
+        run = self.run()
+        baseline_failed = self.baseline is not None and self.baseline.failed
         return bool(run is not None and run.gate_failed) or baseline_failed
 
     def _lines(self) -> list[str]:
-        run = self.reporter.current_run()
+        run = self.run()
         lines: list[str] = []
         if run is not None:
             verdict = run.verdict()
@@ -118,6 +124,6 @@ class HtmlReportColumns:
             # A failing baseline gate alone also sets the exit status: say so once, as the
             # terminal does, or an all-green table explains nothing of the status 1.
             run_failed = run is not None and run.gate_failed
-            if getattr(self.baseline, "failed", False) and not run_failed:
+            if self.baseline.failed and not run_failed:
                 lines.append(_EXIT_REMINDER)
         return lines

@@ -11,11 +11,9 @@ terminal, JUnit, ``-x`` and the exit status all see exactly one failure per fail
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 from collections.abc import Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
@@ -29,24 +27,15 @@ from pytest_cleo_grade.grading._runs import (
     run_of,
     runs_for,
 )
-from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE
+from pytest_cleo_grade.plugin._state import REPEAT_ATTRIBUTE, STRICT_XFAIL_ATTRIBUTE
 
-__all__ = [
-    "REPEAT_ATTRIBUTE",
-    "RUN_FIXTURE",
-    "STRICT_XFAIL_ATTRIBUTE",
-    "RepeatAggregator",
-    "RepeatSummary",
-    "asked_runs",
-    "parametrize_runs",
-]
+if TYPE_CHECKING:
+    from pytest_cleo_grade.grading._verdict import GradedTest
+
+__all__ = ["RUN_FIXTURE", "Repeats", "asked_runs", "parametrize_runs"]
 
 #: The fixture ``graded_session`` depends on; parametrised with the run index when runs > 1.
 RUN_FIXTURE: Final = "cleo_grade_run"
-#: The TestReport attribute telling the controller which test and run a report belongs to.
-REPEAT_ATTRIBUTE: Final = "cleo_grade_repeat"
-#: Set on a run of an ``xfail(strict=True)`` test that did not fail (shown as an XPASS).
-STRICT_XFAIL_ATTRIBUTE: Final = "cleo_grade_strict_xfail"
 
 
 def asked_runs(node: pytest.Item, option_runs: int | None) -> int:
@@ -69,8 +58,10 @@ def parametrize_runs(metafunc: pytest.Metafunc, option_runs: int | None) -> None
         metafunc.parametrize(RUN_FIXTURE, indices, indirect=True, ids=[run_id(i) for i in indices])
 
 
-class RepeatAggregator:
-    """Controller-side collection of repeated runs (registered next to the Reporter)."""
+class Repeats:
+    """The controller's collection of repeated runs: each test decided once, when its last
+    run reports. A plain component of the controller, which hands it every report first
+    (before pytest's terminal and JUnit writers read it: the decision may rewrite it)."""
 
     def __init__(self) -> None:
         self.tests: dict[str, TestRuns] = {}
@@ -88,40 +79,41 @@ class RepeatAggregator:
                 counts[test_id] = counts.get(test_id, 0) + 1
         self.expected = counts
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+    def on_report(self, report: pytest.TestReport, graded: GradedTest | None) -> GradedTest | None:
+        """Take one report (and its grade, decoded once by the controller); returns the
+        grade as the decision leaves it (an xfail-marked test's run may change its mark)."""
         if report.when == "teardown":
             if report.failed:
                 self._teardown_failed(report)
             report.user_properties.extend(self._properties.pop(report.nodeid, []))
-            return
+            return graded
         encoded = getattr(report, REPEAT_ATTRIBUTE, None)
         if str(report.outcome) == "rerun" or not isinstance(encoded, str):
             # A rerun plugin's superseded attempt: the run is the attempt that follows.
-            return
+            return graded
         # A run ends with its call, or in its setup when that skipped or failed (no call).
         if report.when != "call" and (report.when != "setup" or report.passed):
-            return
+            return graded
         info = decode_repeat(encoded)
         runs = self.tests.setdefault(
             info.test_id, TestRuns(info, expected=self.expected.get(info.test_id))
         )
         runs.nodeids.append(report.nodeid)
-        if report.skipped and not _graded(report):
+        if report.skipped and graded is None:
             # Skipped, or an imperative pytest.xfail(): never graded, left out as a skip is.
             runs.skipped.add(info.run)
         else:
-            runs.samples[info.run] = _sample(report, info)
+            runs.samples[info.run] = _sample(report, info, graded)
             # An xfail-marked run that raised: the expected failure happened (XFAIL).
             runs.raised_as_expected |= report.skipped and _expected_failure(report)
             # A run failing on its own is pytest's FAILED, an xfail marker or not (one that
             # raised what ``raises=`` does not name): the test is no expected failure then.
             runs.failed_on_its_own |= report.failed
         if not runs.complete or runs.stats is not None:
-            return
+            return graded
         stats = runs.decide()
         if stats is None:
-            return
+            return graded
         from pytest_cleo_grade.reports._repeats import junit_repeat_properties, repeat_message
 
         self._properties[report.nodeid] = junit_repeat_properties(stats)
@@ -133,7 +125,7 @@ class RepeatAggregator:
             # As one run would be XFAIL for raising whatever its grade, so is the test when
             # any of its runs raised, whichever run happens to complete it.
             failed = not stats.decided_pass or runs.raised_as_expected
-            _expected_failure_decided(report, failed=failed)
+            graded = _expected_failure_decided(report, graded, failed=failed)
         if stats.decided_pass or report.failed or runs.mode != "fail":
             report.sections.append(("CLEO repeats", message))
         else:
@@ -144,7 +136,8 @@ class RepeatAggregator:
                 # An xfail-marked test of which another run failed on its own is a failure,
                 # as one such run is: this run's XFAIL or XPASS becomes the decision's FAILED.
                 del report.wasxfail
-                _mark_grade(report, None)
+                graded = _marked(graded, None)
+        return graded
 
     def _teardown_failed(self, report: pytest.TestReport) -> None:
         """A run whose teardown errored (pytest's ERROR): a failed run, as one whose call
@@ -168,98 +161,71 @@ class RepeatAggregator:
             ("CLEO repeats", repeat_message(runs.info.test_id, stats, runs.mode))
         )
 
-
-def _expected_failure_decided(report: pytest.TestReport, *, failed: bool) -> None:
-    """The run completing an xfail-marked test carries the test's outcome, as one run would:
-    XFAIL when the decision over the runs fails (the expected failure happened), else XPASS,
-    a failure under ``strict=True``. Its grade's mark follows (``xfailed`` or ``xpassed``)."""
-    if failed:
-        report.outcome = "skipped"
-        _mark_grade(report, "xfailed")
-    elif getattr(report, STRICT_XFAIL_ATTRIBUTE, False):
-        report.outcome = "failed"
-        report.longrepr = f"[XPASS(strict)] {report.wasxfail}"
-        del report.wasxfail  # as pytest reports a strict XPASS
-
-
-def _mark_grade(report: pytest.TestReport, excluded: str | None) -> None:
-    from pytest_cleo_grade.grading._verdict import (
-        decode_graded_test,
-        encode_graded_test,
-    )
-
-    encoded = getattr(report, GRADE_ATTRIBUTE, None)
-    if isinstance(encoded, str):
-        graded = dataclasses.replace(decode_graded_test(encoded), excluded=excluded)
-        setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
-
-
-def _expected_failure(report: pytest.TestReport) -> bool:
-    return getattr(report, "wasxfail", None) is not None
-
-
-def _graded(report: pytest.TestReport) -> bool:
-
-    return isinstance(getattr(report, GRADE_ATTRIBUTE, None), str)
-
-
-def _sample(report: pytest.TestReport, info: RepeatInfo) -> RunSample:
-
-    encoded = getattr(report, GRADE_ATTRIBUTE, None)
-    if not isinstance(encoded, str):
-        return RunSample(info.run, None, False)
-    from pytest_cleo_grade.grading._verdict import decode_graded_test
-
-    graded = decode_graded_test(encoded)
-    # A run that raised is a failed run, expected (an xfail-marked test's XFAIL) or not.
-    own_pass = report.passed
-    return RunSample(info.run, graded.result.percent, own_pass and graded.passed)
-
-
-class RepeatSummary(RepeatAggregator):
-    """The aggregator with its output: the terminal summary and the GitHub step summary."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._order: list[str] = []
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self._order = [item.nodeid for item in session.items]
-        self.expect(self._order)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
-        # The xdist controller collects nothing itself; every worker reports the same ids.
-        if not self._order:
-            self._order = list(ids)
-            self.expect(self._order)
-
-    def _tests(self) -> list[TestRuns]:
-        # Collection order (reports arrive in completion order under xdist).
-        position = {nodeid: i for i, nodeid in enumerate(self._order)}
+    def in_order(self, position: dict[str, int]) -> list[TestRuns]:
+        """The repeated tests in collection order (reports arrive in completion order
+        under xdist); ``position`` is each collected node id's index."""
         last = len(position)
         return sorted(
             self.tests.values(),
             key=lambda runs: min((position.get(n, last) for n in runs.nodeids), default=last),
         )
 
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if not path or not self.tests:
-            return
-        from pytest_cleo_grade.core._files import append_markdown
+    def decisions(self) -> dict[str, str]:
+        """Each repeated test's decision line, by test id (the HTML report shows them)."""
+        if not self.tests:
+            return {}
+        from pytest_cleo_grade.reports._repeats import decision_line
+
+        return {test_id: decision_line(runs) for test_id, runs in self.tests.items()}
+
+    def markdown(self, position: dict[str, int]) -> str | None:
+        """The step summary's block of repeated tests (None without any)."""
+        if not self.tests:
+            return None
         from pytest_cleo_grade.reports._repeats import repeat_markdown
 
-        # The Reporter warns about an unwritable step summary already.
-        with contextlib.suppress(OSError):
-            append_markdown(path, repeat_markdown(self._tests()))
+        return repeat_markdown(self.in_order(position))
 
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+    def terminal_summary(
+        self, terminalreporter: pytest.TerminalReporter, position: dict[str, int]
+    ) -> None:
         if not self.tests:
             return
         from pytest_cleo_grade.reports._repeats import repeat_lines
 
         terminalreporter.write_sep("-", "cleo-grade repeats")
-        for line in repeat_lines(self._tests()):
+        for line in repeat_lines(self.in_order(position)):
             failed = "FAILED" in line.split("(")[0]
             terminalreporter.write_line(line, red=failed, bold=failed, yellow="flaky" in line)
+
+
+def _expected_failure_decided(
+    report: pytest.TestReport, graded: GradedTest | None, *, failed: bool
+) -> GradedTest | None:
+    """The run completing an xfail-marked test carries the test's outcome, as one run would:
+    XFAIL when the decision over the runs fails (the expected failure happened), else XPASS,
+    a failure under ``strict=True``. Its grade's mark follows (``xfailed`` or ``xpassed``)."""
+    if failed:
+        report.outcome = "skipped"
+        return _marked(graded, "xfailed")
+    if getattr(report, STRICT_XFAIL_ATTRIBUTE, False):
+        report.outcome = "failed"
+        report.longrepr = f"[XPASS(strict)] {report.wasxfail}"
+        del report.wasxfail  # as pytest reports a strict XPASS
+    return graded
+
+
+def _marked(graded: GradedTest | None, excluded: str | None) -> GradedTest | None:
+    return None if graded is None else dataclasses.replace(graded, excluded=excluded)
+
+
+def _expected_failure(report: pytest.TestReport) -> bool:
+    return getattr(report, "wasxfail", None) is not None
+
+
+def _sample(report: pytest.TestReport, info: RepeatInfo, graded: GradedTest | None) -> RunSample:
+    if graded is None:
+        return RunSample(info.run, None, False)
+    # A run that raised is a failed run, expected (an xfail-marked test's XFAIL) or not.
+    own_pass = report.passed
+    return RunSample(info.run, graded.result.percent, own_pass and graded.passed)

@@ -1,23 +1,32 @@
-"""The controller's reporter: collects graded tests, persists them, summarises, gates, compares.
+"""The controller: collects graded tests, persists them, summarises, gates, compares.
 
-One object, registered on the controller only (never on a pytest-xdist worker): a worker's
-grades reach it on the test reports, so it sees every graded test of the run, whichever
-process graded it, and it alone writes the history, the step summary and the verdicts.
+One object, registered on the process that decides (never on a pytest-xdist worker): a
+worker's grades reach it on the test reports, so it sees every graded test of the run,
+whichever process graded it, and it alone writes the history, the step summary and the
+verdicts. Its parts are plain components it calls in a fixed order, not plugins of their own
+(pytest-benchmark's ``BenchmarkSession`` and pytest-cov's ``CovPlugin`` are the model): the
+repeated runs (``_repeats.Repeats``), the baseline gate (``_baseline.BaselineGate``) and
+pytest-html's columns (``_pytest_html.HtmlColumns``). Each test's report is decoded once, the
+run is gated once, and the step summary is one block: regressions, repeats, grades.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_cleo_grade.core.errors import CleoGradeError, CleoGradeWarning
 from pytest_cleo_grade.core.settings import PluginOptions
 from pytest_cleo_grade.grading._runs import EXCLUDED_KEY, SERIES_KEY
+from pytest_cleo_grade.plugin._baseline import BaselineGate
+from pytest_cleo_grade.plugin._pytest_html import HtmlColumns
+from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
+from pytest_cleo_grade.plugin._repeats import Repeats
 from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE
 
 if TYPE_CHECKING:
@@ -28,7 +37,7 @@ if TYPE_CHECKING:
 # Like the plugin module, this one loads in every run: pydantic, SQLite and the comparison
 # code are imported where a grade or a comparison is first handled.
 
-__all__ = ["Reporter", "comparison_fails_run"]
+__all__ = ["Controller", "comparison_fails_run"]
 
 
 def comparison_fails_run(comparison: Comparison) -> bool:
@@ -58,17 +67,27 @@ def _decision_markup(kind: str) -> dict[str, bool]:
     return {"green": True, "bold": True}
 
 
-class Reporter:
-    """Controller-side state of a run: its graded tests, the run grade, gate and comparison."""
+class Controller:
+    """The deciding process's state of a run: its graded tests, the run grade, the gates and
+    the comparison, with the repeats, the baseline and pytest-html's columns as parts."""
 
     def __init__(
-        self, config: pytest.Config, options: PluginOptions, store: Callable[[], AuditStore]
+        self,
+        config: pytest.Config,
+        options: PluginOptions,
+        repeat_options: RepeatOptions,
+        store: Callable[[], AuditStore],
     ) -> None:
         """``store`` opens (or returns) the run's shared audit store; called only once a grade
         is saved, so that a run that grades nothing never loads SQLite or pydantic."""
         self.config = config
         self.options = options
         self.store = store
+        self.repeats = Repeats()
+        #: The baseline gate, with --cleo-grade-baseline or --cleo-grade-save-baseline only.
+        self.baseline: BaselineGate | None = None
+        if repeat_options.baseline is not None or repeat_options.save_baseline is not None:
+            self.baseline = BaselineGate(repeat_options, options.history_path)
         # Keyed by node id: a test run again in the same session (a rerun plugin) keeps only
         # its final grade, so every graded test is stored exactly once.
         self.graded: dict[str, GradedTest] = {}
@@ -84,6 +103,7 @@ class Reporter:
         #: so a later run of only some of them is never mixed with these (runs.latest_series).
         self._series = os.urandom(8).hex()
         self._run: RunGrade | None = None
+        #: Each collected node id's position: the summaries follow collection order.
         self._order: dict[str, int] = {}
         # --cleo-grade-compare: decided once, after the last test.
         self.comparison: Comparison | None = None
@@ -92,24 +112,40 @@ class Reporter:
         self._compared = False
         #: Where --cleo-grade-html wrote the report (said in the terminal summary).
         self.html_written: Path | None = None
+        self.html_columns = HtmlColumns(self.graded, self.current_run, self.baseline)
 
     # -- collecting and persisting -----------------------------------------------------
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.baseline is not None:
+            self.baseline.start()
+
+    # First: a repeated test's decision rewrites the report that completes it (its outcome,
+    # its sections, its properties) before pytest's terminal and JUnit writers read it.
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        graded = self._decoded(report)
+        graded = self.repeats.on_report(report, graded)
         if str(report.outcome) == "rerun":
             # pytest-rerunfailures will run this test again: its grade is not the final one.
             self.graded.pop(report.nodeid, None)
             self._unsaved.pop(report.nodeid, None)
-            return
+        elif graded is not None:
+            self.graded.pop(graded.nodeid, None)
+            self.graded[graded.nodeid] = graded
+            self._unsaved[graded.nodeid] = graded
+        if self.baseline is not None:
+            self.baseline.on_report(report, graded)
+
+    @staticmethod
+    def _decoded(report: pytest.TestReport) -> GradedTest | None:
+        """The grade a call report carries (once per report: every part reads this one)."""
         encoded = getattr(report, GRADE_ATTRIBUTE, None)
         if report.when != "call" or not isinstance(encoded, str):
-            return
+            return None
         from pytest_cleo_grade.grading._verdict import decode_graded_test
 
-        graded = decode_graded_test(encoded)
-        self.graded.pop(graded.nodeid, None)
-        self.graded[graded.nodeid] = graded
-        self._unsaved[graded.nodeid] = graded
+        return decode_graded_test(encoded)
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         # Saved as soon as its test is done (every attempt a rerun plugin makes ends before
@@ -174,16 +210,27 @@ class Reporter:
     # -- the run's grade -----------------------------------------------------------------
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self._note_order(item.nodeid for item in session.items)
+        self._note_order([item.nodeid for item in session.items])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
         # The xdist controller collects nothing itself; every worker reports the same ids.
         self._note_order(ids)
 
-    def _note_order(self, nodeids: Iterable[str]) -> None:
-        for nodeid in nodeids:
-            self._order.setdefault(nodeid, len(self._order))
+    def _note_order(self, nodeids: list[str]) -> None:
+        if self._order:
+            return
+        self._order = {nodeid: index for index, nodeid in enumerate(nodeids)}
+        self.repeats.expect(nodeids)
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        if self.baseline is not None:
+            self.baseline.deselect(items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        if self.baseline is not None:
+            self.baseline.worker_done(node)
 
     def in_collection_order(self) -> tuple[GradedTest, ...]:
         # Reports arrive in completion order under xdist; the table follows collection order
@@ -237,22 +284,35 @@ class Reporter:
         self._compare()
         if self.comparison_failed:
             session.testsfailed += 1
+        if self.baseline is not None and self.baseline.decide(session.config):
+            session.testsfailed += 1
         return result
 
     # -- output --------------------------------------------------------------------------
 
-    # Written after the regressions (baseline) and the repeated tests (flaky ones first).
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+        if self.baseline is not None:
+            self.baseline.finish(session, exitstatus)
         self._sync()
         self._write_html()
         if "langfuse" in self.options.exports:
             self._export_langfuse()
+        self._write_step_summary()
+
+    def _write_step_summary(self) -> None:
+        """GITHUB_STEP_SUMMARY: one block, in a fixed order: the regressions against the
+        baseline first, then the repeated tests (flaky ones first), then the grades and the
+        comparison."""
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if not path:
             return
         blocks = []
+        if self.baseline is not None and (regressions := self.baseline.markdown()) is not None:
+            blocks.append(regressions)
+        if (repeats := self.repeats.markdown(self._order)) is not None:
+            blocks.append(repeats)
         run = self.current_run()
         if run is not None:
             from pytest_cleo_grade.reports._display import markdown_summary
@@ -311,8 +371,8 @@ class Reporter:
 
         run = self.current_run() or RunGrade((), self.options.gate)
         # With --cleo-grade-baseline, changes are against the baseline the gate compared with.
-        gate = self.config.pluginmanager.get_plugin("cleo_grade_baseline")
-        grades = getattr(gate, "baseline", None)
+        gate = self.baseline
+        grades = None if gate is None else gate.baseline
         baseline = None if grades is None else {key: grades[key].totals for key in grades}
         # The page says what the terminal says: the baseline gate's verdict, and each
         # repeated test's decision (runs that failed on their own or were not graded count).
@@ -322,7 +382,7 @@ class Reporter:
             compared = gate.comparison is not None and not gate.comparison.empty
             decided = gate.failed or (gate.gated and compared)
             gates.append((bool(gate.failed) if decided else None, line))
-        decisions = self._decisions()
+        decisions = self.repeats.decisions()
         try:
             with warnings_shown_not_raised():  # a corrupt history line is skipped, said once
                 history = read_grades(self.options.history_path)
@@ -332,7 +392,12 @@ class Reporter:
             self.problem(f"cleo-grade: HTML report {path} not written: {exc}")
             return
         try:
-            reads = inputs_of(history=self.options.history_path, baseline=_baseline_file(gate))
+            where = None if gate is None else gate.options.baseline
+            reads = inputs_of(
+                history=self.options.history_path,
+                # "latest" is the history: no file of its own.
+                baseline=where if isinstance(where, Path) else None,
+            )
             write_html_report(
                 path,
                 run,
@@ -349,15 +414,6 @@ class Reporter:
             return
         self.html_written = path
 
-    def _decisions(self) -> dict[str, str]:
-        repeats = self.config.pluginmanager.get_plugin("cleo_grade_repeats")
-        tests = getattr(repeats, "tests", None)
-        if not tests:
-            return {}
-        from pytest_cleo_grade.reports._repeats import decision_line
-
-        return {test_id: decision_line(runs) for test_id, runs in tests.items()}
-
     def _comparison_markdown(self) -> str:
         if self.comparison is not None:
             from pytest_cleo_grade.rubrics.comparison import render_markdown
@@ -373,6 +429,10 @@ class Reporter:
         return f"### Model comparison: {candidate} vs {baseline}\n\n{problem}\n"
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        # In a fixed order: the baseline, the repeated tests, then the grades.
+        if self.baseline is not None:
+            self.baseline.terminal_summary(terminalreporter)
+        self.repeats.terminal_summary(terminalreporter, self._order)
         run = self.current_run()
         if run is not None:
             from pytest_cleo_grade.reports._display import summary_line, summary_lines
@@ -443,8 +503,18 @@ class Reporter:
         elif self.comparison_failed:
             terminalreporter.write_line("cleo-grade: NO-GO fails the run (exit status 1)", red=True)
 
+    # -- pytest-html (optional hooks: they exist only where pytest-html is installed) -----
 
-def _baseline_file(gate: object) -> Path | None:
-    """The baseline file the run's gate reads (``latest`` is the history: no file of its own)."""
-    where = getattr(getattr(gate, "options", None), "baseline", None)
-    return where if isinstance(where, Path) else None
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        self.html_columns.header(cells)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_row(self, report: Any, cells: list[str]) -> None:
+        self.html_columns.row(report, cells)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_summary(
+        self, prefix: list[str], summary: list[str], postfix: list[str], session: Any
+    ) -> None:
+        self.html_columns.summary(prefix)

@@ -1,0 +1,125 @@
+"""One plan per graded test, made once at setup and read by every later phase.
+
+The plan says how the test is graded and decided: its grader (rubric, settings, the run's
+rubric plugins), its threshold and where that was set, its mode, whether an empty session is
+graded, and, for one run of a repeated test, which run it is. It is made again only when the
+test's markers changed after it was made (a fixture's or the body's ``request.applymarker``):
+the cleo_grade marks it was made from are kept, and compared by identity, so the common case
+re-reads and re-checks nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_cleo_grade.core.settings import MarkerOptions, Mode
+from pytest_cleo_grade.grading._runs import RepeatInfo, base_test_id, runs_for
+from pytest_cleo_grade.plugin._markers import read_marker, rubric_manager
+from pytest_cleo_grade.plugin._repeats import RUN_FIXTURE
+from pytest_cleo_grade.plugin._state import item_state, run_state
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.grading._grader import TestGrader
+
+__all__ = ["PLAN_KEY", "Plan", "current_plan", "plan_of", "uses_graded_session"]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How one test is graded and decided (marker > command line > ini > default)."""
+
+    #: The cleo_grade marks the plan was made from (compared by identity).
+    marks: tuple[pytest.Mark, ...]
+    marker: MarkerOptions
+    grader: TestGrader
+    threshold: float | None
+    #: Where the threshold was set, as a message names it (None: the default).
+    threshold_source: str | None
+    mode: Mode
+    allow_empty: bool
+    #: Which run of a repeated test this item is (None: a test that runs once).
+    repeat: RepeatInfo | None
+
+
+PLAN_KEY = pytest.StashKey[Plan]()
+
+
+def uses_graded_session(item: pytest.Item) -> bool:
+    return "graded_session" in getattr(item, "fixturenames", ())
+
+
+def plan_of(item: pytest.Item) -> Plan:
+    """The test's plan: the one made at setup, or made now (a test whose body asked for its
+    session with ``request.getfixturevalue``, after its setup)."""
+    plan = item.stash.get(PLAN_KEY, None)
+    if plan is None:
+        state = item_state(item)
+        plan = item.stash[PLAN_KEY] = _make(item, state.marker or MarkerOptions(), state.marks)
+    return plan
+
+
+def current_plan(item: pytest.Item) -> Plan:
+    """The plan for the markers the test has now: the same object unless they changed since
+    it was made. A bad new marker fails the test with the message collection would give."""
+    plan = plan_of(item)
+    marks = tuple(item.iter_markers("cleo_grade"))
+    same = len(marks) == len(plan.marks)
+    if same and all(a is b for a, b in zip(marks, plan.marks, strict=True)):
+        return plan
+    try:
+        marker = read_marker(item)
+    except pytest.UsageError as exc:
+        problem = str(exc)
+    else:
+        plan = item.stash[PLAN_KEY] = _make(item, marker, marks)
+        return plan
+    pytest.fail(problem, pytrace=False)  # outside the except: its message once
+
+
+def _make(item: pytest.Item, marker: MarkerOptions, marks: tuple[pytest.Mark, ...]) -> Plan:
+    from pytest_cleo_grade.grading._grader import TestGrader, plan_for, threshold_for
+
+    options = run_state(item.config).options
+    threshold, source, mode = threshold_for(options, marker)
+    repeat = _repeat(item, marker, threshold, mode)
+    doc = getattr(getattr(item, "obj", None), "__doc__", None)
+    grading = plan_for(
+        options,
+        marker,
+        name=getattr(item, "originalname", item.name),
+        doc=doc if isinstance(doc, str) else None,
+    )
+    if repeat is not None and not marker.judge_cache_across_runs:
+        # Runs of one test are independent samples: no run is served another run's reply.
+        grading = dataclasses.replace(grading, cache_scope=f"run-{repeat.run}")
+    manager = None if grading.plain_cleo else rubric_manager(item.config)
+    allow_empty = options.allow_empty if marker.allow_empty is None else marker.allow_empty
+    return Plan(
+        marks=marks,
+        marker=marker,
+        grader=TestGrader(grading, manager),
+        threshold=threshold,
+        threshold_source=source,
+        mode=mode,
+        allow_empty=allow_empty,
+        repeat=repeat,
+    )
+
+
+def _repeat(
+    item: pytest.Item, marker: MarkerOptions, threshold: float | None, mode: Mode
+) -> RepeatInfo | None:
+    """The run this item is (test id, index, count, the policy deciding it), or None."""
+    callspec = getattr(item, "callspec", None)
+    run = None if callspec is None else callspec.params.get(RUN_FIXTURE)
+    if not isinstance(run, int):
+        return None
+    from pytest_cleo_grade.grading._stats import RepeatPolicy
+
+    runs = runs_for(marker.runs, run_state(item.config).repeats.runs)
+    policy = RepeatPolicy(min_pass_rate=marker.min_pass_rate, pass_k=marker.pass_k)
+    return RepeatInfo(base_test_id(item.nodeid, run), run, runs, threshold, policy, mode)
