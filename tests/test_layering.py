@@ -226,6 +226,7 @@ _PUBLIC_UNDOCUMENTED = {
     f"{PKG}.core.settings",
     f"{PKG}.capture.mapping",
     f"{PKG}.grading.session",
+    f"{PKG}.capture.audit",
     f"{PKG}.store.history",
     f"{PKG}.reports.langfuse",
 }
