@@ -227,6 +227,7 @@ _PUBLIC_UNDOCUMENTED = {
     f"{PKG}.capture.mapping",
     f"{PKG}.grading.session",
     f"{PKG}.capture.audit",
+    f"{PKG}.core.models",
     f"{PKG}.store.history",
     f"{PKG}.reports.langfuse",
 }
