@@ -12,7 +12,9 @@ from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
+    add_db_option,
     add_history_option,
+    db_path,
     existing_history,
     history_path,
     parse_threshold,
@@ -25,7 +27,6 @@ from pytest_cleo_grade.cli.grade import (
     save_grade,
     warn_no_entries,
 )
-from pytest_cleo_grade.cli.record import add_db_option, db_path
 from pytest_cleo_grade.core._files import replaced_input, write_atomically
 from pytest_cleo_grade.core._text import terminal_text
 from pytest_cleo_grade.core.models import GradeResult, format_timestamp

@@ -12,14 +12,15 @@ from typing import Any, Final
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
+    add_db_option,
     add_history_option,
+    db_path,
     history_path,
     parse_threshold,
     print_json,
     session_id_arg,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.record import add_db_option, db_path
 from pytest_cleo_grade.cli.rubrics import (
     add_rubric_options,
     grade_context_from_args,

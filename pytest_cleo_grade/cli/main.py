@@ -20,6 +20,7 @@ from pytest_cleo_grade.cli import (
     compare,
     export,
     grade,
+    importing,
     record,
     report,
     rubrics,
@@ -33,7 +34,18 @@ from pytest_cleo_grade.core.errors import CleoGradeError, CleoGradeWarning
 __all__ = ["build_parser", "main"]
 
 # Each module adds its subcommands; a subparser stores its handler as ``handler``.
-_COMMAND_MODULES = (grade, show, record, export, send, rubrics, compare, baseline, report)
+_COMMAND_MODULES = (
+    grade,
+    show,
+    importing,
+    record,
+    export,
+    send,
+    rubrics,
+    compare,
+    baseline,
+    report,
+)
 
 
 class _Parser(argparse.ArgumentParser):

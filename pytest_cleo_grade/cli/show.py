@@ -11,14 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pytest_cleo_grade.cli.common import print_json, session_id_arg
+from pytest_cleo_grade.cli.common import add_db_option, print_json, session_id_arg
 from pytest_cleo_grade.cli.grade import (
     grade_with_args,
     refuse_empty,
     session_source,
     warn_no_entries,
 )
-from pytest_cleo_grade.cli.record import add_db_option
 from pytest_cleo_grade.cli.rubrics import add_rubric_options
 from pytest_cleo_grade.core._text import terminal_text
 from pytest_cleo_grade.core.models import GradeResult, order_entries
