@@ -120,7 +120,7 @@ def _lists(argv: list[str]) -> bool:
         try:
             graded, _ = commands["grade"].parse_known_args(argv)
             _, unknown = commands["list"].parse_known_args(argv)
-        except SystemExit:  # a bad value: grade's own parse reports it
+        except (CommandError, SystemExit):  # a bad value: grade's own parse reports it
             return False
     named = graded.session or graded.entries or getattr(graded, "cleo_db", None)
     return not named and not unknown

@@ -50,6 +50,25 @@ def test_the_top_level_help_without_the_modules_is_the_full_parsers(
     assert capsys.readouterr().out == build_parser().format_help()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["--fail-under", "x"], id="listing-options-with-a-bad-value"),
+        pytest.param(["--db", "a.db", "--fail-under", "x"], id="before-a-session"),
+    ],
+)
+def test_a_bad_value_before_any_session_is_one_line_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    # Options without a session are tried as a listing first: grade's parse of them raised
+    # its one-line error out of main(), as a traceback.
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("cleo-grade grade: argument --fail-under: invalid grade 'x'")
+    assert err.count("\n") == 1
+
+
 PROBE = textwrap.dedent(
     """
     import contextlib, io, json, sys
