@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -23,9 +24,17 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
+# A shell agent runs this once per call, so its common path, an existing store that is
+# current, imports neither pydantic nor sqlite-utils: the arguments are checked here and the
+# row is written by store._fast_append. Whatever that path is not sure of (no store yet, an
+# older schema, a value whose JSON pydantic-core might write differently, a bad argument)
+# goes the full way, through the entry model and AuditStore, which says what is wrong.
+
 #: The gateways CLEO writes (capture.audit.GATEWAYS and MUTATE_GATEWAYS, held equal by a test).
 _MUTATE_GATEWAYS: Final = frozenset({"cleo_mutate", "mutate"})
 _GATEWAYS: Final = frozenset({"cleo_query", "query", *_MUTATE_GATEWAYS})
+#: The bounds of the entry model's exit code (SQLite's INTEGER).
+_EXIT_CODES: Final = range(-(2**63), 2**63)
 #: How long each wait for another writer lasts before Python runs again (see run_record).
 _BUSY_SLICE_S: Final = 0.05
 
@@ -181,6 +190,8 @@ def _record(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
+    if _recorded_directly(args, params, session_id, path):
+        return 0
     _record_entry(args, params, session_id, path)
     return 0
 
@@ -193,9 +204,13 @@ def _active_session() -> tuple[str, Path, bool] | None:
         # which only it knows of.
         found: tuple[str, Path, bool] | None = audit.active_session()
         return found
-    # Not loaded, so no session is held in this process: the environment alone names one,
-    # by the rules of capture.audit._parse_active (a test holds the two equal).
-    env = os.environ
+    # Not loaded, so no session is held in this process: the environment alone names one.
+    return _environment_session(os.environ)
+
+
+def _environment_session(env: Mapping[str, str]) -> tuple[str, Path, bool] | None:
+    """The session ``env`` names, by capture.audit._parse_active's rules (a test holds the
+    two equal): (session id, store path, grade mode), or None."""
     db = env.get(ENV_AUDIT_DB)
     if not db:
         return None
@@ -204,6 +219,54 @@ def _active_session() -> tuple[str, Path, bool] | None:
     if not chosen:
         return None
     return chosen, Path(db).absolute(), grade_mode
+
+
+def _recorded_directly(
+    args: argparse.Namespace, params: dict[str, Any], session_id: str, path: Path
+) -> bool:
+    """Record the call without the entry model where that is sure to store what the model
+    would; False (nothing written) where it is not, or the store is not an existing, current
+    one (store._fast_append)."""
+    from datetime import UTC, datetime
+
+    from pytest_cleo_grade.core.errors import EntryError
+    from pytest_cleo_grade.store._fast_append import append_to_current
+    from pytest_cleo_grade.store._row import (
+        NotPlainJSON,
+        build_row,
+        is_unicode,
+        new_row_id,
+        plain_json,
+    )
+
+    # What the entry model checks beyond the checks above (the duration, the gateway, the
+    # arguments' text): non-empty names, an exit code SQLite holds, a session id it can store.
+    if not (
+        args.domain and args.operation and args.exit_code in _EXIT_CODES and is_unicode(session_id)
+    ):
+        return False
+    try:
+        row = build_row(
+            new_row_id(),
+            datetime.now(UTC),
+            session_id,
+            args.domain,
+            args.operation,
+            params,
+            args.exit_code == 0,
+            args.exit_code,
+            0.0 if args.duration is None else args.duration,
+            args.source,
+            args.gateway,
+            args.task_id,
+            None,
+            None,
+            args.error,
+            plain_json,
+        )
+    except (NotPlainJSON, EntryError):
+        return False  # the entry model says what is wrong, or pydantic-core writes it
+    return append_to_current(path, row, busy_slice=_BUSY_SLICE_S)
 
 
 def _record_entry(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import time
@@ -17,8 +18,11 @@ __all__ = [
     "INSERT_ENTRY",
     "PLACEHOLDER_TASK_IDS",
     "ROW_COLUMNS",
+    "NotPlainJSON",
     "build_row",
+    "is_unicode",
     "new_row_id",
+    "plain_json",
 ]
 
 # The store builds its rows from validated entries (store._schema.entry_row); `cleo-grade
@@ -176,4 +180,64 @@ def _all_finite(value: object) -> bool:
         return all(_all_finite(item) for item in value.values())
     if isinstance(value, list | tuple):
         return all(_all_finite(item) for item in value)
+    return True
+
+
+class NotPlainJSON(Exception):
+    """A value :func:`plain_json` cannot promise pydantic-core's text for."""
+
+
+#: The integers plain_json writes: pydantic-core writes these as Python does (its releases
+#: could treat the unbounded ones differently).
+_PLAIN_INTS: Final = range(-(2**63), 2**63)
+
+
+def plain_json(value: object) -> str:
+    """Compact JSON of a value read from JSON text (dicts, lists, strings, numbers, booleans,
+    null), the text the store's serializer (pydantic-core's ``to_json``) writes for it.
+
+    The two differ on floats written with an exponent (``1e-07`` against ``1e-7``; and
+    ``1e+16`` against ``1e16`` in the pydantic-core of pydantic 2.11) and on lone surrogates
+    (pydantic-core refuses them): for those, and anything else, NotPlainJSON.
+    """
+    if not _plain(value, 0):
+        raise NotPlainJSON
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _plain(value: object, depth: int) -> bool:
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, str):
+        return is_unicode(value)
+    if isinstance(value, int):
+        return value in _PLAIN_INTS
+    if isinstance(value, float):
+        # Python and pydantic-core write the shortest repr alike, where it has no exponent.
+        return math.isfinite(value) and "e" not in repr(value)
+    if depth >= _MAX_DEPTH:
+        return False  # the row's nesting check refuses it anyway; the full path says why
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str) and is_unicode(key) and _plain(item, depth + 1)
+            for key, item in value.items()
+        )
+    if isinstance(value, list):
+        return all(_plain(item, depth + 1) for item in value)
+    return False
+
+
+#: Deeper than MAX_NESTING + 2, the parser's own limit, no value read from JSON goes.
+_MAX_DEPTH: Final = 200
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` can be stored: no lone surrogate (an undecodable byte from argv or
+    the environment arrives as one)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
     return True
