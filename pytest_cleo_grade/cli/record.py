@@ -17,7 +17,7 @@ from pytest_cleo_grade.cli.common import (
     ENV_SESSION_ID,
     CommandError,
 )
-from pytest_cleo_grade.core.errors import CleoGradeError
+from pytest_cleo_grade.core.errors import CleoGradeError, EntryError
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -35,7 +35,7 @@ _MUTATE_GATEWAYS: Final = frozenset({"cleo_mutate", "mutate"})
 _GATEWAYS: Final = frozenset({"cleo_query", "query", *_MUTATE_GATEWAYS})
 #: The bounds of the entry model's exit code (SQLite's INTEGER).
 _EXIT_CODES: Final = range(-(2**63), 2**63)
-#: How long each wait for another writer lasts before Python runs again (see run_record).
+#: How long each wait for another writer lasts before Python runs again (see _record_entry).
 _BUSY_SLICE_S: Final = 0.05
 
 
@@ -229,7 +229,6 @@ def _recorded_directly(
     one (store._fast_append)."""
     from datetime import UTC, datetime
 
-    from pytest_cleo_grade.core.errors import EntryError
     from pytest_cleo_grade.store._fast_append import append_to_current
     from pytest_cleo_grade.store._row import (
         NotPlainJSON,
@@ -277,7 +276,6 @@ def _record_entry(
     from pydantic import ValidationError
 
     from pytest_cleo_grade.capture.audit import make_entry
-    from pytest_cleo_grade.core.errors import EntryError
     from pytest_cleo_grade.store import AuditStore
 
     try:
