@@ -10,13 +10,17 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
 
 # Every command imports this module, `cleo-grade --help` and `cleo-grade record` too: what
 # only some commands use (the settings' defaults, the threshold parser, the escaping of text
 # for a terminal) is imported where used.
 
 __all__ = [
+    "DEFAULT_HISTORY",
     "ENV_AUDIT_DB",
     "ENV_GRADE",
     "ENV_GRADE_ID",
@@ -36,6 +40,17 @@ __all__ = [
 ]
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+def __getattr__(name: str) -> Path:
+    # The history's default path is the settings' (the plugin's too, a test holds them one
+    # object), loaded once asked for: the settings' dataclasses would cost `--help` a third.
+    if name == "DEFAULT_HISTORY":
+        from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+
+        return DEFAULT_HISTORY
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: The variables a graded session sets (capture.audit's, which a test holds equal), named
 #: here too: `cleo-grade record` reads them without loading the capture layer.
