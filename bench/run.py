@@ -4,8 +4,9 @@ Each row alternates the project's variant and the floor's over several rounds (s
 harness.py) and prints min and median of both, their ratio (the median of the per-round
 ratios) and the target.
 
-    .venv/bin/python bench/run.py            # the full table (about eight minutes)
-    .venv/bin/python bench/run.py --quick    # smaller sizes, for a smoke test
+    .venv/bin/python bench/run.py             # the full table (about eight minutes)
+    .venv/bin/python bench/run.py --quick     # smaller sizes, for a smoke test
+    .venv/bin/python bench/run.py --only cli  # the CLI's start-up rows alone (half a minute)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cli_start import cli_rows
 from floors import (
     CONFTEST_DURABLE_FLOOR,
     CONFTEST_FLOOR,
@@ -459,6 +461,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", choices=("cli",), help="only these rows")
     parser.add_argument("--peak", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak:
@@ -473,6 +476,11 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="cleo-grade-bench-") as name:
         tmp = Path(name)
+        # A process start is a few tens of milliseconds: many rounds steady its median.
+        cli = cli_rows(tmp, max(21, rounds * 7))
+        if args.only == "cli":
+            print(table(cli))
+            return
         rows = [
             # The plugin row is a difference of whole pytest runs: more rounds steady it.
             *plugin_row(tmp, 60 if args.quick else 300, 30, rounds + 4),
@@ -481,6 +489,7 @@ def main() -> None:
             *import_row(tmp, large // 10, rounds + 2),
             read_row(tmp, large // 10, rounds + 4),
             report_row(tmp, 1_000 if args.quick else 10_000, 20 if args.quick else 200, rounds + 2),
+            *cli,
         ]
     print(table(rows))
 

@@ -263,7 +263,7 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
     [
         (PKG, {"pytest", "_pytest", "sqlite_utils", "pluggy", "pydantic"}),
         (f"{PKG}.plugin", {"sqlite_utils", "pydantic", "sqlite3"}),
-        (f"{PKG}.cli", {"pytest", "_pytest"}),
+        (f"{PKG}.cli", {"pytest", "_pytest", "pydantic", "sqlite_utils"}),
         (f"{PKG}.rubrics.comparison", {"pytest", "_pytest", "sqlite_utils"}),
         (f"{PKG}.rubrics.registry", {"pytest", "_pytest", "sqlite_utils"}),
     ],

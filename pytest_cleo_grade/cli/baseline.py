@@ -8,7 +8,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
@@ -19,20 +19,11 @@ from pytest_cleo_grade.cli.common import (
 )
 from pytest_cleo_grade.core._files import parse_json_strict, replaced_input
 from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.grading._baseline import (
-    BASELINE_FORMAT,
-    BaselineError,
-    TestGrades,
-    compare_baseline,
-    figure_text,
-    latest_from_history,
-    parse_baseline,
-    parse_tolerances,
-    read_baseline,
-    read_text,
-    short_in_history,
-    write_baseline,
-)
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.grading._baseline import TestGrades
+
+# The baselines' models are imported where a baseline is read or written, not for --help.
 
 __all__ = ["load_grades", "register"]
 
@@ -40,6 +31,8 @@ T = TypeVar("T")
 
 
 def _tolerances(value: str) -> str:
+    from pytest_cleo_grade.grading._baseline import parse_tolerances
+
     try:
         parse_tolerances(value)
     except ValueError as exc:
@@ -88,6 +81,16 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
     """The grades of a baseline file or a history, and the tests whose series is short (only
     from a history read as the ``candidate``: its latest series, as pytest's run would be;
     read as a baseline, a history gives each test's latest whole series)."""
+    from pytest_cleo_grade.grading._baseline import (
+        BASELINE_FORMAT,
+        BaselineError,
+        latest_from_history,
+        parse_baseline,
+        read_baseline,
+        read_text,
+        short_in_history,
+    )
+
     not_utf8: BaselineError | None = None
     try:
         text: str | None = read_text(path)
@@ -131,6 +134,8 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
 
 
 def _checked(read: Callable[[], T]) -> T:
+    from pytest_cleo_grade.grading._baseline import BaselineError
+
     try:
         return read()
     except BaselineError as exc:
@@ -138,6 +143,8 @@ def _checked(read: Callable[[], T]) -> T:
 
 
 def run_save(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.grading._baseline import write_baseline
+
     source = history_path(args)
     output = Path(args.output)
     if replaced_input(output, [source]) is not None:
@@ -157,6 +164,8 @@ def run_save(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.grading._baseline import figure_text
+
     path = Path(args.path)
     grades = load_grades(path)
     if args.json:
@@ -175,6 +184,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.grading._baseline import compare_baseline, parse_tolerances
     from pytest_cleo_grade.reports._baseline import baseline_lines
 
     old = load_grades(Path(args.old))

@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.store.history import DEFAULT_HISTORY
+if TYPE_CHECKING:
+    from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+
+# Every command imports this module, `cleo-grade --help` and `cleo-grade record` too: what
+# only some commands use (the settings' defaults, the threshold parser, the escaping of text
+# for a terminal) is imported where used.
 
 __all__ = [
+    "DEFAULT_HISTORY",
+    "ENV_AUDIT_DB",
+    "ENV_GRADE",
+    "ENV_GRADE_ID",
+    "ENV_SESSION_ID",
     "CommandError",
     "Handler",
+    "add_db_option",
     "add_history_option",
+    "db_path",
     "existing_history",
     "history_path",
     "parse_threshold",
@@ -30,6 +42,24 @@ __all__ = [
 Handler = Callable[[argparse.Namespace], int]
 
 
+def __getattr__(name: str) -> Path:
+    # The history's default path is the settings' (the plugin's too, a test holds them one
+    # object), loaded once asked for: the settings' dataclasses would cost `--help` a third.
+    if name == "DEFAULT_HISTORY":
+        from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+
+        return DEFAULT_HISTORY
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: The variables a graded session sets (capture.audit's, which a test holds equal), named
+#: here too: `cleo-grade record` reads them without loading the capture layer.
+ENV_GRADE: Final = "CLEO_SESSION_GRADE"
+ENV_GRADE_ID: Final = "CLEO_SESSION_GRADE_ID"
+ENV_SESSION_ID: Final = "CLEO_SESSION_ID"
+ENV_AUDIT_DB: Final = "CLEO_AUDIT_DB"
+
+
 class CommandError(Exception):
     """A usage or input error: one line on stderr and an exit status (2 by default)."""
 
@@ -39,6 +69,8 @@ class CommandError(Exception):
 
 
 def add_history_option(parser: argparse.ArgumentParser) -> None:
+    from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+
     parser.add_argument(
         "--history",
         metavar="PATH",
@@ -47,11 +79,44 @@ def add_history_option(parser: argparse.ArgumentParser) -> None:
 
 
 def history_path(args: argparse.Namespace) -> Path:
+    from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+
     value: str | None = getattr(args, "history", None)
     if value == "":
         # As --db '': an empty path is a mistake (an unset variable), not the default.
         raise CommandError("cleo-grade: error: --history: an empty path (name a grade history)")
     return Path(value) if value else Path.cwd() / DEFAULT_HISTORY
+
+
+def add_db_option(parser: argparse.ArgumentParser) -> None:
+    from pytest_cleo_grade.core.settings import DEFAULT_DB
+
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        help=f"audit store (default: ${ENV_AUDIT_DB}, else ./{DEFAULT_DB})",
+    )
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    """--db, else $CLEO_AUDIT_DB, else .cleo/audit.db under the current directory."""
+    from pytest_cleo_grade.core.settings import DEFAULT_DB
+
+    given: str | None = getattr(args, "db", None)
+    if given == "":
+        raise CommandError("cleo-grade: error: --db: an empty path (name an audit store file)")
+    value = given or os.environ.get(ENV_AUDIT_DB)
+    if not value:
+        return Path.cwd() / DEFAULT_DB
+    path = Path(value)
+    if not path.name:  # "." or "/": no last component to open or create
+        where = "--db" if given else ENV_AUDIT_DB
+        from pytest_cleo_grade.core._text import terminal_text
+
+        raise CommandError(
+            terminal_text(f"cleo-grade: error: {where} {value}: a directory, not an audit store")
+        )
+    return path
 
 
 def existing_history(args: argparse.Namespace, *, where: str) -> Path:
@@ -123,5 +188,7 @@ def warnings_to_stderr() -> Iterator[None]:
 
 def warning_line(message: object) -> str:
     """A CleoGradeWarning as the CLI says it: one ``cleo-grade: warning: ...`` line."""
+    from pytest_cleo_grade.core._text import terminal_text
+
     text = str(message).removeprefix("cleo-grade: ")  # said once, in front
     return terminal_text(f"cleo-grade: warning: {text}")

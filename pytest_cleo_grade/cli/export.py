@@ -6,13 +6,13 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any, Final
-
-from junit_xml import TestCase, TestSuite, to_xml_report_string
+from typing import TYPE_CHECKING, Any, Final
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
+    add_db_option,
     add_history_option,
+    db_path,
     existing_history,
     history_path,
     parse_threshold,
@@ -25,14 +25,17 @@ from pytest_cleo_grade.cli.grade import (
     save_grade,
     warn_no_entries,
 )
-from pytest_cleo_grade.cli.record import add_db_option, db_path
-from pytest_cleo_grade.core._files import replaced_input, write_atomically
+from pytest_cleo_grade.core._files import parse_json_strict, replaced_input, write_atomically
 from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.core.models import GradeResult, format_timestamp
-from pytest_cleo_grade.grading._verdict import describe_threshold, passes, percent_below
-from pytest_cleo_grade.reports._display import render_grade, score_text
-from pytest_cleo_grade.store.history import read_grades
-from pytest_cleo_grade.store.sources import parse_json_strict
+
+if TYPE_CHECKING:
+    from junit_xml import TestCase
+
+    from pytest_cleo_grade.core.models import GradeResult
+
+# The history's models, the display and junit-xml are imported where a command reads or
+# writes grades: `--help` starts without them, and so does `export` (send.py), which borrows
+# latest_by_session.
 
 __all__ = ["register"]
 
@@ -105,6 +108,12 @@ def _agent_text(text: str) -> str:
 
 
 def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
+    from junit_xml import TestCase
+
+    from pytest_cleo_grade.core.models import format_timestamp
+    from pytest_cleo_grade.grading._verdict import describe_threshold, passes, percent_below
+    from pytest_cleo_grade.reports._display import render_grade, score_text
+
     shown = (
         f"{grade.display_percent}%"
         if threshold is None or passes(grade.percent, threshold)
@@ -128,6 +137,10 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
 
 
 def run_junit(args: argparse.Namespace) -> int:
+    from junit_xml import TestSuite, to_xml_report_string
+
+    from pytest_cleo_grade.store.history import read_grades
+
     history = history_path(args)
     if args.output != "-":
         refuse_replacing(Path(args.output), history, db_path(args), where="cleo-grade junit")
@@ -152,6 +165,8 @@ def run_junit(args: argparse.Namespace) -> int:
 def _say_not_applied(threshold: float, history: Path) -> None:
     """A gate with nothing to gate says so: exit 0, as the run gate with no graded tests
     (docs/pytest.md), but never a silent pass of an empty JUnit file a CI shows as green."""
+    from pytest_cleo_grade.grading._verdict import describe_threshold
+
     print(
         terminal_text(
             f"cleo-grade: warning: {history}: no grades: --fail-under "
@@ -192,6 +207,8 @@ def run_query(args: argparse.Namespace) -> int:
         raise CommandError(f"{where}: PARAMS must be a JSON object")
     call = f"{args.domain}.{args.operation}"
     if call == "admin.grade.list":
+        from pytest_cleo_grade.store.history import read_grades
+
         with warnings_to_stderr():
             print_json([g.to_json_dict() for g in read_grades(history_path(args))])
         return 0

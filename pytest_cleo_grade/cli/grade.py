@@ -8,42 +8,34 @@ import operator
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
+    add_db_option,
     add_history_option,
+    db_path,
     history_path,
     parse_threshold,
     print_json,
     session_id_arg,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.record import add_db_option, db_path
 from pytest_cleo_grade.cli.rubrics import (
     add_rubric_options,
     grade_context_from_args,
     rubric_config_from_args,
 )
-from pytest_cleo_grade.core._files import kind_of
 from pytest_cleo_grade.core._text import terminal_text
 from pytest_cleo_grade.core.errors import CleoGradeError
-from pytest_cleo_grade.core.models import AuditEntry, GradedCall, GradeResult, format_timestamp
-from pytest_cleo_grade.grading._verdict import describe_threshold, passes, percent_below
-from pytest_cleo_grade.reports._display import render_grade
-from pytest_cleo_grade.rubrics._cleo_calls import graded_call
-from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries, session_order
-from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
-from pytest_cleo_grade.rubrics.registry import grade_with_rubric
-from pytest_cleo_grade.store import AuditStore
-from pytest_cleo_grade.store._persist import persist
-from pytest_cleo_grade.store.history import read_grades
-from pytest_cleo_grade.store.sources import (
-    find_cleo_db,
-    is_sqlite_file,
-    iter_entry_batches,
-    load_entries_file,
-)
+from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.core.models import AuditEntry, GradedCall, GradeResult
+
+# The grading stack (the models, the rubrics, the store, the display) is imported by the
+# functions that grade, so that `cleo-grade grade --help`, and the commands that only borrow
+# this module's helpers, start without it.
 
 __all__ = ["register"]
 
@@ -142,6 +134,8 @@ def _choose_session(path: str, sessions: Iterable[str | None], session_id: str |
 
 
 def _entries_from_file(path: str, session_id: str | None) -> tuple[str, list[AuditEntry]]:
+    from pytest_cleo_grade.store.sources import load_entries_file
+
     entries = load_entries_file(path)
     session_id = _choose_session(path, (e.session_id for e in entries), session_id)
     return session_id, [e for e in entries if e.session_id in (None, session_id)]
@@ -158,6 +152,10 @@ def grade_entries_file(path: str, session_id: str | None = None) -> GradeResult:
     calls, not the entries: the same grade as :func:`grade_entries` over the whole file, with
     the session chosen and the errors raised as ``cleo-grade grade --entries`` does.
     """
+    from pytest_cleo_grade.rubrics._cleo_calls import graded_call
+    from pytest_cleo_grade.rubrics.cleo import grade_calls, session_order
+    from pytest_cleo_grade.store.sources import iter_entry_batches
+
     calls: list[GradedCall] = []
     owners: list[str | None] = []
     # One string object per session id, not one per entry.
@@ -181,6 +179,9 @@ def session_source(
     Returns the session id, its entries (None: the audit store at the third item holds
     them, to be read by the caller) and the audit store the judge cache may use.
     """
+    from pytest_cleo_grade.store import AuditStore
+    from pytest_cleo_grade.store.sources import find_cleo_db
+
     session_id = _session_id(args)
     sources = [name for name in ("entries", "cleo_db", "db") if getattr(args, name)]
     if len(sources) > 1:
@@ -204,6 +205,8 @@ def session_source(
 def _refuse_a_database(path: str, where: str) -> None:
     """``--entries`` naming a database: say so, and which option reads one, rather than
     report its binary pages as bad JSON at line 1."""
+    from pytest_cleo_grade.store.sources import is_sqlite_file
+
     if is_sqlite_file(path):
         raise CommandError(
             f"{where}: {path} is an SQLite database, not a JSON-lines entries file "
@@ -233,6 +236,8 @@ def run_grade(args: argparse.Namespace) -> int:
     assert store is not None
     if args.rubric == DEFAULT_RUBRIC:
         return report(args, grade_from_store(store, session_id), store=store)
+    from pytest_cleo_grade.store import AuditStore
+
     with AuditStore(store, read_only=True) as audit:
         entries = audit.session_entries(session_id)
     return report(args, grade_with_args(args, entries, session_id, store), store=store)
@@ -240,6 +245,8 @@ def run_grade(args: argparse.Namespace) -> int:
 
 def _existing_store(path: Path, where: str = "cleo-grade grade") -> Path:
     if path.exists() and not path.is_file():
+        from pytest_cleo_grade.core._files import kind_of
+
         kind = kind_of(path.stat().st_mode)
         raise CommandError(f"{where}: {path}: not a regular file ({kind}), so not an audit store")
     if not path.is_file():
@@ -276,6 +283,9 @@ def grade_from_store(
     Reads only the columns the rubric needs (``AuditStore.session_calls``); a session with a
     row that needs the full entry reading (mixed timestamp forms, a bad row) takes it.
     """
+    from pytest_cleo_grade.rubrics.cleo import grade_calls, grade_entries
+    from pytest_cleo_grade.store import AuditStore
+
     with AuditStore(_existing_store(path, where), read_only=True) as audit:
         calls = audit.session_calls(session_id)
         if calls is not None:
@@ -290,6 +300,9 @@ def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> Non
     written takes the history's line back, so an exit status 2 never leaves it saved in one
     place.
     """
+    from pytest_cleo_grade.store import AuditStore
+    from pytest_cleo_grade.store._persist import persist
+
     if store is None:
         persist([result], history=history, store=None)
         return
@@ -301,6 +314,9 @@ def grade_with_args(
     args: argparse.Namespace, entries: list[AuditEntry], session_id: str, cache: Path | None
 ) -> GradeResult:
     """Grade ``entries`` with the ``--rubric`` (and its options) of ``args``."""
+    from pytest_cleo_grade.rubrics.cleo import grade_entries
+    from pytest_cleo_grade.rubrics.registry import grade_with_rubric
+
     _refuse_unused_rubric_file(args)
     if args.rubric == DEFAULT_RUBRIC:
         # Entries from a file or a store are validated already: skip the generic path.
@@ -320,6 +336,8 @@ def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None 
     ``store``: the audit store the grade came from, whose grades table gets it too. A grade
     that cannot be saved is still printed before the error (exit status 2, saved nowhere).
     """
+    from pytest_cleo_grade.grading._verdict import describe_threshold, passes, percent_below
+
     refuse_empty(result, strict=args.strict)
     _refuse_a_mistyped_command(result, getattr(args, "command_names", ()))
     unsaved: CleoGradeError | None = None
@@ -352,6 +370,8 @@ def warn_no_entries(session_id: str) -> None:
 
 
 def _print_grade(args: argparse.Namespace, result: GradeResult) -> None:
+    from pytest_cleo_grade.reports._display import render_grade
+
     if result.entry_count == 0:
         warn_no_entries(result.session_id)
     if args.json:
@@ -361,6 +381,10 @@ def _print_grade(args: argparse.Namespace, result: GradeResult) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.core.models import format_timestamp
+    from pytest_cleo_grade.store import AuditStore
+    from pytest_cleo_grade.store.history import read_grades
+
     path = history_path(args)
     with warnings_to_stderr():
         if args.db and not args.history:

@@ -5,35 +5,51 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import importlib
 import io
 import os
 import signal
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from types import FrameType
 from typing import Final, TextIO
 
-from pytest_cleo_grade.cli import (
-    baseline,
-    compare,
-    export,
-    grade,
-    record,
-    report,
-    rubrics,
-    send,
-    show,
-)
 from pytest_cleo_grade.cli.common import CommandError, Handler, warning_line
-from pytest_cleo_grade.core._text import terminal_text
 from pytest_cleo_grade.core.errors import CleoGradeError, CleoGradeWarning
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
-# Each module adds its subcommands; a subparser stores its handler as ``handler``.
-_COMMAND_MODULES = (grade, show, record, export, send, rubrics, compare, baseline, report)
+#: Every command, in the order ``cleo-grade --help`` lists them: its name, the module of
+#: this package that registers it (its ``register(subparsers)`` adds the module's commands,
+#: each storing its handler as ``handler``) and its line in the help. Only the module of the
+#: command that runs is imported: ``cleo-grade --help`` imports none, ``cleo-grade record``
+#: one that needs neither pydantic nor sqlite-utils (a test holds this table to what the
+#: modules register). A module's commands are listed together, in the order it adds them.
+COMMANDS: Final = (
+    ("grade", "grade", "grade one session"),
+    ("list", "grade", "list graded sessions"),
+    ("show", "show", "show a session's calls and the points each one earned or lost"),
+    ("import", "importing", "import audit entries into the store"),
+    ("record", "record", "record one call into the active graded session (for shell agents)"),
+    ("junit", "export", "write the grade history as JUnit XML"),
+    ("query", "export", "the MCP-style read gateway: admin grade / admin grade.list"),
+    ("export", "send", "send the grade history to Langfuse as scores"),
+    ("rubrics", "rubrics", "list the available rubrics, or check a rubric file"),
+    (
+        "compare",
+        "compare",
+        "compare two variants (the model-comparison rubric verdicts and go/no-go)",
+    ),
+    (
+        "baseline",
+        "baseline",
+        "save, show and compare baselines (grades per test, meant to be committed)",
+    ),
+    ("report", "report", "write the HTML report of the history's latest grades"),
+)
+_MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,10 +60,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return _build()[0]
+    """The whole parser, every command's module imported (the docs' checks read it)."""
+    return _build(None)[0]
 
 
-def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+def _build(
+    modules: Collection[str] | None,
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser with the commands of ``modules`` (None: all) registered by their modules;
+    every other command is a parser with its name and help alone, enough for the top-level
+    help and for argparse's messages, and never chosen (main imports the chosen one's)."""
     parser = _Parser(
         prog="cleo-grade",
         description="Grade agent sessions against CLEO's rubric and keep their history.",
@@ -58,13 +80,18 @@ def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         ),
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in _COMMAND_MODULES:
-        module.register(subparsers)
+    registered: set[str] = set()
+    for name, module, help_text in COMMANDS:
+        if modules is not None and module not in modules:
+            subparsers.add_parser(name, help=help_text)
+        elif module not in registered:
+            registered.add(module)
+            importlib.import_module(f"{__package__}.{module}").register(subparsers)
     commands: dict[str, argparse.ArgumentParser] = dict(subparsers.choices)
     return parser, commands
 
 
-def _normalise(argv: list[str], commands: dict[str, argparse.ArgumentParser]) -> list[str]:
+def _normalise(argv: list[str]) -> list[str]:
     """CLEO parity: ``cleo-grade`` and ``cleo-grade --list`` list; ``cleo-grade ID`` grades,
     and so do options alone that name what to grade (``--entries FILE``); options alone that
     listing takes (``cleo-grade --history PATH``, ``--json``) list, as a bare ``cleo-grade``."""
@@ -73,26 +100,27 @@ def _normalise(argv: list[str], commands: dict[str, argparse.ArgumentParser]) ->
     if argv[0] == "--list":
         return ["list", *argv[1:]]
     first = argv[0]
-    if first in commands or first in {"-h", "--help"}:
+    if first in _MODULE_OF or first in {"-h", "--help"}:
         return argv
     if not first.startswith("-"):
         return ["grade", *argv]
     # Options before the session id (``cleo-grade --db X ID``): grade or list.
     if "--list" in argv:
         return ["list", *[a for a in argv if a != "--list"]]
-    if _lists(argv, commands):
+    if _lists(argv):
         return ["list", *argv]
     return ["grade", *argv]
 
 
-def _lists(argv: list[str], commands: dict[str, argparse.ArgumentParser]) -> bool:
+def _lists(argv: list[str]) -> bool:
     """Whether options given without a session are a listing: nothing to grade is named,
     and ``list`` takes every one of them (else ``grade`` says what it misses)."""
+    commands = _build({_MODULE_OF["grade"]})[1]
     with contextlib.redirect_stderr(io.StringIO()):
         try:
             graded, _ = commands["grade"].parse_known_args(argv)
             _, unknown = commands["list"].parse_known_args(argv)
-        except SystemExit:  # a bad value: grade's own parse reports it
+        except (CommandError, SystemExit):  # a bad value: grade's own parse reports it
             return False
     named = graded.session or graded.entries or getattr(graded, "cleo_db", None)
     return not named and not unknown
@@ -183,12 +211,21 @@ def _output_failed(exc: OSError) -> int:
     return 2
 
 
+def _error_line(message: object) -> str:
+    # Imported here: escaping text for a terminal loads html's entity table, which a command
+    # that succeeds (`cleo-grade record`, once per call of a shell agent) never needs.
+    from pytest_cleo_grade.core._text import terminal_text
+
+    return terminal_text(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 1 below threshold, 2 usage/input,
     130 interrupted, 143 terminated)."""
-    parser, commands = _build()
     given = list(sys.argv[1:] if argv is None else argv)
-    args_list = _normalise(given, commands)
+    args_list = _normalise(given)
+    chosen = _MODULE_OF.get(args_list[0])
+    parser, commands = _build(() if chosen is None else (chosen,))
     try:
         with _terminate_as_interrupt(), _warnings_in_one_line():
             args = parser.parse_args(args_list)
@@ -202,10 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.flush()  # output that cannot be written fails here, said in one line
             return status
     except CommandError as exc:
-        print(terminal_text(exc), file=sys.stderr)
+        print(_error_line(exc), file=sys.stderr)
         return exc.status
     except CleoGradeError as exc:
-        print(terminal_text(f"cleo-grade: error: {exc}"), file=sys.stderr)
+        print(_error_line(f"cleo-grade: error: {exc}"), file=sys.stderr)
         return 2
     except _Terminated:  # said by _terminate_as_interrupt, while SIGTERM was still ignored
         return 128 + signal.SIGTERM

@@ -1,4 +1,4 @@
-"""``cleo-grade import`` and ``cleo-grade record``: put audit entries into the store."""
+"""``cleo-grade record``: record one call of a shell agent into its graded session."""
 
 from __future__ import annotations
 
@@ -6,100 +6,40 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from pydantic import ValidationError
-
-from pytest_cleo_grade.capture.audit import (
+from pytest_cleo_grade.cli.common import (
     ENV_AUDIT_DB,
-    GATEWAYS,
-    MUTATE_GATEWAYS,
-    active_session,
-    make_entry,
-    refuse,
+    ENV_GRADE,
+    ENV_GRADE_ID,
+    ENV_SESSION_ID,
+    CommandError,
 )
-from pytest_cleo_grade.cli.common import CommandError, session_id_arg
-from pytest_cleo_grade.core._text import terminal_text
 from pytest_cleo_grade.core.errors import CleoGradeError, EntryError
-from pytest_cleo_grade.core.models import AuditEntry
-from pytest_cleo_grade.store import DEFAULT_DB, AuditStore
-from pytest_cleo_grade.store._imports import import_cleo_rows, stream_entries_file
-from pytest_cleo_grade.store.sources import (
-    ENTRY_FILE_FORMATS,
-    IMPORT_FORMATS,
-    find_cleo_db,
-    is_sqlite_file,
-    read_cleo_db,
-)
-from pytest_cleo_grade.store.sources import parse_json_strict as strict_json_loads
 
-__all__ = ["add_db_option", "db_path", "register"]
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
+__all__ = ["register"]
 
-def add_db_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db",
-        metavar="PATH",
-        help=f"audit store (default: ${ENV_AUDIT_DB}, else ./{DEFAULT_DB})",
-    )
+# A shell agent runs this once per call, so its common path, an existing store that is
+# current, imports neither pydantic nor sqlite-utils: the arguments are checked here and the
+# row is written by store._fast_append. Whatever that path is not sure of (no store yet, an
+# older schema, a value whose JSON pydantic-core might write differently, a bad argument)
+# goes the full way, through the entry model and AuditStore, which says what is wrong.
 
-
-def db_path(args: argparse.Namespace) -> Path:
-    """--db, else $CLEO_AUDIT_DB, else .cleo/audit.db under the current directory."""
-    given: str | None = getattr(args, "db", None)
-    if given == "":
-        raise CommandError("cleo-grade: error: --db: an empty path (name an audit store file)")
-    value = given or os.environ.get(ENV_AUDIT_DB)
-    if not value:
-        return Path.cwd() / DEFAULT_DB
-    path = Path(value)
-    if not path.name:  # "." or "/": no last component to open or create
-        where = "--db" if given else ENV_AUDIT_DB
-        raise CommandError(
-            terminal_text(f"cleo-grade: error: {where} {value}: a directory, not an audit store")
-        )
-    return path
+#: The gateways CLEO writes (capture.audit.GATEWAYS and MUTATE_GATEWAYS, held equal by a test).
+_MUTATE_GATEWAYS: Final = frozenset({"cleo_mutate", "mutate"})
+_GATEWAYS: Final = frozenset({"cleo_query", "query", *_MUTATE_GATEWAYS})
+#: The bounds of the entry model's exit code (SQLite's INTEGER).
+_EXIT_CODES: Final = range(-(2**63), 2**63)
+#: How long each wait for another writer lasts before Python runs again (see _record_entry).
+_BUSY_SLICE_S: Final = 0.05
 
 
 def register(subparsers: Any) -> None:
-    importer = subparsers.add_parser(
-        "import",
-        help="import audit entries into the store",
-        description=(
-            "Import a JSON/JSONL file of audit entries, or the audit_log of a CLEO database "
-            "(a .cleo/cleo.db or .cleo/tasks.db file, or a project directory holding one), "
-            "into the audit store. All or nothing: a bad entry aborts with its line number "
-            "and nothing is imported. A CLEO database is opened read-only."
-        ),
-    )
-    importer.add_argument("source", metavar="FILE", help="entries file, CLEO database or project")
-    importer.add_argument(
-        "--format",
-        dest="format",
-        choices=IMPORT_FORMATS,
-        default="auto",
-        help=(
-            "auto (default): JSON/JSONL audit entries or a CLEO database, told apart by "
-            "content; json or jsonl: an audit entries file (a JSON array or JSON lines, "
-            "either name reads both); cleo-db: a CLEO database or a project directory "
-            "holding one; otlp: OTLP JSON "
-            "traces (a Collector's file exporter), one session per gen_ai.conversation.id or "
-            "trace id unless --session-id names one; claude-code: a Claude Code session "
-            "transcript (~/.claude/projects/*/SESSION.jsonl), its tool calls under its "
-            "sessionId unless --session-id names one"
-        ),
-    )
-    importer.add_argument(
-        "--session-id",
-        dest="session_id",
-        type=session_id_arg,
-        metavar="ID",
-        help="import only this session (exact id); entries without a sessionId join it",
-    )
-    add_db_option(importer)
-    importer.set_defaults(handler=run_import)
-
     recorder = subparsers.add_parser(
         "record",
         help="record one call into the active graded session (for shell agents)",
@@ -131,87 +71,14 @@ def register(subparsers: Any) -> None:
     recorder.set_defaults(handler=run_record)
 
 
-def run_import(args: argparse.Namespace) -> int:
-    source = Path(args.source)
-    if not source.exists():
-        raise CommandError(f"cleo-grade import: {source}: no such file")
-    target = db_path(args)
-    if args.format == "otlp":
-        return _import_otlp(source, target, args.session_id)
-    if args.format == "claude-code":
-        from pytest_cleo_grade.capture.claude_code import load_transcript
-
-        return _import_loaded(load_transcript(source, session_id=args.session_id), target)
-    if args.format in ENTRY_FILE_FORMATS:
-        cleo = False
-        if source.is_dir() or is_sqlite_file(source):
-            raise CommandError(
-                f"cleo-grade import: {source}: --format {args.format} reads an audit entries "
-                "file, and this is a CLEO database or a directory (use --format cleo-db)"
-            )
-    elif args.format == "cleo-db":
-        cleo = True
-    else:
-        cleo = source.is_dir() or is_sqlite_file(source)
-    if cleo:
-        cleo_db = find_cleo_db(source)
-        if cleo_db.resolve() == target.resolve():
-            raise CommandError(f"cleo-grade import: {cleo_db} is the store itself")
-    if cleo:
-        # Read (and validate) every row before touching the store: a bad row creates nothing.
-        items = read_cleo_db(cleo_db, session_id=args.session_id)
-        with AuditStore(target) as store:
-            read, added = len(items), import_cleo_rows(store, items)
-        skipped = f" ({read - added} already there)" if read != added else ""
-        print(terminal_text(f"Imported {added} entries from {cleo_db} into {target}{skipped}"))
-        return 0
-    # Streamed in one transaction: memory holds a batch, a bad line changes nothing.
-    summary = stream_entries_file(target, source, session_id=args.session_id)
-    shown = ", ".join(summary.sessions) + (", ..." if summary.more_sessions else "")
-    print(terminal_text(f"Imported {summary.count} entries into {target} (sessions: {shown})"))
-    return 0
-
-
-def _import_otlp(source: Path, target: Path, session_id: str | None) -> int:
-    from pytest_cleo_grade.capture.otlp import load_otlp_file  # only this format needs it
-
-    return _import_loaded(load_otlp_file(source, session_id=session_id), target)
-
-
-def _import_loaded(entries: list[AuditEntry], target: Path) -> int:
-    """Store entries read (and checked) whole first: a bad line changes nothing. A call the
-    file names (a transcript's tool use id, a span's trace and span ids) is stored once per
-    session, however often the file (a transcript that grows, say) is imported."""
-    from pytest_cleo_grade.store._schema import entry_row
-
-    rows = [entry_row(entry, _call_id(entry)) for entry in entries]
-    with AuditStore(target) as store:
-        added = store.append_rows(rows)
-    sessions = sorted({e.session_id or "(no session)" for e in entries})
-    shown = ", ".join(sessions[:5]) + (", ..." if len(sessions) > 5 else "")
-    skipped = f"; {len(entries) - added} already there" if added != len(entries) else ""
-    print(terminal_text(f"Imported {added} entries into {target} (sessions: {shown}{skipped})"))
-    return 0
-
-
-def _call_id(entry: AuditEntry) -> str | None:
-    """The row id of a call its file names, else None (a new id)."""
-    extra = entry.metadata.model_extra or {}
-    session = entry.session_id or ""
-    tool_use, trace, span = extra.get("toolUseId"), extra.get("traceId"), extra.get("spanId")
-    if isinstance(tool_use, str) and tool_use:
-        return f"{entry.metadata.source}:{session}:{tool_use}"
-    if isinstance(trace, str) and trace and isinstance(span, str) and span:
-        return f"{entry.metadata.source}:{session}:{trace}:{span}"
-    return None
-
-
 def _params(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
+    from pytest_cleo_grade.core._files import parse_json_strict
+
     try:
         # The entry files' parser: NaN, Infinity and absurd nesting are input errors too.
-        value = strict_json_loads(text)
+        value = parse_json_strict(text)
     except ValueError as exc:
         raise CommandError(f"cleo-grade record: --params is not valid JSON: {exc}") from exc
     if value is None:
@@ -280,6 +147,8 @@ def run_record(args: argparse.Namespace) -> int:
     except (CommandError, CleoGradeError) as exc:
         # The call the shell agent made is not recorded: the graded session must hear of
         # it (as from record() in a child), or its test is graded on the rest and passes.
+        from pytest_cleo_grade.capture.audit import active_session, refuse
+
         if active_session() is not None:
             text = str(exc).removeprefix("cleo-grade: error: ").removeprefix("cleo-grade record: ")
             refuse(f"{args.domain}.{args.operation} (cleo-grade record): {text}")
@@ -291,16 +160,16 @@ def _record(args: argparse.Namespace) -> int:
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration >= 0):
         raise CommandError("cleo-grade record: --duration must be a finite number >= 0")
     _refuse_undecodable(args)
-    if args.gateway is not None and args.gateway not in GATEWAYS:
+    if args.gateway is not None and args.gateway not in _GATEWAYS:
         # make_entry refuses it too, but naming the call, not the option; checked here also
         # without an active session, as the other options are.
         raise CommandError(
             f"cleo-grade: error: --gateway: {args.gateway!r} is not one of "
             "cleo_query, query, cleo_mutate, mutate"
         )
-    active = active_session()
+    active = _active_session()
     if active is None:
-        unset = [name for name in ("CLEO_AUDIT_DB", "CLEO_SESSION_ID") if not os.environ.get(name)]
+        unset = [name for name in (ENV_AUDIT_DB, ENV_SESSION_ID) if not os.environ.get(name)]
         why = (
             f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set"
             if unset
@@ -312,7 +181,7 @@ def _record(args: argparse.Namespace) -> int:
         )
         return 0
     session_id, path, grade_mode = active
-    if not grade_mode and args.gateway not in MUTATE_GATEWAYS:
+    if not grade_mode and args.gateway not in _MUTATE_GATEWAYS:
         # CLEO audits only mutations outside grade mode; said, never dropped silently.
         print(
             "cleo-grade: warning: not recorded: outside grade mode (CLEO_SESSION_GRADE is not "
@@ -321,6 +190,94 @@ def _record(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
+    if _recorded_directly(args, params, session_id, path):
+        return 0
+    _record_entry(args, params, session_id, path)
+    return 0
+
+
+def _active_session() -> tuple[str, Path, bool] | None:
+    """capture.audit.active_session(), without loading the capture layer when it can be."""
+    audit = sys.modules.get("pytest_cleo_grade.capture.audit")
+    if audit is not None:
+        # Loaded: this process may hold graded sessions (main() called inside a test run),
+        # which only it knows of.
+        found: tuple[str, Path, bool] | None = audit.active_session()
+        return found
+    # Not loaded, so no session is held in this process: the environment alone names one.
+    return _environment_session(os.environ)
+
+
+def _environment_session(env: Mapping[str, str]) -> tuple[str, Path, bool] | None:
+    """The session ``env`` names, by capture.audit._parse_active's rules (a test holds the
+    two equal): (session id, store path, grade mode), or None."""
+    db = env.get(ENV_AUDIT_DB)
+    if not db:
+        return None
+    grade_mode = (env.get(ENV_GRADE) or "").lower() == "true"
+    chosen = (env.get(ENV_GRADE_ID) if grade_mode else None) or env.get(ENV_SESSION_ID)
+    if not chosen:
+        return None
+    return chosen, Path(db).absolute(), grade_mode
+
+
+def _recorded_directly(
+    args: argparse.Namespace, params: dict[str, Any], session_id: str, path: Path
+) -> bool:
+    """Record the call without the entry model where that is sure to store what the model
+    would; False (nothing written) where it is not, or the store is not an existing, current
+    one (store._fast_append)."""
+    from datetime import UTC, datetime
+
+    from pytest_cleo_grade.store._fast_append import append_to_current
+    from pytest_cleo_grade.store._row import (
+        NotPlainJSON,
+        build_row,
+        is_unicode,
+        new_row_id,
+        plain_json,
+    )
+
+    # What the entry model checks beyond the checks above (the duration, the gateway, the
+    # arguments' text): non-empty names, an exit code SQLite holds, a session id it can store.
+    if not (
+        args.domain and args.operation and args.exit_code in _EXIT_CODES and is_unicode(session_id)
+    ):
+        return False
+    try:
+        row = build_row(
+            new_row_id(),
+            datetime.now(UTC),
+            session_id,
+            args.domain,
+            args.operation,
+            params,
+            args.exit_code == 0,
+            args.exit_code,
+            0.0 if args.duration is None else args.duration,
+            args.source,
+            args.gateway,
+            args.task_id,
+            None,
+            None,
+            args.error,
+            plain_json,
+        )
+    except (NotPlainJSON, EntryError):
+        return False  # the entry model says what is wrong, or pydantic-core writes it
+    return append_to_current(path, row, busy_slice=_BUSY_SLICE_S)
+
+
+def _record_entry(
+    args: argparse.Namespace, params: dict[str, Any], session_id: str, path: Path
+) -> None:
+    """Record the call through the entry model and the store (which creates, migrates and
+    checks the store), naming the argument that is wrong."""
+    from pydantic import ValidationError
+
+    from pytest_cleo_grade.capture.audit import make_entry
+    from pytest_cleo_grade.store import AuditStore
+
     try:
         entry = make_entry(
             session_id,
@@ -343,6 +300,5 @@ def _record(args: argparse.Namespace) -> int:
     # shell caller asked for exactly this one write.
     # Waiting for another writer in slices: Ctrl-C or SIGTERM during the wait stops the
     # command before it writes, rather than after a write it then reports as failed.
-    with AuditStore(path, busy_slice=0.05) as store:
+    with AuditStore(path, busy_slice=_BUSY_SLICE_S) as store:
         store.append(entry)
-    return 0

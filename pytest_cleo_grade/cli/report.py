@@ -8,12 +8,13 @@ from typing import Any
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
+    add_db_option,
     add_history_option,
+    db_path,
     history_path,
     parse_threshold,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.record import add_db_option, db_path
 from pytest_cleo_grade.core._text import terminal_text
 
 __all__ = ["register"]

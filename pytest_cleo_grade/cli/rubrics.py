@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_cleo_grade.cli.common import print_json
 from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.judges._redact import redact_url
-from pytest_cleo_grade.judges.connect import DefaultConnector
-from pytest_cleo_grade.judges.http import judge_url_arg
-from pytest_cleo_grade.rubrics._document import read_document
-from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC, GradeContext, RubricConfig
-from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager
-from pytest_cleo_grade.rubrics.rules import is_rule_document, load_rule_file
-from pytest_cleo_grade.rubrics.trajectory import is_trajectory_document, load_trajectory_document
-from pytest_cleo_grade.rubrics.weighted.rubric import (
-    CategoricalDimension,
-    WeightedJudgeRubric,
-    load_rubric_file,
-)
+from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
+
+# The rubric options are added to `grade`, `show` and `baseline`: the rubrics and the judge
+# (pydantic models, an HTTP client) are imported where a command grades, not for its --help.
 
 __all__ = ["add_rubric_options", "grade_context_from_args", "register", "rubric_config_from_args"]
 
@@ -39,6 +33,14 @@ def register(subparsers: Any) -> None:
     )
     rubrics.add_argument("--json", action="store_true", help="print JSON")
     rubrics.set_defaults(handler=run_rubrics)
+
+
+def judge_url_arg(value: str) -> str:
+    """judges.http.judge_url_arg, imported once a value is given (argparse names the type
+    function only for errors other than ArgumentTypeError, which this never raises)."""
+    from pytest_cleo_grade.judges.http import judge_url_arg as check
+
+    return check(value)
 
 
 def add_rubric_options(
@@ -81,6 +83,9 @@ def rubric_config_from_args(args: argparse.Namespace, *, cache_path: Path | None
     ``cache_path`` is the audit store the judge cache lives in (None: no cache, e.g. when
     grading from someone else's read-only CLEO database).
     """
+    from pytest_cleo_grade.judges.connect import DefaultConnector
+    from pytest_cleo_grade.rubrics.protocol import RubricConfig
+
     overrides: dict[str, Any] = {}
     if args.judge_url:
         overrides["base_url"] = args.judge_url
@@ -97,11 +102,15 @@ def rubric_config_from_args(args: argparse.Namespace, *, cache_path: Path | None
 
 def grade_context_from_args(args: argparse.Namespace, task_id: str | None = None) -> GradeContext:
     """The GradeContext of ``--task`` (and a task id the caller knows)."""
+    from pytest_cleo_grade.rubrics.protocol import GradeContext
+
     task: str | None = args.task
     return GradeContext(task=task, task_id=task_id)
 
 
 def _check_rule_file(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.rubrics.rules import load_rule_file
+
     spec = load_rule_file(args.check)
     if args.json:
         print_json(spec.model_dump(mode="json"))
@@ -117,6 +126,8 @@ def _check_rule_file(args: argparse.Namespace) -> int:
 
 
 def _check_trajectory_file(args: argparse.Namespace, data: object) -> int:
+    from pytest_cleo_grade.rubrics.trajectory import load_trajectory_document
+
     calls, mode = load_trajectory_document(data, where=str(args.check))
     if args.json:
         print_json({"mode": mode, "expect": [call.label() for call in calls]})
@@ -128,6 +139,17 @@ def _check_trajectory_file(args: argparse.Namespace, data: object) -> int:
 
 
 def run_rubrics(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.judges._redact import redact_url
+    from pytest_cleo_grade.rubrics._document import read_document
+    from pytest_cleo_grade.rubrics.registry import collect_rubrics, make_plugin_manager
+    from pytest_cleo_grade.rubrics.rules import is_rule_document
+    from pytest_cleo_grade.rubrics.trajectory import is_trajectory_document
+    from pytest_cleo_grade.rubrics.weighted.rubric import (
+        CategoricalDimension,
+        WeightedJudgeRubric,
+        load_rubric_file,
+    )
+
     data = read_document(args.check)[0] if args.check else None
     if args.check and is_trajectory_document(data):
         return _check_trajectory_file(args, data)

@@ -17,7 +17,6 @@ from pytest_cleo_grade.cli.common import (
 )
 from pytest_cleo_grade.cli.export import latest_by_session
 from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.store.history import read_grades
 
 __all__ = ["register"]
 
@@ -65,6 +64,7 @@ def positive_seconds(text: str) -> float:
 
 def run_export(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.reports.langfuse import keys_from
+    from pytest_cleo_grade.store.history import read_grades
 
     keys = keys_from(os.environ)
     if keys is None:

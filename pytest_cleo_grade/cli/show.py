@@ -9,22 +9,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_cleo_grade.cli.common import print_json, session_id_arg
+from pytest_cleo_grade.cli.common import add_db_option, print_json, session_id_arg
 from pytest_cleo_grade.cli.grade import (
     grade_with_args,
     refuse_empty,
     session_source,
     warn_no_entries,
 )
-from pytest_cleo_grade.cli.record import add_db_option
 from pytest_cleo_grade.cli.rubrics import add_rubric_options
 from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.core.models import GradeResult, order_entries
-from pytest_cleo_grade.reports._points import render_session, session_json
-from pytest_cleo_grade.rubrics.protocol import DEFAULT_RUBRIC
-from pytest_cleo_grade.store import AuditStore
+from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.core.models import GradeResult
 
 __all__ = ["register"]
 
@@ -67,6 +66,8 @@ def _stored_grade(args: argparse.Namespace, store: Path, session_id: str) -> Gra
     None when a rubric was asked for, or no stored grade explains its points."""
     if args.rubric is not None or args.rubric_file:
         return None
+    from pytest_cleo_grade.store import AuditStore
+
     with AuditStore(store, read_only=True) as audit:
         grades = audit.grades(session_id)
     latest = grades[-1] if grades else None
@@ -74,6 +75,11 @@ def _stored_grade(args: argparse.Namespace, store: Path, session_id: str) -> Gra
 
 
 def run_show(args: argparse.Namespace) -> int:
+    # The grading stack is imported once a session is shown, not for --help.
+    from pytest_cleo_grade.core.models import order_entries
+    from pytest_cleo_grade.reports._points import render_session, session_json
+    from pytest_cleo_grade.store import AuditStore
+
     session_id, entries, store = session_source(args, "cleo-grade show")
     if entries is None:
         assert store is not None

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
-import os
 import sqlite3
-import time
 from collections.abc import Iterable
-from datetime import UTC
 from typing import Any, Final
 
 from pydantic_core import to_json
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from pytest_cleo_grade.core._files import check_nesting
 from pytest_cleo_grade.core._not_found import E_NOT_FOUND, says_not_found
-from pytest_cleo_grade.core.errors import EntryError
-from pytest_cleo_grade.core.models import AuditEntry, GradeResult, format_timestamp
+from pytest_cleo_grade.core.models import AuditEntry, GradeResult
+from pytest_cleo_grade.store._row import (
+    INSERT_ENTRY,
+    PLACEHOLDER_TASK_IDS,
+    ROW_COLUMNS,
+    build_row,
+    new_row_id,
+)
+from pytest_cleo_grade.store._sqlite import MIGRATION_SET
 
 __all__ = [
     "AUDIT_COLUMNS",
@@ -59,40 +60,7 @@ CLEO_COLUMNS: Final = (
 )
 AUDIT_COLUMNS: Final = (*CLEO_COLUMNS, "exit_code", "metadata_json")
 
-#: The columns an entry row carries, in order. CLEO's columns the store never fills from an
-#: entry (before/after_json, request_id, project_hash, idempotency_key) are left to their
-#: NULL default and ``actor`` is a constant of the statement: each bound value costs SQLite
-#: and Python time (a third of an import's insert went to the six constant columns).
-ROW_COLUMNS: Final = (
-    "id",
-    "timestamp",
-    "action",
-    "task_id",
-    "details_json",
-    "domain",
-    "operation",
-    "session_id",
-    "duration_ms",
-    "success",
-    "source",
-    "gateway",
-    "error_message",
-    "exit_code",
-    "metadata_json",
-)
-
-INSERT_ENTRY: Final = (
-    f"INSERT OR IGNORE INTO audit_log ({', '.join(ROW_COLUMNS)}, actor) "
-    f"VALUES ({', '.join('?' * len(ROW_COLUMNS))}, 'agent')"
-)
-
-MIGRATIONS: Final = Migrations("pytest_cleo_grade")
-
-#: Task ids the NOT NULL ``task_id`` column cannot tell from "no task": CLEO writes ``system``
-#: (and older CLEO ``unknown``) as its placeholder, and an empty id is written as ``system``
-#: too. An entry carrying one of them keeps it in ``metadata_json`` as ``taskId``, which the
-#: readers prefer over a placeholder (store.core._entry_json, store.calls._select).
-PLACEHOLDER_TASK_IDS: Final = frozenset({"system", "unknown", ""})
+MIGRATIONS: Final = Migrations(MIGRATION_SET)
 
 
 @MIGRATIONS(name="0001_audit_log_and_grades")
@@ -144,6 +112,8 @@ def _create_tables(db: Database) -> None:
     db.execute("CREATE INDEX idx_grades_session ON grades (session_id, timestamp)")
 
 
+#: (``_sqlite.CURRENT_MIGRATIONS`` repeats them for the CLI's fast writer; a test holds the two
+#: equal.)
 KNOWN_MIGRATIONS: Final = frozenset(m.name for m in MIGRATIONS._migrations)
 
 
@@ -194,116 +164,45 @@ def task_id_sql(columns: tuple[str, ...]) -> str:
     return f"CASE WHEN task_id IN ('system', 'unknown') THEN {placeholder} ELSE task_id END"
 
 
-class _Ids:
-    """Row ids: 32 hex digits like CLEO's ``crypto.randomUUID()``, cheap to make.
-
-    The time in milliseconds comes first (as in a UUIDv7), so ids that grow with time insert
-    at the end of the primary key's B-tree instead of at random pages; then 48 random bits
-    drawn once per process (again in a forked child) and a counter, so no two ids of one
-    process collide (within 2**32 rows a millisecond) and two processes share a prefix with
-    odds of 2**-48. One urandom() call per
-    row cost more than the rest of the row under load.
-    """
-
-    def __init__(self) -> None:
-        self.reseed()
-        os.register_at_fork(after_in_child=self.reseed)
-
-    def reseed(self) -> None:
-        self.prefix = os.urandom(6).hex()
-        self.counter = itertools.count(int.from_bytes(os.urandom(4), "big"))
-        self.millis = -1
-        self.head = ""
-
-    def new(self) -> str:
-        millis = time.time_ns() // 1_000_000
-        if millis != self.millis:
-            # Rows written together share the millisecond: format the head once for them.
-            self.millis = millis
-            self.head = f"{millis:012x}{self.prefix}"
-        return "%s%08x" % (self.head, next(self.counter) & 0xFFFFFFFF)  # noqa: UP031 (faster)
-
-
-_IDS: Final = _Ids()
-
-
 def entry_row(entry: AuditEntry, entry_id: str | None = None) -> tuple[Any, ...]:
     """The ``audit_log`` row of an entry, in ROW_COLUMNS order (CLEO's conventions)."""
-    return _row(entry, entry_id or _IDS.new(), entry_id)
+    return _row(entry, entry_id or new_row_id(), entry_id)
 
 
 def entry_rows(entries: Iterable[AuditEntry]) -> list[tuple[Any, ...]]:
     """The rows of entries under new ids, in ROW_COLUMNS order (one import batch)."""
-    new = _IDS.new
+    new = new_row_id
     return [_row(entry, new(), None) for entry in entries]
+
+
+def _to_json(value: object) -> str:
+    # pydantic-core's serializer is several times faster than json.dumps; fallback=str
+    # keeps a call with an odd parameter (a Path, a set) recordable.
+    return to_json(value, fallback=str).decode()
 
 
 def _row(entry: AuditEntry, row_id: str, named: str | None) -> tuple[Any, ...]:
     meta = entry.metadata
     result = entry.result
-    extra = meta.model_extra
-    task_id = meta.task_id
-    if meta.user_id is not None:
-        extra = {**(extra or {}), "userId": meta.user_id}
-    if task_id in PLACEHOLDER_TASK_IDS:
-        # The column keeps CLEO's placeholder (CLEO's readers expect one); the real value
-        # goes where our readers look first, so it is not read back as "no task".
-        extra = {**(extra or {}), "taskId": task_id}
-    try:
-        # pydantic-core's serializer is several times faster than json.dumps; fallback=str
-        # keeps a call with an odd parameter (a Path, a set) recordable.
-        params = to_json(entry.params, fallback=str).decode()
-        metadata = to_json(extra, fallback=str).decode() if extra else None
-        # Deeper values could be written but never read back for grading (see MAX_NESTING).
-        check_nesting(params)
-        # pydantic-core writes a non-finite float as the bare word Infinity or NaN, which
-        # no JSON reader (SQLite's included) accepts back: the row would be unreadable.
-        _check_finite(params, entry.params)
-        if metadata is not None:
-            check_nesting(metadata)
-            _check_finite(metadata, extra)
-    except ValueError as exc:  # a circular structure, a lone surrogate, absurd nesting
-        which = f"row {named} " if named else ""
-        raise EntryError(f"{which}{entry.domain}.{entry.operation}: cannot store: {exc}") from exc
-    stamp = entry.timestamp
-    domain = entry.domain
-    operation = entry.operation
-    return (
+    return build_row(
         row_id,
-        # Validated entries hold UTC already, whose isoformat ends "+00:00"; positional
-        # arguments are a third cheaper than timespec= (a million rows per import).
-        stamp.isoformat("T", "milliseconds")[:-6] + "Z"
-        if stamp.tzinfo is UTC
-        else format_timestamp(stamp),
-        f"{domain}.{operation}",
-        task_id or "system",
-        params,
-        domain,
-        operation,
+        entry.timestamp,
         entry.session_id,
+        entry.domain,
+        entry.operation,
+        entry.params,
+        result.success,
+        result.exit_code,
         result.duration,
-        1 if result.success else 0,
         meta.source,
         meta.gateway,
+        meta.task_id,
+        meta.user_id,
+        meta.model_extra,
         entry.error,
-        result.exit_code,
-        metadata,
+        _to_json,
+        named,
     )
-
-
-def _check_finite(text: str, value: object) -> None:
-    if ("Infinity" in text or "NaN" in text) and not _all_finite(value):
-        raise ValueError("holds a non-finite number (NaN or Infinity), which JSON cannot carry")
-
-
-def _all_finite(value: object) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_all_finite(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return all(_all_finite(item) for item in value)
-    return True
 
 
 def grade_row(result: GradeResult) -> tuple[Any, ...]:

@@ -26,7 +26,7 @@ from pytest_cleo_grade.core._files import (
     kind_of,
     refuse_symlink,
 )
-from pytest_cleo_grade.core.errors import CleoGradeWarning, EntryError, StoreError
+from pytest_cleo_grade.core.errors import CleoGradeWarning, StoreError
 from pytest_cleo_grade.core.models import (
     AuditEntry,
     GradedCall,
@@ -49,15 +49,15 @@ from pytest_cleo_grade.store._schema import (
     register_functions,
     task_id_sql,
 )
+from pytest_cleo_grade.store._sqlite import BUSY_TIMEOUT_S, WRITE_FAILURES, write_error
+from pytest_cleo_grade.store._sqlite import describe as _describe
+from pytest_cleo_grade.store._sqlite import retry_while_locked as _retry_while_locked
+from pytest_cleo_grade.store._sqlite import same_file as _same_file
 
 __all__ = ["BUSY_TIMEOUT_S", "DEFAULT_DB", "AuditStore", "remove_if_unused"]
 
 _T = TypeVar("_T")
 
-
-#: How long a writer waits for another one before SQLite reports "database is locked". Long
-#: on purpose: concurrent recorders queue on the WAL write lock for milliseconds each.
-BUSY_TIMEOUT_S: Final = 60.0
 
 _ENTRIES: Final = TypeAdapter(list[AuditEntry])
 _ENTRY_JSON: Final = TypeAdapter(AuditEntry)
@@ -386,17 +386,8 @@ class AuditStore:
         with self._lock:
             try:
                 return _retry_while_locked(lambda: action(self._conn), self.timeout)
-            except sqlite3.Error as exc:
-                described = _describe(exc)
-                if not described.startswith("cannot write"):
-                    described = f"cannot write: {described}"
-                raise StoreError(f"{self.path}: {described}") from exc
-            except OverflowError as exc:  # an integer beyond SQLite's 64 bits (an exit code)
-                raise StoreError(f"{self.path}: cannot write: {exc}") from exc
-            except UnicodeEncodeError as exc:  # a lone surrogate in a text column
-                raise EntryError(
-                    f"{self.path}: cannot store text that is not Unicode: {exc}"
-                ) from exc
+            except WRITE_FAILURES as exc:
+                raise write_error(self.path, exc) from exc
 
     # -- reading ------------------------------------------------------------------------
 
@@ -853,14 +844,6 @@ def _open_claim(path: Path) -> int:
     return fd
 
 
-def _same_file(opened: os.stat_result, path: Path) -> bool:
-    try:
-        now = os.lstat(path)
-    except OSError:
-        return False
-    return (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino)
-
-
 def _undecodable(exc: sqlite3.OperationalError) -> bool:
     """Whether Python could not decode a TEXT value SQLite returned (invalid UTF-8)."""
     return str(exc).startswith("Could not decode to UTF-8")
@@ -946,40 +929,3 @@ def _roll_back(conn: sqlite3.Connection) -> None:
     """
     if conn.in_transaction:
         conn.execute("ROLLBACK")
-
-
-def _locked(exc: sqlite3.Error) -> bool:
-    text = str(exc)
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
-
-
-def _retry_while_locked(action: Callable[[], _T], timeout: float) -> _T:
-    """Run ``action`` again while SQLite says the database is locked, until ``timeout``.
-
-    The busy timeout covers most waits, but SQLite reports SQLITE_BUSY at once in a few
-    places (switching a new file to WAL, WAL recovery while another process creates the
-    store): without this, processes creating a store together would drop entries.
-    """
-    deadline = time.monotonic() + timeout
-    pause = 0.002
-    while True:
-        try:
-            return action()
-        except sqlite3.Error as exc:
-            if not _locked(exc) or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
-
-
-def _describe(exc: sqlite3.Error) -> str:
-    text = str(exc)
-    if "file is not a database" in text or "malformed" in text:
-        return f"not a usable SQLite database ({text})"
-    if "locked" in text or "busy" in text:
-        return f"database is locked by another process ({text}); try again when it finishes"
-    if "readonly" in text or "read-only" in text:
-        return f"cannot write ({text}); check the file and directory permissions"
-    if "disk" in text and "full" in text:
-        return f"disk full ({text})"
-    return text

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -275,25 +273,18 @@ def test_a_corrupt_history_line_is_a_warning_not_a_failure(
     assert captured.err.startswith(f"cleo-grade: warning: {history}:11: skipped corrupt grade line")
 
 
-def test_the_installed_command_reports_no_go_without_a_traceback(tmp_path: Path) -> None:
+def test_a_no_go_is_exit_status_one_and_a_bad_sheet_one_line_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     history = write_history(tmp_path / "GRADES.jsonl", [24, 17, 17, 24, 24])
-    exe = Path(sys.executable).with_name("cleo-grade")
-    done = subprocess.run(
-        [str(exe), *compare(history)], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 1, done.stderr
-    assert "Decision: NO-GO [M2]" in done.stdout
-    assert done.stderr == ""
-    broken = subprocess.run(
-        [str(exe), *compare(history, "--sheet", str(tmp_path / "none.toml"))],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert broken.returncode == 2
-    assert len(broken.stderr.splitlines()) == 1
-    assert "Traceback" not in broken.stderr
+    assert main(compare(history)) == 1
+    done = capsys.readouterr()
+    assert "Decision: NO-GO [M2]" in done.out
+    assert done.err == ""
+    assert main(compare(history, "--sheet", str(tmp_path / "none.toml"))) == 2
+    broken = capsys.readouterr()
+    assert len(broken.err.splitlines()) == 1
+    assert "Traceback" not in broken.err
 
 
 def test_decide_on_worst_turns_an_unstable_quick_verdict_into_no_go(

@@ -145,6 +145,7 @@ def test_a_history_that_cannot_be_written_saves_the_grade_nowhere(
         assert store.grades() == []
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("history", [".cleo/audit.db", "cleo.db"])
 def test_a_history_naming_an_sqlite_database_is_refused_and_left_as_it_was(
     in_tmp: Path, history: str
@@ -170,6 +171,7 @@ def test_a_history_naming_an_sqlite_database_is_refused_and_left_as_it_was(
         assert store.grades() == []
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [["list"], ["list", "--json"], ["show", "good"], ["good"]])
 def test_output_that_cannot_be_written_is_one_line_and_exit_two(
     in_tmp: Path, command: list[str]

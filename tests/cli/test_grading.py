@@ -57,6 +57,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e
 def test_the_installed_command_runs_as_a_process(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "e.jsonl", session_entries())
     exe = Path(sys.executable).with_name("cleo-grade")

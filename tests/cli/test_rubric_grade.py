@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,20 +63,16 @@ def test_grading_with_the_weighted_rubric_uses_the_judge_and_saves_the_rubric(
     assert saved[0].model_extra is not None and saved[0].model_extra["rubric"] == "weighted"
 
 
-def test_an_unknown_rubric_is_a_usage_error_listing_the_available_ones(tmp_path: Path) -> None:
-    exe = Path(sys.executable).with_name("cleo-grade")
-    done = subprocess.run(
-        [str(exe), "grade", "--entries", str(entries_file(tmp_path)), "--rubric", "nope"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1
+def test_an_unknown_rubric_is_a_usage_error_listing_the_available_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    status = main(["grade", "--entries", str(entries_file(tmp_path)), "--rubric", "nope"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1
     available = "cleo, comparison, rules, trajectory, weighted"
-    assert f"unknown rubric 'nope'; available rubrics: {available}" in done.stderr
+    assert f"unknown rubric 'nope'; available rubrics: {available}" in err
     assert not (tmp_path / ".cleo").exists()
 
 

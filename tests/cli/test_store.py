@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +263,7 @@ def test_record_without_a_session_warns_and_records_nothing(
     assert not (in_tmp / ".cleo").exists()
 
 
+@pytest.mark.e2e
 def test_record_from_a_shell_lands_in_the_graded_session(in_tmp: Path) -> None:
     db = in_tmp / "store" / "audit.db"
     env = {
@@ -314,14 +317,64 @@ def test_record_names_the_variable_that_is_missing(
     assert "(CLEO_AUDIT_DB is not set); nothing recorded" in err
 
 
-def test_record_stopped_while_waiting_for_a_lock_writes_nothing(in_tmp: Path) -> None:
+#: Holds the store's write lock from another process until its stdin closes: a lock held
+#: by the test's own process would be dropped by its probes (closing any descriptor of a file
+#: drops the process's POSIX locks on it, SQLite's included).
+LOCK_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+def _claimed(db: Path) -> bool:
+    """Whether another process has the store open as a writer: each holds a shared flock on
+    the file from before SQLite opens it (store._store._claim_file)."""
+    fd = os.open(db, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _asleep(pid: int) -> bool:
+    """Whether the process is sleeping (Linux; elsewhere assumed once it holds the store)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "S"
+
+
+def _wait_for(condition: Callable[[], bool], what: str, child: subprocess.Popen[str]) -> None:
+    # Generous: on a loaded machine the child's start alone took over a second.
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert child.poll() is None, f"the command ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within 60 s"
+        time.sleep(0.005)  # a poll interval: what is waited for is the condition
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("store", ["current", "rollback-journal"])
+def test_record_stopped_while_waiting_for_a_lock_writes_nothing(in_tmp: Path, store: str) -> None:
     # SQLite's busy wait runs no signal handler: SIGTERM was handled only once the lock was
-    # free, after the entry was written, and the command then said "terminated" (143).
+    # free, after the entry was written, and the command then said "terminated" (143). A
+    # current store is written directly, any other by AuditStore (which here waits to switch
+    # it to WAL): both wait in slices.
     db = in_tmp / "a.db"
     with AuditStore(db):
         pass  # the store exists
-    holder = sqlite3.connect(db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    if store == "rollback-journal":
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA journal_mode = DELETE")
+        conn.close()
     env = {
         **os.environ,
         "CLEO_SESSION_GRADE": "true",
@@ -329,20 +382,34 @@ def test_record_stopped_while_waiting_for_a_lock_writes_nothing(in_tmp: Path) ->
         "CLEO_AUDIT_DB": str(db),
     }
     cli = Path(sys.executable).parent / "cleo-grade"
-    record = subprocess.Popen(
-        [str(cli), "record", "tasks", "find"], env=env, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        time.sleep(1.0)  # the command is waiting on the lock by now
-        record.send_signal(signal.SIGTERM)
-        # It ends while the lock is still held (it used to wait for the lock first).
-        _, err = record.communicate(timeout=20)
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
+    with subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "held\n"
+        with subprocess.Popen(
+            [str(cli), "record", "tasks", "find"], env=env, stderr=subprocess.PIPE, text=True
+        ) as record:
+            try:
+                # Holding the store, the command has its SIGTERM handler; asleep, it waits
+                # for the lock (the signal must land in that wait, not before it).
+                _wait_for(lambda: _claimed(db), "hold on the store", record)
+                _wait_for(lambda: _asleep(record.pid), "wait for the lock", record)
+                record.send_signal(signal.SIGTERM)
+                # It ends while the lock is still held (it used to wait for the lock first,
+                # BUSY_TIMEOUT_S: 60 s): an unwinding command needs far less than 30 s.
+                _, err = record.communicate(timeout=30)
+            finally:
+                if record.poll() is None:
+                    record.kill()
+        holder.stdin.close()  # the holder rolls back and ends
+    assert holder.returncode == 0
     assert (record.returncode, err) == (143, "cleo-grade: terminated\n")
-    with AuditStore(db, read_only=True) as store:
-        assert store.session_entries("s") == []
+    with AuditStore(db, read_only=True) as check:
+        assert check.session_entries("s") == []
 
 
 def test_a_store_on_an_unwritable_path_is_a_clear_cli_error(
@@ -550,6 +617,7 @@ def test_a_store_path_naming_no_file_is_one_line_and_status_two(
     assert not (in_tmp / "r.html").exists()
 
 
+@pytest.mark.e2e
 def test_a_command_started_with_its_stdout_closed_ends_without_a_traceback(
     in_tmp: Path,
 ) -> None:
