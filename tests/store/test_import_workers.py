@@ -19,9 +19,9 @@ import pytest
 
 from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.store import ROW_COLUMNS
-from tests.processes import DEADLINE, Exits, read_line
+from tests.held_import import CLI, HeldImport, start_held_import
+from tests.processes import DEADLINE, Exits
 
-CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
 WORKERS_ENV = "CLEO_GRADE_IMPORT_WORKERS"
 #: The size from which an import hands its batches to worker processes (_PARALLEL_BYTES).
 WORKERS_FROM = 4 * 1024 * 1024
@@ -221,56 +221,10 @@ def test_ordered_map_keeps_file_order_for_results_and_errors(tmp_path: Path) -> 
     ]
 
 
-#: Run first in a held import's process. Once its source has read 13 batches (the store is
-#: open, its transaction holds the first batches' rows, the workers have the first full
-#: batch), the import says so on the READY pipe and waits on the HOLD pipe: a test signals
-#: it mid-import at a point it knows, however loaded the machine (a large file, interrupted
-#: "while it still runs", was slow and a race). Three full batches are still to come.
-HOLD = """
-import os
-from pytest_cleo_grade.store import sources
-
-read_batches = sources._raw_batches
-
-def held(handle, where):
-    for number, batch in enumerate(read_batches(handle, where)):
-        if number == 13:
-            os.write({ready}, b"holding\\n")
-            os.read({hold}, 1)  # returns (b"") once the test closes its end, or a signal
-        yield batch
-
-sources._raw_batches = held
-"""
-
-
-class HeldImport:
-    """A CLI import in its own process group, held mid-import (see HOLD)."""
-
-    def __init__(self, child: subprocess.Popen[str], ready: int, hold: int) -> None:
-        self.child = child
-        self.pid = child.pid
-        self._ready = ready
-        self._hold: int | None = hold
-
-    def wait_until_held(self) -> None:
-        line = read_line(self._ready)
-        if line != b"holding\n":
-            self.child.kill()
-            _, err = self.child.communicate()
-            raise AssertionError(f"the import never got to its hold: {err}")
-
-    def go_on(self) -> None:
-        """Let the import go on from its hold."""
-        if self._hold is not None:
-            os.close(self._hold)
-            self._hold = None
-
-    def close(self) -> None:
-        if self.child.poll() is None:
-            self.child.kill()
-        self.child.communicate()
-        self.go_on()
-        os.close(self._ready)
+#: The batch a held import holds before (see tests.held_import): the store is open, its
+#: transaction holds the first batches' rows, the workers have the first full batch, and
+#: three full batches are still to come.
+HOLD_AT = 13
 
 
 _STARTED: list[HeldImport] = []
@@ -305,35 +259,23 @@ def started_import(
     workers: str = "2",
     ignoring: signal.Signals | None = None,
 ) -> HeldImport:
-    """A CLI import of COUNT entries in its own process group, held mid-import (see HOLD);
+    """A CLI import of COUNT entries in its own process group, held before batch HOLD_AT;
     started with the signal ``ignoring`` ignored, as a supervisor may start it."""
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / "e.jsonl").write_text(entries_text())
     assert (tmp_path / "e.jsonl").stat().st_size > WORKERS_FROM
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
     env[WORKERS_ENV] = workers
-    ready_out, ready_in = os.pipe()
-    hold_out, hold_in = os.pipe()
-    code = textwrap.dedent(HOLD).format(ready=ready_in, hold=hold_out) + CLI
-    try:
-        child = subprocess.Popen(
-            [sys.executable, "-c", code, "import", "e.jsonl"],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            pass_fds=(ready_in, hold_out),
-            start_new_session=True,  # a terminal's Ctrl-C reaches the whole group
-            preexec_fn=lambda: _signals_as_a_terminal_gives_them(ignoring),
-        )
-    finally:
-        os.close(ready_in)
-        os.close(hold_out)
-    started = HeldImport(child, ready_out, hold_in)
+    started = start_held_import(
+        tmp_path,
+        ["e.jsonl"],
+        at=HOLD_AT,
+        env=env,
+        wait_until_held=wait_until_held,
+        new_session=True,  # a terminal's Ctrl-C reaches the whole group
+        preexec_fn=lambda: _signals_as_a_terminal_gives_them(ignoring),
+    )
     _STARTED.append(started)
-    if wait_until_held:
-        started.wait_until_held()
     return started
 
 
