@@ -100,6 +100,21 @@ def send(
     handler.wfile.write(body)
 
 
+def wait_for_hang_up(handler: BaseHTTPRequestHandler, timeout: float = 60.0) -> bool:
+    """Wait, having answered nothing more, until the client closes its end (True) or for
+    ``timeout`` seconds (False): a server that makes its client give up, however long the
+    client takes to (a deadline reached on a loaded machine), and no longer."""
+    handler.connection.settimeout(timeout)
+    try:
+        while handler.rfile.read1(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        return True  # reset: gone all the same
+    return True
+
+
 def completion(text: str = "{}") -> Answer:
     """A 200 chat completion answering ``text``."""
     body = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]})
