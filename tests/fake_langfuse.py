@@ -162,6 +162,9 @@ class FakeLangfuse:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in two writes: with Nagle's algorithm the body waits
+            # for the client's delayed ACK of the headers, 40 ms on every answer.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

@@ -65,6 +65,9 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # An answer's headers and body leave in separate writes: with Nagle's algorithm
+            # the body could wait for the client's delayed ACK (40 ms) of the headers.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
