@@ -145,6 +145,10 @@ class FakeJudgeServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # An answer's headers and body leave in separate writes: with Nagle's algorithm
+            # the body could wait for the client's delayed ACK (40 ms) of the headers.
+            disable_nagle_algorithm = True
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep test output clean
 

@@ -65,6 +65,9 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # An answer's headers and body leave in separate writes: with Nagle's algorithm
+            # the body could wait for the client's delayed ACK (40 ms) of the headers.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -98,6 +101,21 @@ def send(
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def wait_for_hang_up(handler: BaseHTTPRequestHandler, timeout: float = 60.0) -> bool:
+    """Wait, having answered nothing more, until the client closes its end (True) or for
+    ``timeout`` seconds (False): a server that makes its client give up, however long the
+    client takes to (a deadline reached on a loaded machine), and no longer."""
+    handler.connection.settimeout(timeout)
+    try:
+        while handler.rfile.read1(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        return True  # reset: gone all the same
+    return True
 
 
 def completion(text: str = "{}") -> Answer:

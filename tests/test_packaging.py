@@ -86,6 +86,7 @@ def read_pins(name: str) -> dict[str, str]:
     return pins
 
 
+@pytest.mark.e2e
 def test_the_built_and_the_installed_version_are_the_package_version(metadata: Message) -> None:
     assert metadata["Version"] == pytest_cleo_grade.__version__
     assert importlib.metadata.version(DISTRIBUTION) == pytest_cleo_grade.__version__
@@ -100,6 +101,7 @@ def test_pyproject_reads_the_version_from_the_package_instead_of_writing_it() ->
     }
 
 
+@pytest.mark.e2e
 def test_sqlite_utils_is_required_from_4_which_has_the_migrations_module(
     metadata: Message,
 ) -> None:
@@ -108,6 +110,7 @@ def test_sqlite_utils_is_required_from_4_which_has_the_migrations_module(
     assert not requirement.specifier.contains("3.39.1")
 
 
+@pytest.mark.e2e
 def test_classifiers_name_pytest_posix_typing_and_exactly_the_pythons_ci_tests(
     metadata: Message,
 ) -> None:
@@ -128,6 +131,7 @@ def test_classifiers_name_pytest_posix_typing_and_exactly_the_pythons_ci_tests(
     assert metadata["Requires-Python"] == f">={oldest}"
 
 
+@pytest.mark.e2e
 def test_the_license_is_mit_by_expression_and_its_file_ships_in_the_wheel(
     metadata: Message, dist_info: Path
 ) -> None:
@@ -140,6 +144,7 @@ def test_the_license_is_mit_by_expression_and_its_file_ships_in_the_wheel(
     assert "Copyright (c) 2026 the pytest-cleo-grade authors" in shipped
 
 
+@pytest.mark.e2e
 def test_the_project_urls_point_at_the_repository(metadata: Message) -> None:
     urls = dict(entry.split(", ", 1) for entry in metadata.get_all("Project-URL", []))
     assert set(urls) == {"Homepage", "Repository", "Issues", "Changelog"}
@@ -148,6 +153,7 @@ def test_the_project_urls_point_at_the_repository(metadata: Message) -> None:
     assert (ROOT / "CHANGELOG.md").is_file()
 
 
+@pytest.mark.e2e
 def test_the_lowest_constraints_pin_every_runtime_dependency_at_its_lower_bound(
     metadata: Message,
 ) -> None:
@@ -166,6 +172,7 @@ def test_the_dev_tools_are_pinned_and_installed_at_their_pins() -> None:
     assert installed == pins
 
 
+@pytest.mark.e2e
 def test_a_platform_without_fcntl_gets_a_one_line_import_error() -> None:
     # Python marks a module as absent with None in sys.modules, as on a platform lacking it.
     probe = "import sys\nsys.modules['fcntl'] = None\nimport pytest_cleo_grade\n"

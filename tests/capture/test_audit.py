@@ -159,6 +159,7 @@ def test_an_unwritable_store_warns_but_never_raises_even_when_warnings_are_error
     assert [w.category for w in caught] == [CleoGradeWarning]
 
 
+@pytest.mark.e2e
 def test_a_subprocess_that_inherits_the_environment_records_into_the_same_session(
     grade_env: Path,
 ) -> None:

@@ -333,11 +333,11 @@ def test_a_toolnode_that_handles_every_error_keeps_a_validation_failure_at_1(
 
 
 def test_a_tool_run_started_in_one_test_and_ended_in_the_next_is_the_first_tests_call(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester,
 ) -> None:
     # The handler recorded a run into whatever session was active when it ended: the next
-    # test's, graded for a delete it never made.
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    # test's, graded for a delete it never made. (The two tests are one session in this
+    # process, as in one of their own: nothing process-wide is involved.)
     pytester.makeini("[pytest]\nfilterwarnings = error\n")
     pytester.makepyfile(
         """
@@ -379,4 +379,4 @@ def test_b_ends_it(graded_session):
         assert [e.operation for e in store.session_entries(sessions[0])] == ["list", "delete"]
 """
     )
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)

@@ -366,6 +366,7 @@ def test_malformed_dict_mapping_names_the_tool() -> None:
         ToolMapping.from_dict({"lookup": 3})
 
 
+@pytest.mark.e2e
 def test_a_child_reads_the_mapping_from_its_environment(tmp_path: Path) -> None:
     code = (
         "from pytest_cleo_grade.capture.mapping import map_tool_call;"
@@ -490,6 +491,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in frameworks))
 """
 
 
+@pytest.mark.e2e
 def test_the_core_and_the_mapping_import_no_framework() -> None:
     done = subprocess.run(
         [sys.executable, "-c", CORE_PROBE], capture_output=True, text=True, check=True
@@ -497,6 +499,7 @@ def test_the_core_and_the_mapping_import_no_framework() -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("module", "framework", "extra"),
     [

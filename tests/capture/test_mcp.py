@@ -15,6 +15,7 @@ from pydantic import BaseModel
 pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra (MCP SDK 2.x)")
 
 import anyio
+from anyio import wait_all_tasks_blocked
 from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer, Resolve
 from mcp.server.mcpserver.resolve import Elicit
@@ -212,6 +213,7 @@ def test_a_crash_is_a_not_found_even_with_the_sdks_logger_quieted(
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+@pytest.mark.e2e
 def test_a_stdio_server_started_by_the_code_under_test_records_with_subprocess_env(
     session: GradeSession,
 ) -> None:
@@ -232,6 +234,7 @@ def test_a_stdio_server_started_by_the_code_under_test_records_with_subprocess_e
     assert_same_grade(entries, grade_by_hand(session.id, HINTED))
 
 
+@pytest.mark.e2e
 def test_a_stdio_server_without_the_sessions_variables_records_nothing(
     session: GradeSession,
 ) -> None:
@@ -386,7 +389,7 @@ def asking_server(*, audited: bool) -> MCPServer:
 
 def answering(action: str) -> Any:
     async def on_elicit(context: Any, params: Any) -> ElicitResult:
-        await anyio.sleep(0.2)  # the user thinks: the call's duration includes it
+        await anyio.sleep(0.2)  # sleep-ok: plays the user thinking (the call's duration has it)
         if action == "accept":
             return ElicitResult(action="accept", content={"ok": True})
         return ElicitResult(action="decline")
@@ -444,7 +447,7 @@ def test_a_call_cancelled_by_the_callers_timeout_is_recorded_once_as_cancelled(
 
     @server.tool()
     async def tasks_add(title: str, description: str) -> str:
-        await anyio.sleep(30)
+        await anyio.sleep(30)  # sleep-ok: plays a tool far slower than its caller's bound
         return "T7"
 
     async def main() -> None:
@@ -452,7 +455,10 @@ def test_a_call_cancelled_by_the_callers_timeout_is_recorded_once_as_cancelled(
             tools = audited_client(client) if side == "client" else client
             with anyio.move_on_after(0.3):  # the agent bounds the tool and moves on
                 await tools.call_tool("tasks_add", {"title": "Fix login", "description": "d"})
-            await anyio.sleep(0.3)  # the server hears of the cancellation
+            # The server hears of the cancellation: once every other task waits again, it
+            # has cancelled the tool's run and recorded it.
+            with anyio.fail_after(60):
+                await wait_all_tasks_blocked()
 
     anyio.run(main)
     (entry,) = session.entries

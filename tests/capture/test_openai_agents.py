@@ -309,6 +309,7 @@ server.run()
 """
 
 
+@pytest.mark.e2e
 def test_an_mcp_servers_error_result_is_a_failure_and_its_not_found_is_exit_four(
     session: GradeSession, processor: AuditTracingProcessor
 ) -> None:

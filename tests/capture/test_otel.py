@@ -32,6 +32,7 @@ from tests.capture_scenario import (
     grade_by_hand,
     run_tool,
 )
+from tests.processes import NO_UNRELATED_PLUGINS
 
 
 @pytest.fixture
@@ -260,19 +261,25 @@ def test_a_new_provider_where_a_freed_one_was_still_gets_its_processor(
     seen: set[int] = set()
     made_at_a_freed_address = False
     made = 0
-    while not made_at_a_freed_address and made < 500:
-        provider = TracerProvider(shutdown_on_exit=False)  # no atexit hook keeping it alive
-        made_at_a_freed_address = id(provider) in seen
-        seen.add(id(provider))
-        uninstall = install_otel_capture(provider)
-        tracer = provider.get_tracer("agent")
-        with tracer.start_as_current_span("execute_tool x", attributes=attributes):
-            pass
-        uninstall()
-        provider.shutdown()
-        del provider, tracer
-        gc.collect()
-        made += 1
+    # What the process held before is left out of the collections below (each would walk
+    # the whole heap of a long test run); each provider made here is still collected.
+    gc.freeze()
+    try:
+        while not made_at_a_freed_address and made < 500:
+            provider = TracerProvider(shutdown_on_exit=False)  # no atexit hook keeping it
+            made_at_a_freed_address = id(provider) in seen
+            seen.add(id(provider))
+            uninstall = install_otel_capture(provider)
+            tracer = provider.get_tracer("agent")
+            with tracer.start_as_current_span("execute_tool x", attributes=attributes):
+                pass
+            uninstall()
+            provider.shutdown()
+            del provider, tracer
+            gc.collect()
+            made += 1
+    finally:
+        gc.unfreeze()
     assert made_at_a_freed_address, "no provider was made at a freed one's address"
     assert len(session.entries) == made
 
@@ -329,11 +336,13 @@ def test_a_tool_calling_another_tool_in_its_code_makes_two_calls(
 
 def otel_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """A project with otel capture on, whose pytest runs in a subprocess (each its own
-    process-wide tracer provider) that imports these tests' helpers."""
+    process-wide tracer provider, which a process sets once) that imports these tests'
+    helpers."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     pytester.makeini("[pytest]\nfilterwarnings = error\ncleo_grade_capture = otel\n")
 
 
+@pytest.mark.e2e
 def test_a_span_started_in_one_test_and_ended_in_the_next_is_the_first_tests_call(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -374,7 +383,9 @@ def test_b_ends_it(graded_session):
         assert [e.operation for e in store.session_entries(sessions[0])] == ["list", "delete"]
 """
     )
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", *NO_UNRELATED_PLUGINS).assert_outcomes(
+        passed=2
+    )
 
 
 def test_processors_beside_each_other_record_each_span_once(
@@ -443,6 +454,7 @@ def setup_tracing():  # the program's own tracing, set up lazily (in main(), a f
 """
 
 
+@pytest.mark.e2e
 def test_the_programs_own_provider_set_during_a_graded_test_takes_effect_and_is_graded(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -470,9 +482,12 @@ def test_the_next_test_is_graded_through_the_programs_provider(graded_session):
     assert [e.operation for e in graded_session.entries] == ["list", "show"]
 """
     )
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", *NO_UNRELATED_PLUGINS).assert_outcomes(
+        passed=2
+    )
 
 
+@pytest.mark.e2e
 def test_a_tracer_decorating_tools_before_the_programs_set_follows_its_provider(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -501,7 +516,7 @@ def load_tools():  # the agent's tool module, imported lazily
     @tracer.start_as_current_span("execute_tool tasks_show", attributes={
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "tasks_show"})
     async def show():
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # sleep-ok: an async tool's one await (no wait)
     tools["tasks_show"] = show
 
 def test_the_tools_are_loaded(graded_session):
@@ -522,9 +537,12 @@ def test_the_next_test_is_graded(graded_session):
     assert [e.operation for e in graded_session.entries] == ["help"]
 """
     )
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=3)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", *NO_UNRELATED_PLUGINS).assert_outcomes(
+        passed=3
+    )
 
 
+@pytest.mark.e2e
 def test_an_opentelemetry_without_the_expected_internals_gets_a_provider_set_the_public_way(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -553,4 +571,6 @@ def test_an_agent_without_a_provider_is_graded(graded_session):
     assert [e.operation for e in graded_session.entries] == ["list"]
 """
     )
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", *NO_UNRELATED_PLUGINS).assert_outcomes(
+        passed=1
+    )

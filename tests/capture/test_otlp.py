@@ -134,6 +134,7 @@ def post(url: str, body: bytes, content_type: str, **headers: str) -> tuple[int,
         return exc.code, exc.read()
 
 
+@pytest.mark.e2e
 def test_an_agent_in_another_process_is_graded_through_the_receiver(
     session: GradeSession,
 ) -> None:
@@ -148,6 +149,7 @@ def test_an_agent_in_another_process_is_graded_through_the_receiver(
     assert {e.session_id for e in session.entries} == {session.id}
 
 
+@pytest.mark.e2e
 def test_an_agent_behind_a_proxy_still_reaches_the_loopback_receiver(
     session: GradeSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -405,7 +405,7 @@ def test_parallel_calls_cancelled_by_a_siblings_error_are_recorded_as_failures(
     @agent.tool_plain
     async def tasks_add(title: str, description: str) -> str:
         running.set()
-        await asyncio.sleep(30)  # cancelled long before
+        await asyncio.sleep(30)  # sleep-ok: plays a slow tool, cancelled long before
         return "T2"
 
     @agent.tool_plain

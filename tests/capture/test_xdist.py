@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.capture_scenario import grade_by_hand
+from tests.processes import NO_UNRELATED_PLUGINS
 
 pytest.importorskip("opentelemetry.sdk", reason="needs the otel extra")
 pytest.importorskip("pydantic_ai", reason="needs the pydantic-ai extra")
@@ -57,13 +58,14 @@ def test_otel(graded_session):
 """
 
 
+@pytest.mark.e2e
 def test_each_adapter_under_two_workers_persists_the_hand_recorded_grade(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     pytester.makepyfile(test_agents=SUITE)
     result = pytester.runpytest_subprocess(
-        "-n", "2", "-p", "no:cacheprovider", "--cleo-grade-capture=otel"
+        "-n", "2", "-p", "no:cacheprovider", "--cleo-grade-capture=otel", *NO_UNRELATED_PLUGINS
     )  # fmt: skip
     result.assert_outcomes(passed=3)
     history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"

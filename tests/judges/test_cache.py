@@ -264,29 +264,39 @@ def test_the_key_covers_judge_identity_prompt_rubric_bytes_and_version() -> None
         assert cache_key(**{**base, **change}) != key
 
 
-def test_the_cli_says_a_cache_warning_in_one_line(tmp_path: Path, server: FakeJudgeServer) -> None:
+def test_the_cli_says_a_cache_warning_in_one_line(
+    tmp_path: Path,
+    server: FakeJudgeServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A warning from deep in the rubric reached stderr as Python's two lines (a source file
     # and line, then the line's code) where every other is one `cleo-grade: warning:` line.
     import json
-    import os
-    import subprocess
-    import sys
+    import warnings
+
+    from pytest_cleo_grade.cli import main
 
     db = tmp_path / "audit.db"
     entries = tmp_path / "e.jsonl"
     entries.write_text("\n".join(json.dumps(e) for e in ENTRIES) + "\n")
-    cli = str(Path(sys.executable).parent / "cleo-grade")
-    subprocess.run([cli, "import", str(entries), "--db", str(db)], check=True, capture_output=True)
+    assert main(["import", str(entries), "--db", str(db)]) == 0
     with closing(sqlite3.connect(db)) as connection, connection:
         connection.execute("CREATE TABLE judge_cache (unrelated TEXT)")  # someone else's
     session = str(ENTRIES[0]["sessionId"])
-    argv = [cli, "grade", session, "--db", str(db), "--no-save", "--rubric", "weighted"]
+    argv = ["grade", session, "--db", str(db), "--no-save", "--rubric", "weighted"]
     argv += ["--rubric-file", str(rubric_file(tmp_path, server))]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, check=False, env={**os.environ, "NO_COLOR": "1"}
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stderr.splitlines()
+    monkeypatch.setenv("NO_COLOR", "1")
+    capsys.readouterr()
+    # The command in this process, with the warning filters of a process of its own (not
+    # this project's filterwarnings = error).
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 0, err
+    lines = err.splitlines()
     assert [line.split(": ")[:2] for line in lines] == [
         ["cleo-grade", "warning"],
         ["cleo-grade", "warning"],

@@ -284,6 +284,7 @@ def test_a_local_judge_is_never_sent_through_a_proxy(
     assert server.count == 1
 
 
+@pytest.mark.e2e
 def test_the_docs_fake_judge_runs_on_its_own() -> None:
     # docs/judges.md's output was made against it: `python -m tests.fake_judge PORT` serves
     # its default reply, which the weighted rubric grades.

@@ -4,10 +4,12 @@ once from the rubric, one score per dimension and the overall score per graded s
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,6 +22,7 @@ from pytest_cleo_grade.reports.langfuse import ExportDeadlineError, export_grade
 from tests.entries import NOW, sequence
 from tests.fake_langfuse import FakeLangfuse
 from tests.local_http import ScriptedServer, status
+from tests.processes import DEADLINE
 
 GRADE = grade_entries(sequence(("session", "list"), ("tasks", "find")), session_id="s1", now=NOW)
 
@@ -406,17 +409,24 @@ def test_in_pytest_a_rejected_score_is_a_warning_that_never_fails_the_run(
     assert "\x1b" not in result.stdout.str()
 
 
-def trickle(handler: BaseHTTPRequestHandler) -> None:
-    """Headers promising a long body, then a byte now and then (a stalled upstream behind a
-    proxy): every byte resets a per-read timeout."""
-    handler.send_response(200)
-    handler.send_header("Content-Type", "application/json")
-    handler.send_header("Content-Length", "100000")
-    handler.end_headers()
-    for _ in range(100):  # until the client hangs up (or 20 s)
-        handler.wfile.write(b" ")
-        handler.wfile.flush()
-        time.sleep(0.2)
+class Trickle:
+    """Headers promising a long body, then a byte every 200 ms for 20 s (a stalled upstream
+    behind a proxy): every byte resets a per-read timeout. ``ended``: it got to the end, its
+    client still reading."""
+
+    def __init__(self) -> None:
+        self.ended = threading.Event()
+
+    def __call__(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", "100000")
+        handler.end_headers()
+        for _ in range(100):  # until the client hangs up
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(0.2)  # sleep-ok: plays a server trickling its answer
+        self.ended.set()
 
 
 def test_a_server_trickling_its_answer_stops_the_export_at_its_deadline(
@@ -424,14 +434,14 @@ def test_a_server_trickling_its_answer_stops_the_export_at_its_deadline(
 ) -> None:
     history = tmp_path / "GRADES.jsonl"
     append_grade(GRADE, history)
+    trickle = Trickle()
     with ScriptedServer(trickle) as server:
         monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-test")
         monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-test")
         monkeypatch.setenv("LANGFUSE_HOST", server.base_url)
-        started = time.monotonic()
         argv = ["export", "langfuse", "--history", str(history), "--deadline", "1"]
         assert main(argv) == 1
-        assert time.monotonic() - started < 3
+        assert not trickle.ended.is_set()  # it stopped while the server still trickled
     assert capsys.readouterr().err == (
         f"cleo-grade: langfuse export to {server.base_url} stopped at its 1 s deadline: "
         "0 of 7 scores sent (0 score configs created), the rest not sent (the server "
@@ -439,11 +449,25 @@ def test_a_server_trickling_its_answer_stops_the_export_at_its_deadline(
     )
 
 
-def test_a_long_retry_after_stops_the_export_at_its_deadline_having_sent_nothing_more() -> None:
+def test_a_long_retry_after_stops_the_export_at_its_deadline_having_sent_nothing_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Listing the configs is answered 429, retry in a minute (the SDK would wait, twice).
+    # The SDK's wait before a retry lasts until the test ends it (or the minute passes):
+    # once the export stopped at its deadline, the retry is due, and must never leave.
+    from langfuse.api.core import http_client
+
+    retry_due = threading.Event()
+    waits: list[float] = []
+
+    def sdk_wait(seconds: float) -> None:
+        waits.append(seconds)
+        retry_due.wait(seconds)
+
+    monkeypatch.setattr(http_client, "time", SimpleNamespace(sleep=sdk_wait, time=time.time))
     busy = status(429, '{"message": "slow down"}', {"Retry-After": "60"})
+    earlier = set(threading.enumerate())  # another test's export may still be reading
     with ScriptedServer(busy) as server:
-        started = time.monotonic()
         with pytest.raises(ExportDeadlineError) as raised:
             export_grades(
                 [GRADE],
@@ -452,8 +476,12 @@ def test_a_long_retry_after_stops_the_export_at_its_deadline_having_sent_nothing
                 base_url=server.base_url,
                 deadline=3.0,  # the first request leaves well within it on a loaded machine
             )
-        assert time.monotonic() - started < 6
-        time.sleep(0.2)
+        assert waits == [60]  # stopped while the SDK waited to retry
+        retry_due.set()
+        started = set(threading.enumerate()) - earlier
+        [export] = [t for t in started if t.name == "cleo-grade langfuse export"]
+        export.join(DEADLINE)  # its retry refused, the export's thread ends
+        assert not export.is_alive()
         assert len(server.seen) == 1  # the SDK's retry, after the deadline, never left
     assert raised.value.summary.scores_sent == 0
     assert "stopped at its 3 s deadline: 0 of 7 scores sent" in str(raised.value)

@@ -9,13 +9,16 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="needs the otel extra (opentelemetry-sdk)")
 
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.reports.otel import EVENT_NAME, export_grade
 from tests.entries import NOW, entry, sequence
+from tests.processes import NO_UNRELATED_PLUGINS
 
 
 @pytest.fixture
@@ -101,39 +104,78 @@ def test_zz_check():
 """
 
 
+@pytest.fixture
+def no_global_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OpenTelemetry API's global tracer provider unset, for an inner run in this process
+    (as in a fresh one): SUITE sets it, and the API lets a process set it once only. What
+    OpenTelemetry's own test utilities reset; undone afterwards."""
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+
+
+#: For inner runs in this process, which would otherwise inherit this project's
+#: ``filterwarnings = error``: a fresh process shows warnings by default.
+DEFAULT_WARNINGS = ("-W", "default")
+
+
+@pytest.mark.usefixtures("no_global_provider")
 def test_the_plugin_exports_each_grade_on_the_tests_span(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_export=SUITE)
-    result = pytester.runpytest_subprocess("--cleo-grade-export=otel", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--cleo-grade-export=otel", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
 
 
-@pytest.mark.parametrize(
-    "extra", [[], ["-n", "2", "-W", "error"]], ids=["serial", "xdist under -W error"]
+NO_SDK = "*otel export: no OpenTelemetry SDK tracer provider is set up, so the grade events*"
+UNGRADED_SUITE = (
+    "def test_agent(graded_session):\n"
+    "    graded_session.record('session', 'list', gateway='cleo_query')\n"
 )
+
+
+@pytest.mark.usefixtures("no_global_provider")
 def test_the_plugin_says_when_no_sdk_is_set_up_to_take_the_events(
-    pytester: pytest.Pytester, extra: list[str]
+    pytester: pytest.Pytester,
 ) -> None:
-    # On a worker, -W error raised the warning and the suppression meant for it lost it.
-    pytester.makepyfile(
-        test_export="def test_agent(graded_session):\n"
-        "    graded_session.record('session', 'list', gateway='cleo_query')\n"
-    )
-    result = pytester.runpytest_subprocess(
-        "--cleo-grade-export=otel", "-p", "no:cacheprovider", *extra
+    pytester.makepyfile(test_export=UNGRADED_SUITE)
+    result = pytester.runpytest(
+        "--cleo-grade-export=otel", "-p", "no:cacheprovider", *DEFAULT_WARNINGS
     )
     result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(
-        ["*otel export: no OpenTelemetry SDK tracer provider is set up, so the grade events*"]
-    )
+    result.stdout.fnmatch_lines([NO_SDK])
     with_sdk = pytester.makepyfile(test_export=SUITE)
     assert with_sdk.exists()
-    result = pytester.runpytest_subprocess("--cleo-grade-export=otel", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        "--cleo-grade-export=otel", "-p", "no:cacheprovider", *DEFAULT_WARNINGS
+    )
+    result.assert_outcomes(passed=2)
     result.stdout.no_fnmatch_line("*no OpenTelemetry SDK tracer provider*")
 
 
+@pytest.mark.e2e
+def test_an_xdist_worker_under_w_error_says_when_no_sdk_is_set_up(
+    pytester: pytest.Pytester,
+) -> None:
+    # On a worker, -W error raised the warning and the suppression meant for it lost it.
+    # One worker is a worker as well as two (the run has one test).
+    pytester.makepyfile(test_export=UNGRADED_SUITE)
+    result = pytester.runpytest_subprocess(
+        "--cleo-grade-export=otel",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "1",
+        "-W",
+        "error",
+        *NO_UNRELATED_PLUGINS,
+    )
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines([NO_SDK])
+
+
+@pytest.mark.usefixtures("no_global_provider")
 def test_without_the_option_nothing_is_exported(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_export=SUITE)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
 
 

@@ -15,7 +15,10 @@ from pytest_cleo_grade.reports._html import write_report
 from pytest_cleo_grade.reports._html_page import build_report, render_html
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+pytestmark = [
+    pytest.mark.e2e,  # a browser process renders the report
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed"),
+]
 
 #: An agent-chosen test id that would retitle the page if any of it ran as markup.
 HOSTILE = "t::<script>document.title='pwned'</script></details>"

@@ -3,15 +3,16 @@ errors naming the file (and the field), from the library, the CLI and a pytest r
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.core.errors import RubricError
 from pytest_cleo_grade.rubrics.weighted.spec import MAX_NESTING, load_rubric_file
+from tests.processes import NO_UNRELATED_PLUGINS
 
 DEPTH = 100_000
 
@@ -176,24 +177,33 @@ def test_judge_request_settings_within_bounds_are_kept(tmp_path: Path) -> None:
     assert (judge.max_reply_bytes, judge.max_consecutive_failures) == (1024, 5)
 
 
-def cleo_grade(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("cleo-grade")
-    return subprocess.run(
-        [str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
-    )
+@pytest.fixture
+def cleo_grade(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> Callable[..., tuple[int, str, str]]:
+    """``cleo-grade ARGS`` run in ``tmp_path``, in this process (a traceback, a RecursionError
+    would surface here as the exception): (status, stdout, stderr)."""
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
 
 
 @pytest.mark.parametrize("name", ["deep.json", "deep.toml"])
 def test_rubrics_check_of_a_deeply_nested_file_exits_2_with_one_line(
-    tmp_path: Path, name: str
+    tmp_path: Path, cleo_grade: Callable[..., tuple[int, str, str]], name: str
 ) -> None:
     (tmp_path / name).write_text(DEEP_FILES[name])
-    done = cleo_grade("rubrics", "--check", name, cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert done.stdout == ""
-    assert "Traceback" not in done.stderr
-    assert "RecursionError" not in done.stderr
-    [line] = done.stderr.splitlines()
+    status, out, err = cleo_grade("rubrics", "--check", name)
+    assert status == 2, err
+    assert out == ""
+    assert "Traceback" not in err
+    assert "RecursionError" not in err
+    [line] = err.splitlines()
     assert f"{name}: arrays or tables nested more than {MAX_NESTING} levels deep" in line
 
 
@@ -211,12 +221,16 @@ HUGE = "9" * 5000
     ],
 )
 def test_rubrics_check_of_a_file_with_a_huge_number_exits_2_with_one_line(
-    tmp_path: Path, name: str, content: str, kind: str
+    tmp_path: Path,
+    cleo_grade: Callable[..., tuple[int, str, str]],
+    name: str,
+    content: str,
+    kind: str,
 ) -> None:
     (tmp_path / name).write_text(content)
-    done = cleo_grade("rubrics", "--check", name, cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    [line] = done.stderr.splitlines()
+    status, _, err = cleo_grade("rubrics", "--check", name)
+    assert status == 2, err
+    [line] = err.splitlines()
     assert line.endswith(f"{name}: invalid {kind}: a number with more than 4300 digits"), line
 
 
@@ -253,20 +267,42 @@ def test_a_pytest_run_with_a_broken_rubric_file_is_one_usage_error(
     result.stderr.fnmatch_lines([f"ERROR: cleo-grade: rubric file */{name}: {problem}*"])
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_broken_or_missing_rubric_file_stops_an_xdist_run_too(
-    pytester: pytest.Pytester, workers: list[str]
-) -> None:
-    # The xdist controller collects nothing: the check at collection ran on the workers only,
-    # and every graded test errored (status 1) instead of one usage error (status 4).
+def broken_and_missing_rubric_suite(pytester: pytest.Pytester) -> None:
     (pytester.path / "rubric.toml").write_text(DEEP_FILES["deep.toml"])
     pytester.makepyfile(
         test_agent="def test_agent(graded_session):\n    graded_session.record('tasks', 'add')\n"
     )
+
+
+def assert_one_usage_error(result: pytest.RunResult, name: str) -> None:
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: cleo-grade: rubric file *{name}*"])
+    assert "error" not in result.stdout.str().lower()  # no test ran, so none errored
+
+
+@pytest.mark.parametrize("name", ["rubric.toml", "missing.toml"])
+def test_a_broken_or_missing_rubric_file_stops_a_serial_run(
+    pytester: pytest.Pytester, name: str
+) -> None:
+    broken_and_missing_rubric_suite(pytester)
+    result = pytester.runpytest("--cleo-grade-rubric=weighted", f"--cleo-grade-rubric-file={name}")
+    assert_one_usage_error(result, name)
+
+
+@pytest.mark.e2e
+def test_a_broken_or_missing_rubric_file_stops_an_xdist_run_too(
+    pytester: pytest.Pytester,
+) -> None:
+    # The xdist controller collects nothing: the check at collection ran on the workers only,
+    # and every graded test errored (status 1) instead of one usage error (status 4). One
+    # worker is as much a worker as two (the suite has one test).
+    broken_and_missing_rubric_suite(pytester)
     for name in ("rubric.toml", "missing.toml"):
         result = pytester.runpytest_subprocess(
-            *workers, "--cleo-grade-rubric=weighted", f"--cleo-grade-rubric-file={name}"
+            "-n",
+            "1",
+            *NO_UNRELATED_PLUGINS,
+            "--cleo-grade-rubric=weighted",
+            f"--cleo-grade-rubric-file={name}",
         )
-        assert result.ret == pytest.ExitCode.USAGE_ERROR
-        result.stderr.fnmatch_lines([f"ERROR: cleo-grade: rubric file *{name}*"])
-        assert "error" not in result.stdout.str().lower()  # no test ran, so none errored
+        assert_one_usage_error(result, name)

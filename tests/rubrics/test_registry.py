@@ -36,6 +36,7 @@ from pytest_cleo_grade.rubrics.registry import (
 from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
 from tests.entries import NOW, entry, sequence
 from tests.fake_judge import verdict_json
+from tests.processes import NO_UNRELATED_PLUGINS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "calls_budget"
 
@@ -317,6 +318,7 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     )
 
 
+@pytest.mark.e2e  # an installed distribution: a process started with it on its path
 def test_a_rubric_published_under_the_entry_point_group_is_discovered(tmp_path: Path) -> None:
     env = install_example(tmp_path)
     code = (
@@ -336,6 +338,7 @@ def test_a_rubric_published_under_the_entry_point_group_is_discovered(tmp_path: 
     assert (result["rubric"], result["rubricVersion"]) == ("calls-budget", "1.0.0")
 
 
+@pytest.mark.e2e  # an installed distribution: a process started with it on its path
 def test_a_broken_entry_point_is_a_rubric_error_naming_the_group(tmp_path: Path) -> None:
     env = install_example(tmp_path, module="no_such_module")
     code = (
@@ -351,6 +354,7 @@ def test_a_broken_entry_point_is_a_rubric_error_naming_the_group(tmp_path: Path)
     assert "no_such_module" in done.stdout
 
 
+@pytest.mark.e2e  # an installed distribution: a process started with it on its path
 def test_the_documented_example_test_passes_against_the_installed_rubric(
     tmp_path: Path,
 ) -> None:
@@ -365,6 +369,7 @@ def test_the_documented_example_test_passes_against_the_installed_rubric(
             "no:cacheprovider",
             "-W",
             "error",
+            *NO_UNRELATED_PLUGINS,
             str(EXAMPLE / "test_calls_budget.py"),
             "--rootdir",
             str(tmp_path),

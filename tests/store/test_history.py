@@ -133,6 +133,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
 def test_concurrent_appends_from_several_processes_never_tear_a_line(tmp_path: Path) -> None:
     path = tmp_path / "GRADES.jsonl"
     writers = [
@@ -165,6 +166,7 @@ FULL_DISK = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
 def test_a_full_disk_leaves_no_partial_line_behind(tmp_path: Path) -> None:
     path = tmp_path / "GRADES.jsonl"
     append_grade(sample(), path)  # type: ignore[arg-type]

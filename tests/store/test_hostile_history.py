@@ -16,6 +16,7 @@ from pytest_cleo_grade.store import AuditStore
 from pytest_cleo_grade.store.history import append_grade, read_grades
 from pytest_cleo_grade.store.sources import load_entries_file, read_cleo_db
 from tests.entries import NOW, sequence
+from tests.processes import NO_UNRELATED_PLUGINS
 from tests.store.test_import import SESSION, build_cleo_db
 
 GOOD = {
@@ -274,7 +275,14 @@ def test_after():
 """
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@pytest.mark.parametrize(
+    "workers",
+    [
+        pytest.param([], id="serial"),
+        # One worker carries the grade's report to the controller as two would.
+        pytest.param(["-n", "1", *NO_UNRELATED_PLUGINS], id="xdist", marks=pytest.mark.e2e),
+    ],
+)
 def test_a_task_id_that_is_not_unicode_never_breaks_the_run_and_its_grade_is_kept(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str]
 ) -> None:

@@ -199,7 +199,28 @@ def _fifo(tmp_path: Path) -> Path:
     return path
 
 
-CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
+#: Runs each case's command in turn in one fresh process (where a blocking open or an endless
+#: read hits the timeout: a failure, never a hang), each in its own directory: prints each
+#: one's exit status and what it wrote to stderr (a traceback included), as JSON.
+REFUSALS = """
+import contextlib, io, json, os, sys, traceback
+from pytest_cleo_grade.cli import main
+
+said = {}
+for name, directory, argv in json.loads(sys.argv[1]):
+    os.chdir(directory)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            status = main(argv)
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            status = 1
+            traceback.print_exc()
+    said[name] = [status, err.getvalue()]
+print(json.dumps(said))
+"""
 
 FIFO_CASES = {
     "import": ["import", "{path}"],
@@ -223,25 +244,51 @@ FIFO_CASES = {
 }
 
 
-@pytest.mark.parametrize("argv", list(FIFO_CASES.values()), ids=list(FIFO_CASES))
-@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
-def test_a_fifo_or_device_as_input_is_refused_in_one_line_without_blocking(
-    tmp_path: Path, argv: list[str], kind: str
-) -> None:
-    path = _fifo(tmp_path) if kind == "fifo" else Path("/dev/zero")
-    write_entries(tmp_path / "e.jsonl")
-    command = [sys.executable, "-c", CLI, *argv]
-    command = [part.replace("{path}", str(path)) for part in command]
+KINDS = ("fifo", "dev-zero")
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
+    """(exit status, stderr, the input's path) of every case of the test below, by case.
+
+    Shared by the cases, which each start no process of their own: the commands run in one
+    process, one after the other, each in a directory of its own holding its entries file
+    and its FIFO (or naming /dev/zero)."""
+    cases = []
+    paths = {}
+    for kind in KINDS:
+        for case, argv in FIFO_CASES.items():
+            directory = tmp_path_factory.mktemp(f"{kind}-{case}")
+            path = _fifo(directory) if kind == "fifo" else Path("/dev/zero")
+            write_entries(directory / "e.jsonl")
+            paths[f"{kind}-{case}"] = str(path)
+            argv = [part.replace("{path}", str(path)) for part in argv]
+            cases.append((f"{kind}-{case}", str(directory), argv))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
-    # A blocking open or an endless read would hit the timeout (a failure, never a hang).
     done = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-c", REFUSALS, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert len(done.stderr.splitlines()) == 1, done.stderr
-    assert "not a regular file" in done.stderr
-    assert str(path) in done.stderr
+    assert (done.returncode, done.stderr) == (0, "")
+    said = json.loads(done.stdout)
+    return {name: (status, err, paths[name]) for name, (status, err) in said.items()}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", list(FIFO_CASES))
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fifo_or_device_as_input_is_refused_in_one_line_without_blocking(
+    refusals: dict[str, tuple[int, str, str]], case: str, kind: str
+) -> None:
+    status, err, path = refusals[f"{kind}-{case}"]
+    assert status == 2, err
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert "not a regular file" in err
+    assert path in err
 
 
 OUTPUT_CASES = {

@@ -159,6 +159,7 @@ def test_a_read_only_open_of_a_cleo_wal_database_leaves_no_side_files(tmp_path: 
     assert cleo_db.stat().st_mtime_ns == mtime
 
 
+@pytest.mark.e2e
 def test_side_files_another_process_uses_are_left_to_it(tmp_path: Path) -> None:
     cleo_db = build_cleo_db(tmp_path / ".cleo" / "tasks.db", idempotency_key=False, wal=True)
     writer_code = textwrap.dedent(

@@ -7,13 +7,15 @@ import json
 import os
 import subprocess
 import sys
-import time
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.store import AuditStore
+from tests.held_import import CLI, start_held_import
+from tests.processes import DEADLINE, read_line
 
 #: Runs the CLI in a grandchild and prints its peak RSS in KiB, so the figure is that one
 #: import's, not the largest of every child the test process ever started.
@@ -57,6 +59,7 @@ def entry_line(i: int, session: str = "s1") -> str:
     )
 
 
+@pytest.mark.e2e
 def test_an_error_on_line_one_is_reported_without_reading_the_rest(tmp_path: Path) -> None:
     # 40 MB of "{}" lines: reading them all (as a list of lines) peaked at gigabytes.
     path = tmp_path / "bad.jsonl"
@@ -71,6 +74,7 @@ def test_an_error_on_line_one_is_reported_without_reading_the_rest(tmp_path: Pat
     assert not (tmp_path / ".cleo").exists()
 
 
+@pytest.mark.e2e
 def test_a_large_valid_import_keeps_memory_bounded_by_a_batch(tmp_path: Path) -> None:
     count = 50_000
     path = tmp_path / "big.jsonl"
@@ -169,12 +173,12 @@ def test_blank_lines_keep_line_numbers_and_clean_batches(
 def test_a_bad_line_before_an_over_long_line_is_the_one_reported(
     capsys: pytest.CaptureFixture[str], in_tmp: Path
 ) -> None:
-    huge = '{"pad": "' + "x" * (64 * 1024 * 1024) + '"}'
-    good = [entry_line(i) for i in range(3)]
-    (in_tmp / "long.jsonl").write_text("\n".join([*good, huge, *good]) + "\n")
+    huge = b'{"pad": "' + b"x" * (64 * 1024 * 1024) + b'"}'
+    good = [entry_line(i).encode() for i in range(3)]
+    (in_tmp / "long.jsonl").write_bytes(b"\n".join([*good, huge, *good]) + b"\n")
     assert main(["import", "long.jsonl"]) == 2
     assert capsys.readouterr().err == ("cleo-grade: error: long.jsonl:4: line longer than 64 MiB\n")
-    (in_tmp / "both.jsonl").write_text("\n".join([*good, "{broken", huge]) + "\n")
+    (in_tmp / "both.jsonl").write_bytes(b"\n".join([*good, b"{broken", huge]) + b"\n")
     assert main(["import", "both.jsonl"]) == 2
     assert capsys.readouterr().err.startswith("cleo-grade: error: both.jsonl:4: invalid JSON")
     assert not (in_tmp / ".cleo").exists()
@@ -198,54 +202,64 @@ def test_leading_blank_lines_do_not_open_the_store_before_the_first_entry(
     assert (in_tmp / "notadb.txt").read_text() == "not a database\n"
 
 
-CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
+#: Run first in import A's process: it says on the pipe OPENED when its store is open (it
+#: holds the store file's shared flock from then on), and goes on.
+OPENED = """
+import os
+from pytest_cleo_grade.store import _imports as imports, _store as core
+
+class Store(core.AuditStore):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        os.write({opened}, b"opened\\n")
+
+imports.AuditStore = Store
+"""
 
 
+@pytest.mark.e2e
 def test_a_failed_import_never_removes_a_store_another_import_filled_meanwhile(
     tmp_path: Path,
 ) -> None:
-    # Import B creates the store and fails at its last line; import A, started once B's
-    # store exists, waits for B's write lock and commits when B rolls back. B removed the
-    # store it had created, by path, and with it A's acknowledged rows (review 6, finding 7).
-    # Enough lines that B is still writing (about 2 s) when A has started and opened the store.
-    count = 50_000
+    # Import B creates the store and fails at its last line; import A, started while B is
+    # writing, opens the store, waits for B's write lock and commits when B rolls back. B
+    # removed the store it had created, by path, and with it A's acknowledged rows (review
+    # 6, finding 7). B is held mid-import (its store open, rows in its transaction) until A
+    # has opened the store.
+    count = 200
     lines = [entry_line(i, "b") for i in range(count)]
     (tmp_path / "b.jsonl").write_text("\n".join([*lines, "{bad"]) + "\n")
     (tmp_path / "a.jsonl").write_text("\n".join(entry_line(i, "a") for i in range(9)) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
     env["CLEO_GRADE_IMPORT_WORKERS"] = "0"
     store = tmp_path / "st" / "a.db"
-    argv = [sys.executable, "-c", CLI, "import"]
-    b = subprocess.Popen(
-        [*argv, "b.jsonl", "--db", "st/a.db"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    b = start_held_import(tmp_path, ["b.jsonl", "--db", "st/a.db"], at=3, env=env)
+    opened_out, opened_in = os.pipe()
     try:
-        deadline = time.monotonic() + 30
-        while not store.exists() and b.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert b.poll() is None, "import B ended before import A could start"
-        a = subprocess.run(
-            [*argv, "a.jsonl", "--db", "st/a.db"],
+        assert store.exists()
+        code = textwrap.dedent(OPENED).format(opened=opened_in) + CLI
+        a = subprocess.Popen(
+            [sys.executable, "-c", code, "import", "a.jsonl", "--db", "st/a.db"],
             cwd=tmp_path,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             env=env,
-            timeout=60,
+            pass_fds=(opened_in,),
         )
-        _, b_err = b.communicate(timeout=60)
+        os.close(opened_in)
+        opened = read_line(opened_out)
+        b.go_on()
+        _, b_err = b.child.communicate(timeout=DEADLINE)
+        a_out, a_err = a.communicate(timeout=DEADLINE)
     finally:
-        if b.poll() is None:
-            b.kill()
-            b.wait()
-    assert b.returncode == 2
+        b.close()
+        os.close(opened_out)
+    assert opened == b"opened\n", a_err
+    assert b.child.returncode == 2
     assert b_err.startswith(f"cleo-grade: error: b.jsonl:{count + 1}: invalid JSON")
-    assert (a.returncode, a.stderr) == (0, "")
-    assert a.stdout.startswith("Imported 9 entries into st/a.db")
+    assert (a.returncode, a_err) == (0, "")
+    assert a_out.startswith("Imported 9 entries into st/a.db")
     with AuditStore(store, read_only=True) as stored:
         assert stored.session_ids() == ["a"]
         assert stored.count() == 9

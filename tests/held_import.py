@@ -1,0 +1,110 @@
+"""``cleo-grade import`` in a process of its own, held mid-import at a batch the test chooses:
+the test acts on it (a signal, another import) at a point it knows, however loaded the machine
+is. (A large file, acted on "while it still runs", was slow, and a race the import could win.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tests.processes import read_line
+
+CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
+
+#: Run first in the import's process. When its source is about to hand over batch number AT
+#: (the first one opens the store, so the store is open and its transaction holds the rows
+#: of the batches before), the import says so on the READY pipe and waits on the HOLD pipe,
+#: until the test closes its end (or a signal's handler raises out of the read).
+HOLD = """
+import os
+from pytest_cleo_grade.store import sources
+
+read_batches = sources._raw_batches
+
+def held(handle, where):
+    for number, batch in enumerate(read_batches(handle, where)):
+        if number == {at}:
+            os.write({ready}, b"holding\\n")
+            os.read({hold}, 1)
+        yield batch
+
+sources._raw_batches = held
+"""
+
+
+class HeldImport:
+    """An import started held (see HOLD); :meth:`close` ends whatever is left of it."""
+
+    def __init__(self, child: subprocess.Popen[str], ready: int, hold: int) -> None:
+        self.child = child
+        self.pid = child.pid
+        self._ready = ready
+        self._hold: int | None = hold
+
+    def wait_until_held(self) -> None:
+        if read_line(self._ready) != b"holding\n":
+            self.child.kill()
+            _, err = self.child.communicate()
+            raise AssertionError(f"the import never got to its hold: {err}")
+
+    def go_on(self) -> None:
+        """Let the import go on from its hold."""
+        if self._hold is not None:
+            os.close(self._hold)
+            self._hold = None
+
+    def close(self) -> None:
+        if self.child.poll() is None:
+            self.child.kill()
+        self.child.communicate()
+        self.go_on()
+        os.close(self._ready)
+
+
+def start_held_import(
+    cwd: Path,
+    argv: Sequence[str],
+    *,
+    at: int,
+    env: dict[str, str],
+    wait_until_held: bool = True,
+    new_session: bool = False,
+    preexec_fn: Callable[[], None] | None = None,
+) -> HeldImport:
+    """``cleo-grade import ARGV`` in ``cwd``, held before batch ``at``; returns once it holds
+    (unless told not to wait)."""
+    ready_out, ready_in = os.pipe()
+    hold_out, hold_in = os.pipe()
+    code = textwrap.dedent(HOLD).format(at=at, ready=ready_in, hold=hold_out) + CLI
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, "import", *argv],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            pass_fds=(ready_in, hold_out),
+            start_new_session=new_session,
+            preexec_fn=preexec_fn,
+        )
+    except BaseException:
+        for fd in (ready_out, hold_in):
+            os.close(fd)
+        raise
+    finally:
+        os.close(ready_in)
+        os.close(hold_out)
+    held = HeldImport(child, ready_out, hold_in)
+    if wait_until_held:
+        try:
+            held.wait_until_held()
+        except BaseException:
+            held.close()
+            raise
+    return held
