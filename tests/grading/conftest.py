@@ -1,3 +1,8 @@
-"""The inner pytest runs here leave out an unrelated slow plugin (see tests/inner_runs.py)."""
+"""The inner pytest runs here share what tests/inner_runs.py says (a leaner start, modules
+loaded once)."""
 
-from tests.inner_runs import _inner_runs_without_langsmith  # noqa: F401
+from tests.inner_runs import _inner_runs_without_langsmith, preload_plugin_modules
+
+__all__ = ["_inner_runs_without_langsmith"]
+
+preload_plugin_modules()
