@@ -18,6 +18,7 @@ from pytest_cleo_grade.cli import main as cli_main
 from pytest_cleo_grade.core.errors import EntryError
 from pytest_cleo_grade.core.models import non_finite_path
 from pytest_cleo_grade.store import AuditStore
+from tests.inner_runs import shared_pytester
 from tests.plugin_suites import make_suite
 
 HISTORY = Path(".cleo") / "metrics" / "GRADES.jsonl"
@@ -409,6 +410,7 @@ for i in range(int(sys.argv[1])):
 """
 
 
+@pytest.mark.e2e
 def test_processes_creating_the_store_together_lose_no_entry(tmp_path: Path) -> None:
     db = tmp_path / "cold" / "audit.db"
     env = {
@@ -437,6 +439,7 @@ def test_processes_creating_the_store_together_lose_no_entry(tmp_path: Path) -> 
 # --- 6. a killed run keeps the grades of finished tests -----------------------------------
 
 
+@pytest.mark.e2e
 def test_a_killed_run_keeps_the_grades_of_the_tests_that_finished(tmp_path: Path) -> None:
     (tmp_path / "suite_agents.py").write_text(
         textwrap.dedent(
@@ -656,43 +659,59 @@ def test_also_plain():
     )
 
 
-def test_a_marked_test_that_asks_for_its_session_itself_is_not_warned_about(
-    pytester: pytest.Pytester,
-) -> None:
-    make_suite(
-        pytester,
-        """
+#: Tests that ask for their session with request.getfixturevalue, one run on two workers.
+ASKED_FOR = """
 @pytest.mark.cleo_grade(fail_under="C")
-def test_dynamic(request):
+def test_dynamic_marked(request):
     perfect(request.getfixturevalue("graded_session"))
-""",
-    )
-    result = pytester.runpytest("-W", "error", "-n", "2")
-    result.assert_outcomes(passed=1)
-    assert "graded_session fixture" not in result.stdout.str()
-    result.stdout.fnmatch_lines(["*test_dynamic *100/100*"])
 
-
-def test_a_session_the_body_asks_for_is_graded_like_a_requested_one(
-    pytester: pytest.Pytester,
-) -> None:
-    make_suite(
-        pytester,
-        """
 def test_dynamic(request):
     forty(request.getfixturevalue("graded_session"))
 
 def test_dynamic_failing_on_its_own(request):
     perfect(request.getfixturevalue("graded_session"))
     assert False, "the agent crashed"
-""",
-    )
-    result = pytester.runpytest("--cleo-grade-fail-under=B", "-n", "2")
-    result.assert_outcomes(failed=2)
+"""
+
+
+@pytest.fixture(scope="module")
+def asked_for(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[pytest.RunResult, Path]:
+    """ASKED_FOR run once under xdist, warnings as errors (the marked test's ``fail_under`` beats
+    the command line's B): the two tests below read its two sides. Shared because the run
+    starts two worker processes."""
+    with shared_pytester(request, tmp_path_factory) as (pytester, _):
+        make_suite(pytester, ASKED_FOR)
+        result = pytester.runpytest("-W", "error", "--cleo-grade-fail-under=B", "-n", "2")
+        return result, pytester.path
+
+
+@pytest.mark.e2e
+def test_a_marked_test_that_asks_for_its_session_itself_is_not_warned_about(
+    asked_for: tuple[pytest.RunResult, Path],
+) -> None:
+    result, _ = asked_for
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.no_fnmatch_line("FAILED*test_dynamic_marked*")  # the one that passed
+    assert "graded_session fixture" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_dynamic_marked *100/100*"])
+
+
+@pytest.mark.e2e
+def test_a_session_the_body_asks_for_is_graded_like_a_requested_one(
+    asked_for: tuple[pytest.RunResult, Path],
+) -> None:
+    result, path = asked_for
+    result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
         ["*test_dynamic *40/100*", "*test_dynamic_failing_on_its_own *100/100*"]
     )
-    assert len(history_lines(pytester.path)) == 2
+    # The two failures, in whichever order the workers finished them.
+    result.stdout.fnmatch_lines(["FAILED test_agent.py::test_dynamic - *"])
+    result.stdout.fnmatch_lines(["FAILED test_agent.py::test_dynamic_failing_on_its_own - *"])
+    graded = sorted(str(line["testId"]).split("::")[-1] for line in history_lines(path))
+    assert graded == ["test_dynamic", "test_dynamic_failing_on_its_own", "test_dynamic_marked"]
 
 
 CHILD_AGENT = """
@@ -707,6 +726,7 @@ record("session", "end", gateway="cleo_mutate")
 """
 
 
+@pytest.mark.e2e
 def test_a_call_a_child_process_could_not_record_fails_its_test(
     pytester: pytest.Pytester,
 ) -> None:
@@ -755,6 +775,7 @@ record("session", "end", gateway="cleo_mutate")
 """
 
 
+@pytest.mark.e2e
 def test_a_call_a_child_process_could_not_store_fails_its_test(
     pytester: pytest.Pytester,
 ) -> None:
@@ -779,6 +800,7 @@ def test_child(graded_session):
     )
 
 
+@pytest.mark.e2e
 def test_a_call_a_shell_agent_could_not_record_fails_its_test(
     pytester: pytest.Pytester,
 ) -> None:
@@ -810,6 +832,7 @@ def test_shell_agent(graded_session):
     )
 
 
+@pytest.mark.e2e
 def test_a_store_deleted_between_or_during_tests_never_hides_a_childs_call(
     pytester: pytest.Pytester,
 ) -> None:
@@ -928,6 +951,7 @@ record("admin", "help", gateway="cleo_query")
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_calls_a_child_process_records_after_the_grade_are_said_to_be_in_no_grade(
     pytester: pytest.Pytester, workers: list[str]
@@ -977,7 +1001,9 @@ def test_an_interrupted_run_says_its_grade_covers_only_the_tests_that_finished(
             perfect(graded_session)
         """,
     )
-    result = pytester.runpytest_subprocess("--cleo-grade-gate=A")  # in process: ours too
+    # In process, and the inner run's KeyboardInterrupt stays there (pytester re-raises it
+    # into this run unless told not to).
+    result = pytester.runpytest("--cleo-grade-gate=A", no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
         [

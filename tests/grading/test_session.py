@@ -123,6 +123,7 @@ def test_recorded_entries_come_back_in_session_order(session: GradeSession) -> N
     assert entries[1].metadata.gateway == "cleo_query"
 
 
+@pytest.mark.e2e
 def test_entries_include_those_written_by_a_subprocess(session: GradeSession) -> None:
     code = "from pytest_cleo_grade import record; record('tasks', 'exists', {'taskId': 'T1'})"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -134,6 +135,7 @@ def test_entries_include_those_written_by_a_subprocess(session: GradeSession) ->
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("child_first", [True, False], ids=["child-then-grade", "grade-only"])
 def test_calls_recorded_while_a_grade_is_made_are_late_not_graded(
     session: GradeSession, child_first: bool
@@ -276,6 +278,7 @@ def test_two_sessions_on_one_store_stay_apart(settings: SessionSettings) -> None
         assert store.session_ids() == [first.id, second.id]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [

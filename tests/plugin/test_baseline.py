@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -199,6 +197,7 @@ def test_agent(graded_session, cleo_grade_run):
 """
 
 
+@pytest.mark.e2e  # two xdist workers; the controller runs in this process
 def test_with_repeats_on_both_sides_only_a_drop_beyond_the_noise_fails_under_xdist(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,7 +222,7 @@ def test_with_repeats_on_both_sides_only_a_drop_beyond_the_noise_fails_under_xdi
     pytester.makefile(".txt", agent="forty")
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    worse = pytester.runpytest_subprocess("-n", "2", *gate, "--junitxml=out.xml")
+    worse = pytester.runpytest("-n", "2", *gate, "--junitxml=out.xml")
     assert worse.ret == 1
     worse.stdout.fnmatch_lines(
         ["REGRESSION test_agent.py::test_agent total: 87.5% -> 40.0% (-47.5, tolerance 5 points)"]
@@ -239,7 +238,7 @@ def test_with_repeats_on_both_sides_only_a_drop_beyond_the_noise_fails_under_xdi
     assert ("cleo_regressions", "1") in suite
 
 
-@pytest.mark.parametrize("workers", [None, "2"])
+@pytest.mark.parametrize("workers", [None, pytest.param("2", marks=pytest.mark.e2e)])
 def test_a_repeated_test_of_which_only_some_runs_ran_is_not_compared(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: str | None
 ) -> None:
@@ -257,7 +256,7 @@ def test_a_repeated_test_of_which_only_some_runs_ran_is_not_compared(
     if workers is None:
         result = pytester.runpytest(*args)
     else:
-        result = pytester.runpytest_subprocess(*args, "-n", workers)
+        result = pytester.runpytest(*args, "-n", workers)  # the workers' processes only
     assert result.ret == 0
     result.stdout.fnmatch_lines(
         [
@@ -322,6 +321,8 @@ def test_known_bad(graded_session):
 def test_an_expected_failure_stays_out_of_reports_and_baselines_read_from_the_history(
     pytester: pytest.Pytester,
 ) -> None:
+    from pytest_cleo_grade.cli.main import main
+
     make_suite(pytester, XFAILED)
     run = pytester.runpytest("--cleo-grade-gate=A")
     run.assert_outcomes(passed=1, xfailed=1)
@@ -329,14 +330,9 @@ def test_an_expected_failure_stays_out_of_reports_and_baselines_read_from_the_hi
     history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
     lines = [json.loads(line) for line in history.read_text().splitlines()]
     assert [line.get("excluded") for line in lines] == [None, "xfailed"]
-    cli = [str(Path(sys.executable).with_name("cleo-grade"))]
-    report = pytester.run(
-        *cli, "report", "--html", "r.html", "--history", str(history), "--gate", "A"
-    )
-    assert report.ret == 0
+    assert main(["report", "--html", "r.html", "--history", str(history), "--gate", "A"]) == 0
     assert "gate passed: mean 100%" in (pytester.path / "r.html").read_text()
-    saved = pytester.run(*cli, "baseline", "save", "b.json", "--history", str(history))
-    assert saved.ret == 0
+    assert main(["baseline", "save", "b.json", "--history", str(history)]) == 0
     tests = json.loads((pytester.path / "b.json").read_text())["tests"]
     assert list(tests) == ["test_agent.py::test_ok"]
     again = pytester.runpytest("--cleo-grade-baseline=b.json")
@@ -364,12 +360,14 @@ def test_a_run_never_saves_its_baseline_over_its_history(pytester: pytest.Pytest
             ["-k", "one", "-n", "2"],
             "1 test was deselected (-k, -m, --deselect, *)",
             id="-k under xdist",
+            marks=pytest.mark.e2e,
         ),
         pytest.param(["--lf"], "--lf re-ran only the tests that failed last time", id="--lf"),
         pytest.param(
             ["--lf", "-n", "2"],
             "--lf re-ran only the tests that failed last time",
             id="--lf under xdist",
+            marks=pytest.mark.e2e,
         ),
         pytest.param(
             ["-x", "--cleo-grade-fail-under=A"],

@@ -24,6 +24,10 @@ def check(graded_session):
 """
 
 
+# The inner runs that set OpenTelemetry's global tracer provider (the capture, the suite, its
+# conftest) run in a subprocess: a process sets it once, and this one is the test run's.
+
+
 @pytest.fixture
 def importable(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
@@ -31,6 +35,7 @@ def importable(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> py
     return pytester
 
 
+@pytest.mark.e2e
 def test_capture_otel_records_an_instrumented_agents_spans_with_no_conftest(
     importable: pytest.Pytester,
 ) -> None:
@@ -62,6 +67,7 @@ def test_spans_outside_graded_tests_are_not_recorded():
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.e2e
 def test_without_capture_otel_spans_are_not_entries(importable: pytest.Pytester) -> None:
     importable.makepyfile(
         """
@@ -80,6 +86,7 @@ def test_agent(graded_session):
     importable.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+@pytest.mark.e2e
 def test_a_provider_that_is_not_the_sdks_errors_at_setup_with_its_one_line_once(
     importable: pytest.Pytester,
 ) -> None:
@@ -99,6 +106,7 @@ def test_a_provider_that_is_not_the_sdks_errors_at_setup_with_its_one_line_once(
     assert "short test summary info" in lines[start + 2]  # the one line, and nothing else
 
 
+@pytest.mark.e2e
 def test_an_agent_in_a_subprocess_is_graded_through_the_sessions_otlp_endpoint(
     importable: pytest.Pytester,
 ) -> None:
@@ -116,7 +124,7 @@ def test_agent(graded_session):
     check(graded_session)
 """
     )
-    importable.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    importable.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 def test_the_ini_tool_map_routes_tools_for_every_adapter(importable: pytest.Pytester) -> None:
@@ -136,7 +144,7 @@ def test_agent(graded_session):
     assert "CLEO_GRADE_TOOL_MAP" in graded_session.subprocess_env()
 """
     )
-    importable.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    importable.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 @pytest.mark.parametrize(
@@ -216,7 +224,7 @@ def test_a_bad_tool_map_entry_is_one_usage_error_naming_its_place(
     # error counts entries, names the file, and never gives a line number that is not one.
     path = pytester.makefile(".ini", pytest="[pytest]\ncleo_grade_tool_map =\n" + ini)
     pytester.makepyfile("def test_x(): pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    result = pytester.runpytest("-p", "no:cacheprovider", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.errlines if line.strip()]
     assert errors == ["ERROR: cleo-grade: " + message.format(ini=path)]

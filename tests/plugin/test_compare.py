@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -464,12 +461,13 @@ def test_a_failed_structural_check_is_a_flag_and_the_threshold_still_applies(
     )
 
 
+@pytest.mark.e2e  # two xdist workers; the controllers run in this process
 def test_a_two_worker_run_decides_on_the_controller_exactly_like_a_serial_run(
     pytester: pytest.Pytester,
 ) -> None:
     make_suite(pytester, suite({"TQ-2": WORSE, "TQ-3": WORSE}))
-    serial = pytester.runpytest_subprocess("--cleo-grade-compare=sonnet:haiku")
-    parallel = pytester.runpytest_subprocess("-n", "2", "--cleo-grade-compare=sonnet:haiku")
+    serial = pytester.runpytest("--cleo-grade-compare=sonnet:haiku")
+    parallel = pytester.runpytest("-n", "2", "--cleo-grade-compare=sonnet:haiku")
     assert serial.ret == parallel.ret == 1
 
     def section(lines: list[str]) -> list[str]:
@@ -566,57 +564,63 @@ def test_a_hostile_variant_name_is_escaped_in_the_cannot_grade_message(
     )
 
 
-#: Four scenarios both variants score the same on (5, 3, 5, 3); the sleeps only make the
-#: workers finish them out of collection order, so the history's line order differs from it.
+#: Four scenarios both variants score the same on (5, 3, 5, 3). Each variant's runs are a
+#: class, which --dist loadscope gives one worker: sonnet's run in scenario order and haiku's in
+#: the reverse, so the history holds the variants' runs in opposite orders, whichever worker
+#: finishes first.
 SCENARIOS = AGENT + textwrap.dedent(
     """
-    import time
-
     SCORE = [5, 3, 5, 3]
-    SLEEP = {"sonnet": [0.3, 0, 0.3, 0], "haiku": [0, 0.3, 0, 0.3]}
 
-    @pytest.mark.parametrize("variant", [
-        pytest.param(v, marks=pytest.mark.cleo_grade(variant=v), id=v) for v in ("sonnet", "haiku")
-    ])
-    @pytest.mark.parametrize("scenario", range(4))
-    @pytest.mark.cleo_grade(query="TQ-1", thoroughness="quick")
-    def test_q(graded_session, variant, scenario):
-        time.sleep(SLEEP[variant][scenario])
-        graded_session.set_output(
-            run_agent(graded_session),
-            scores={f"Q-0{i}": SCORE[scenario] for i in range(1, 7)},
+    def scored(session, scenario):
+        session.set_output(
+            run_agent(session), scores={f"Q-0{i}": SCORE[scenario] for i in range(1, 7)}
         )
+
+    @pytest.mark.cleo_grade(query="TQ-1", thoroughness="quick", variant="sonnet")
+    class TestSonnet:
+        @pytest.mark.parametrize("scenario", [0, 1, 2, 3])
+        def test_q(self, graded_session, scenario):
+            scored(graded_session, scenario)
+
+    @pytest.mark.cleo_grade(query="TQ-1", thoroughness="quick", variant="haiku")
+    class TestHaiku:
+        @pytest.mark.parametrize("scenario", [3, 2, 1, 0])
+        def test_q(self, graded_session, scenario):
+            scored(graded_session, scenario)
     """
 )
 
 
+@pytest.mark.e2e  # two xdist workers; the controller runs in this process
 def test_repeated_runs_pair_alike_under_xdist_and_in_cleo_grade_compare_afterwards(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from pytest_cleo_grade.cli import main
+
     make_suite(pytester, SCENARIOS)
-    result = pytester.runpytest_subprocess("-n", "2", "--cleo-grade-compare=sonnet:haiku")
+    result = pytester.runpytest(
+        "-n", "2", "--dist", "loadscope", "--cleo-grade-compare=sonnet:haiku"
+    )
     assert result.ret == 0
     history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
     ids = [json.loads(line)["testId"] for line in history.read_text().splitlines()]
     assert len(ids) == 8
-    # The precondition: the history holds the runs in another order than collected.
-    collected = pytester.runpytest_subprocess("--collect-only", "-q").outlines
-    assert ids != [line for line in collected if "::test_q[" in line]
+    # The precondition: in the history, the variants' runs stand in opposite scenario orders,
+    # so pairing the runs in line order would pair a 5 with a 3.
+    order = {
+        variant: [i.rsplit("[", 1)[1].rstrip("]") for i in ids if f"::Test{variant}::" in i]
+        for variant in ("Sonnet", "Haiku")
+    }
+    assert order == {"Sonnet": ["0", "1", "2", "3"], "Haiku": ["3", "2", "1", "0"]}
     row = [line for line in result.outlines if line.startswith("TQ-1")]
     # Scenario i of sonnet pairs with scenario i of haiku: every paired difference is 0.
     assert row == ["TQ-1   quick  4.00    4.00   0.00  Equivalent  4/4   [0.00, 0.00]    yes"]
-    exe = Path(sys.executable).with_name("cleo-grade")
-    done = subprocess.run(
-        [str(exe), "compare", "--baseline", "sonnet", "--candidate", "haiku"],
-        cwd=pytester.path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert [line for line in done.stdout.splitlines() if line.startswith("TQ-1")] == row
-    assert "Note:" not in done.stdout
+    capsys.readouterr()
+    assert main(["compare", "--baseline", "sonnet", "--candidate", "haiku"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("TQ-1")] == row
+    assert "Note:" not in out
 
 
 JUDGED = AGENT + textwrap.dedent(

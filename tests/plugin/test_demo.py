@@ -2,35 +2,28 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_the_demo_suite_passes_with_good_agents_graded_a_and_anti_patterns_below_b(
-    tmp_path: Path,
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     junit = tmp_path / "junit.xml"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            f"--junitxml={junit}",
-            f"--cleo-grade-db={tmp_path / 'audit.db'}",
-            f"--cleo-grade-history={tmp_path / 'GRADES.jsonl'}",
-        ],
-        cwd=EXAMPLES,
-        capture_output=True,
-        text=True,
-        check=False,
+    monkeypatch.chdir(EXAMPLES)  # an in-process run of the suite, with its own pytest.ini
+    result = pytester.runpytest(
+        f"--junitxml={junit}",
+        f"--cleo-grade-db={tmp_path / 'audit.db'}",
+        f"--cleo-grade-history={tmp_path / 'GRADES.jsonl'}",
     )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "10 passed" in completed.stdout
-    assert "gate passed: mean 81.7% reaches 60% (C)" in completed.stdout
+    out = result.stdout.str()
+    assert result.ret == 0, out + result.stderr.str()
+    assert "10 passed" in out
+    assert "gate passed: mean 81.7% reaches 60% (C)" in out
     letters = {
         case.attrib["name"]: {p.attrib["name"]: p.attrib["value"] for p in case.iter("property")}[
             "cleo_grade"

@@ -68,12 +68,11 @@ def test_the_ini_key_sets_the_path_relative_to_the_ini_file(pytester: pytest.Pyt
     assert "<tr data-index=" in (pytester.path / "reports" / "grades.html").read_text()
 
 
+@pytest.mark.e2e  # two xdist workers; the controller runs in this process
 def test_under_xdist_only_the_controller_writes_the_one_report(pytester: pytest.Pytester) -> None:
     make_suite(pytester, SUITE)
     pytester.makeconftest(WORKER_PROBE)
-    result = pytester.runpytest_subprocess(
-        "-p", "xdist", "-n", "2", "--cleo-grade-html=out/report.html"
-    )
+    result = pytester.runpytest("-p", "xdist", "-n", "2", "--cleo-grade-html=out/report.html")
     result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(["*2 workers [[]6 items[]]*"])
     probes = sorted(p.read_text() for p in pytester.path.glob("probe-gw*.txt"))

@@ -320,6 +320,7 @@ def test_disabling_the_plugin_removes_the_fixture_and_the_options(
     assert usage.ret == pytest.ExitCode.USAGE_ERROR
 
 
+@pytest.mark.e2e
 def test_loading_the_plugin_imports_neither_pydantic_nor_sqlite(tmp_path: Path) -> None:
     # pytest loads the plugin in every run wherever it is installed; unused, it must be cheap.
     code = (
@@ -332,6 +333,7 @@ def test_loading_the_plugin_imports_neither_pydantic_nor_sqlite(tmp_path: Path) 
     assert completed.stdout.strip() == "[]"
 
 
+@pytest.mark.e2e
 def test_a_run_that_grades_nothing_loads_neither_pydantic_nor_sqlite(tmp_path: Path) -> None:
     # Configuring the plugin (its reporter, the shared store) must stay lazy for a whole run.
     (tmp_path / "conftest.py").write_text(

@@ -314,6 +314,7 @@ def test_the_final_grade_is_visible_to_fixtures_tearing_down_after_the_body(
     pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=2)
 
 
+@pytest.mark.e2e
 def test_entries_recorded_by_a_subprocess_are_graded(pytester: pytest.Pytester) -> None:
     make_suite(
         pytester,

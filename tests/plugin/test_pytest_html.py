@@ -107,6 +107,7 @@ def test_a_failed_gate_is_the_first_thing_the_summary_says(pytester: pytest.Pyte
     assert "the run exits with status 1 even where no test failed" in summary
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 def test_a_failed_gate_is_drawn_in_red(pytester: pytest.Pytester, tmp_path: Path) -> None:
     # The colour was on the div, and pytest-html's own `p {color: black}` won: black text.
@@ -202,6 +203,7 @@ def test_sorting_by_score_orders_by_the_percentage(pytester: pytest.Pytester) ->
     assert re.sub(r"<!--.*?-->", "", cell) == '<td class="col-cleoPercent">75% (75/100)</td>'
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 def test_clicking_score_in_a_browser_sorts_by_the_percentage(
     pytester: pytest.Pytester, tmp_path: Path

@@ -121,6 +121,7 @@ def test_stable(graded_session):
     assert decided["test_stable[run-3]"]["cleo_verdict"] == "stable pass"
 
 
+@pytest.mark.e2e  # two xdist workers; the controller runs in this process
 def test_runs_from_the_command_line_spread_over_xdist_workers_and_decide_once(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -139,9 +140,7 @@ def test_agent(graded_session, cleo_grade_run):
     )
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    result = pytester.runpytest_subprocess(
-        "-n", "2", "--cleo-grade-runs=6", "--cleo-grade-fail-under=A"
-    )
+    result = pytester.runpytest("-n", "2", "--cleo-grade-runs=6", "--cleo-grade-fail-under=A")
     result.assert_outcomes(passed=5, failed=1)
     workers = {Path(pytester.path / f"worker-{i}").read_text() for i in range(1, 7)}
     assert workers == {"gw0", "gw1"}
@@ -452,7 +451,8 @@ def test_agent(graded_session):
 
 
 @pytest.mark.parametrize(
-    ("strict", "failed", "workers"), [(False, 0, None), (True, 1, None), (True, 1, "2")]
+    ("strict", "failed", "workers"),
+    [(False, 0, None), (True, 1, None), pytest.param(True, 1, "2", marks=pytest.mark.e2e)],
 )
 def test_an_xfail_marked_repeated_test_whose_decision_passes_is_one_xpass(
     pytester: pytest.Pytester, strict: bool, failed: int, workers: str | None
@@ -471,7 +471,7 @@ def test_agent(graded_session):
     if workers is None:
         result = pytester.runpytest("-rfxX")
     else:
-        result = pytester.runpytest_subprocess("-rfxX", "-n", workers)
+        result = pytester.runpytest("-rfxX", "-n", workers)  # the workers' processes only
     result.assert_outcomes(xpassed=3 - failed, failed=failed)
     assert result.ret == failed
     if strict:

@@ -556,6 +556,7 @@ def test_the_github_step_summary_sums_the_judge_usage(
     ) in summary.read_text()
 
 
+@pytest.mark.e2e  # two xdist workers; the controller runs in this process
 def test_a_two_worker_run_grades_with_a_conftest_rubric_and_the_judge_on_the_workers(
     pytester: pytest.Pytester, judge: FakeJudgeServer
 ) -> None:
@@ -575,7 +576,7 @@ def test_a_two_worker_run_grades_with_a_conftest_rubric_and_the_judge_on_the_wor
             graded_session.record("tasks", "show", {"taskId": f"T{n}"}, gateway="cleo_query")
         """,
     )
-    result = pytester.runpytest_subprocess("-n", "2", *judge_args(judge), "--junitxml=out.xml")
+    result = pytester.runpytest("-n", "2", *judge_args(judge), "--junitxml=out.xml")
     result.assert_outcomes(passed=6)
     props = junit_properties(pytester.path / "out.xml")
     assert {dict(p)["cleo_score"] for name, p in props.items() if "steps" in name} == {"50/100"}

@@ -18,6 +18,7 @@ from pytest_cleo_grade.grading._verdict import GradedTest, RunGrade
 from pytest_cleo_grade.reports._baseline import BASELINE_SUMMARY_BYTES, baseline_markdown
 from pytest_cleo_grade.reports._display import SUMMARY_BYTES, markdown_summary
 from pytest_cleo_grade.reports._repeats import ESTIMATOR_NOTE, REPEAT_SUMMARY_BYTES, repeat_markdown
+from tests.inner_runs import shared_pytester
 
 #: An agent's task id: a table break, a Markdown link, HTML, a code span, bare addresses
 #: GitHub would link, a terminal escape and a bidirectional override.
@@ -64,14 +65,17 @@ def run(pytester: pytest.Pytester, regress: bool, *args: str) -> str:
     return summary.read_text(encoding="utf-8") if summary.exists() else ""
 
 
-@pytest.fixture
-def summary(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> str:
-    baseline = pytester.path / "baseline.json"
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary-False.md"))
-    run(pytester, False, f"--cleo-grade-save-baseline={baseline}")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary-True.md"))
-    gate = "--cleo-grade-fail-on-regression=total:5"
-    return run(pytester, True, f"--cleo-grade-baseline={baseline}", gate)
+@pytest.fixture(scope="module")
+def summary(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The step summary of a run regressed against its baseline, made once: the tests reading
+    it check different facets of the same text, and each made it anew (two runs) before."""
+    with shared_pytester(request, tmp_path_factory) as (pytester, monkeypatch):
+        baseline = pytester.path / "baseline.json"
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary-False.md"))
+        run(pytester, False, f"--cleo-grade-save-baseline={baseline}")
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary-True.md"))
+        gate = "--cleo-grade-fail-on-regression=total:5"
+        return run(pytester, True, f"--cleo-grade-baseline={baseline}", gate)
 
 
 def test_regressions_come_first_then_repeated_tests_then_the_grades(summary: str) -> None:

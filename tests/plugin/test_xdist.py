@@ -11,6 +11,10 @@ import pytest
 from pytest_cleo_grade.store import AuditStore
 from tests.plugin_suites import make_suite
 
+# Every test here starts pytest-xdist workers. The controllers run in this process: only the
+# workers need processes of their own.
+pytestmark = pytest.mark.e2e
+
 SUITE = """
 import os
 
@@ -66,11 +70,11 @@ def test_a_two_worker_run_grades_reports_and_persists_exactly_like_a_serial_run(
     make_suite(pytester, SUITE)
     common = ["--cleo-grade-gate=B", "-p", "no:randomly"]
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "serial.md"))
-    serial = pytester.runpytest_subprocess(
+    serial = pytester.runpytest(
         *common, "--junitxml=serial.xml", "--cleo-grade-history=serial.jsonl"
     )
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "xdist.md"))
-    parallel = pytester.runpytest_subprocess(
+    parallel = pytester.runpytest(
         *common, "-n", "2", "--junitxml=xdist.xml", "--cleo-grade-history=xdist.jsonl"
     )
     parallel.stdout.fnmatch_lines(["*2 workers [[]15 items[]]*"])  # really ran on two workers
@@ -102,7 +106,7 @@ def test_under_xdist_the_gate_alone_sets_the_exit_status(pytester: pytest.Pytest
             forty(graded_session)
         """,
     )
-    result = pytester.runpytest_subprocess("-n", "2", "--cleo-grade-gate=B")
+    result = pytester.runpytest("-n", "2", "--cleo-grade-gate=B")
     result.assert_outcomes(passed=2)
     assert result.ret == 1
     result.stdout.fnmatch_lines(["gate FAILED: mean 70% is below 75% (B)"])
@@ -122,7 +126,7 @@ def test_under_xdist_an_invalid_marker_errors_its_test_instead_of_crashing_a_wor
             perfect(graded_session)
         """,
     )
-    result = pytester.runpytest_subprocess("-n", "2")
+    result = pytester.runpytest("-n", "2")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
         [

@@ -1,0 +1,101 @@
+"""What the inner pytest runs of tests/plugin and tests/grading share (their conftests use it)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import pkgutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# The root conftest.py (pytest imported it as "conftest"): what no inner run may see.
+from conftest import _OUTSIDE_NAMES, _OUTSIDE_PREFIXES
+from pytest_cleo_grade.judges._breaker import RUN_BREAKERS
+
+#: langsmith (installed with the langchain capture extra) registers a pytest plugin whose import
+#: takes about 2 s, paid again by every inner pytest process and xdist worker: a fifth of these
+#: folders' time went to it. No plugin test is about it (.ci/run's lowest leg has no langsmith),
+#: so the inner runs go without it.
+INNER_ADDOPTS = "-p no:langsmith_plugin"
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_without_langsmith(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every inner run (in-process, subprocess, its xdist workers) leaves langsmith's plugin out.
+
+    Pytester discards the outer PYTEST_ADDOPTS when it is set up, so a test using it gets it
+    first and the option is set after.
+    """
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+
+
+#: What grading loads: every module of these packages, and the capture package's own (its
+#: adapters import their agent frameworks, seconds each, and no in-process inner run uses one:
+#: those runs start a subprocess, a framework's tracing being process-global). The CLI is no
+#: part of a pytest run.
+_PRELOADED_PACKAGES = ("core", "store", "grading", "rubrics", "judges", "reports", "plugin")
+_PRELOADED_CAPTURE = ("capture", "capture.audit", "capture.mapping", "capture._refusals")
+
+
+def preload_plugin_modules() -> None:
+    """Import the plugin's modules, and xdist's controller, once in this process.
+
+    An in-process inner run (``pytester.runpytest``) forgets every module first imported during
+    it: the next run imported and compiled the store, the rubrics, sqlite_utils and the rest of
+    what grading loads lazily again (with the assertion rewriting pytest gives a plugin's
+    modules, and no bytecode cache under PYTHONDONTWRITEBYTECODE), most of a second a run.
+    Modules already loaded here are kept, and an inner run uses them as they are.
+    """
+    for name in _PRELOADED_PACKAGES:
+        package = importlib.import_module(f"pytest_cleo_grade.{name}")
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            importlib.import_module(module.name)
+    for name in _PRELOADED_CAPTURE:
+        importlib.import_module(f"pytest_cleo_grade.{name}")
+    for name in ("xdist.dsession", "xdist.remote", "xdist.report"):
+        importlib.import_module(name)
+
+
+class _WiderRequest:
+    """A module- or class-scoped request as Pytester reads it: pytest refuses such a request's
+    ``function``, which Pytester only asks to name its directory (else by the node)."""
+
+    function = None
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
+
+
+@contextlib.contextmanager
+def shared_pytester(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[pytest.Pytester, pytest.MonkeyPatch]]:
+    """A Pytester for a module- or class-scoped fixture: one inner run several tests read.
+
+    The ``pytester`` fixture is per test; this one lives in its own directory for as long as the
+    fixture's scope. While the ``with`` block runs, the working directory is that directory and
+    the environment is what a test's inner run gets (nothing from outside the suite, langsmith's
+    plugin left out, no judge failures counted: the root conftest's autouse fixtures do that
+    for each test, after a wider-scoped fixture is set up); both are restored when it ends, and
+    the directory and the results stay.
+    """
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for name in list(os.environ):
+            if name in _OUTSIDE_NAMES or name.startswith(_OUTSIDE_PREFIXES):
+                monkeypatch.delenv(name)
+        monkeypatch.setattr(RUN_BREAKERS, "_streaks", {})
+        pytester = pytest.Pytester(
+            _WiderRequest(request), tmp_path_factory, monkeypatch, _ispytest=True
+        )
+        monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+        yield pytester, monkeypatch
