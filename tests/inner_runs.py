@@ -22,18 +22,42 @@ from pytest_cleo_grade.judges._breaker import RUN_BREAKERS
 INNER_ADDOPTS = "-p no:langsmith_plugin"
 
 
-@pytest.fixture(autouse=True)
-def _inner_runs_without_langsmith(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+def inner_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Every inner run (in-process, subprocess, its xdist workers) leaves langsmith's plugin out.
+    """What every inner run (in-process, a subprocess, its xdist workers, a child agent) gets.
+
+    langsmith's plugin is left out (see INNER_ADDOPTS). And where the environment turns the
+    bytecode cache off (PYTHONDONTWRITEBYTECODE), a child Python keeps one in this run's temp
+    directory instead: without it every child process compiled pytest, pydantic and the plugin
+    from source again, a third to a half of what an xdist worker or a subprocess pytest costs.
+    Nothing is written beside the sources, which is what the setting asks for. (The cache is
+    this run's own, so a file a test writes twice between two child runs is read anew unless
+    both versions have one size and one mtime second: no test here does that.)
+    """
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        root = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            root = root.parent  # the run's own temp directory, which its workers share
+        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+        monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(root / "pycache"))
+
+
+@pytest.fixture(autouse=True)
+def _inner_run_environment(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Every test's inner runs get :func:`inner_environment`.
 
     Pytester discards the outer PYTEST_ADDOPTS when it is set up, so a test using it gets it
-    first and the option is set after.
+    first and the environment is set after.
     """
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")
-    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    inner_environment(monkeypatch, tmp_path_factory)
 
 
 #: What grading loads: every module of these packages, and the capture package's own (its
@@ -84,10 +108,10 @@ def shared_pytester(
 
     The ``pytester`` fixture is per test; this one lives in its own directory for as long as the
     fixture's scope. While the ``with`` block runs, the working directory is that directory and
-    the environment is what a test's inner run gets (nothing from outside the suite, langsmith's
-    plugin left out, no judge failures counted: the root conftest's autouse fixtures do that
-    for each test, after a wider-scoped fixture is set up); both are restored when it ends, and
-    the directory and the results stay.
+    the environment is what a test's inner run gets (nothing from outside the suite, no judge
+    failures counted: the root conftest's autouse fixtures do that for each test, after a
+    wider-scoped fixture is set up; and :func:`inner_environment`); both are restored when it
+    ends, and the directory and the results stay.
     """
     with pytest.MonkeyPatch.context() as monkeypatch:
         for name in list(os.environ):
@@ -97,5 +121,5 @@ def shared_pytester(
         pytester = pytest.Pytester(
             _WiderRequest(request), tmp_path_factory, monkeypatch, _ispytest=True
         )
-        monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+        inner_environment(monkeypatch, tmp_path_factory)
         yield pytester, monkeypatch

@@ -1,8 +1,8 @@
 """The inner pytest runs here share what tests/inner_runs.py says (a leaner start, modules
 loaded once)."""
 
-from tests.inner_runs import _inner_runs_without_langsmith, preload_plugin_modules
+from tests.inner_runs import _inner_run_environment, preload_plugin_modules
 
-__all__ = ["_inner_runs_without_langsmith"]
+__all__ = ["_inner_run_environment"]
 
 preload_plugin_modules()
