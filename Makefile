@@ -30,8 +30,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# With PYTHONDONTWRITEBYTECODE set (some shells and images set it), every xdist worker and
+# every Python a test starts compiled the whole package and its dependencies again; the
+# suite keeps its bytecode cache (__pycache__, ignored by git) whatever the shell says.
 test: lint typecheck
-	$(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
 
 schemas: $(STAMP)
 	$(BIN)/python -m pytest_cleo_grade.core.schemas schemas
