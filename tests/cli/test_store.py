@@ -358,7 +358,7 @@ def _wait_for(condition: Callable[[], bool], what: str, child: subprocess.Popen[
     while not condition():
         assert child.poll() is None, f"the command ended before {what}"
         assert time.monotonic() < deadline, f"no {what} within 60 s"
-        time.sleep(0.005)  # a poll interval: what is waited for is the condition
+        time.sleep(0.005)  # sleep-ok: a poll interval; what is waited for is the condition
 
 
 @pytest.mark.e2e
