@@ -258,18 +258,20 @@ def started_import(
     wait_until_held: bool = True,
     workers: str = "2",
     ignoring: signal.Signals | None = None,
+    count: int = COUNT,
+    hold_at: int = HOLD_AT,
 ) -> HeldImport:
-    """A CLI import of COUNT entries in its own process group, held before batch HOLD_AT;
-    started with the signal ``ignoring`` ignored, as a supervisor may start it."""
+    """A CLI import of ``count`` entries in its own process group, held before batch
+    ``hold_at``; started with the signal ``ignoring`` ignored, as a supervisor may start it."""
     tmp_path.mkdir(exist_ok=True)
-    (tmp_path / "e.jsonl").write_text(entries_text())
-    assert (tmp_path / "e.jsonl").stat().st_size > WORKERS_FROM
+    (tmp_path / "e.jsonl").write_text(entries_text(count))
+    assert workers == "0" or (tmp_path / "e.jsonl").stat().st_size > WORKERS_FROM
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEO_")}
     env[WORKERS_ENV] = workers
     started = start_held_import(
         tmp_path,
         ["e.jsonl"],
-        at=HOLD_AT,
+        at=hold_at,
         env=env,
         wait_until_held=wait_until_held,
         new_session=True,  # a terminal's Ctrl-C reaches the whole group
@@ -390,13 +392,15 @@ def test_a_sigterm_as_the_schema_is_created_leaves_no_traceback(tmp_path: Path) 
 def test_a_sigterm_the_caller_ignores_stays_ignored(tmp_path: Path) -> None:
     # A program that starts the command with SIGTERM ignored wants it to finish: the
     # command does not take the signal back (as shells leave a background job's alone).
-    held = started_import(tmp_path, workers="0", ignoring=signal.SIGTERM)
+    # In one process, the file need not be large: held after its first batches, it is
+    # mid-import all the same.
+    held = started_import(tmp_path, workers="0", ignoring=signal.SIGTERM, count=500, hold_at=3)
     os.killpg(held.pid, signal.SIGTERM)  # a handler would run as the hold's read returns
     held.go_on()
     out, err = held.child.communicate(timeout=DEADLINE)
     assert (held.child.returncode, err) == (0, "")
-    assert out.startswith(f"Imported {COUNT} entries into ")
-    assert len(stored(tmp_path / ".cleo" / "audit.db")[0]) == COUNT
+    assert out.startswith("Imported 500 entries into ")
+    assert len(stored(tmp_path / ".cleo" / "audit.db")[0]) == 500
 
 
 @pytest.mark.e2e
