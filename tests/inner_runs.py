@@ -16,9 +16,9 @@ from conftest import _OUTSIDE_NAMES, _OUTSIDE_PREFIXES
 from pytest_cleo_grade.judges._breaker import RUN_BREAKERS
 
 #: langsmith (installed with the langchain capture extra) registers a pytest plugin whose import
-#: takes about 2 s, paid again by every inner pytest process and xdist worker: a fifth of these
-#: folders' time went to it. No plugin test is about it (.ci/run's lowest leg has no langsmith),
-#: so the inner runs go without it.
+#: takes about 2 s, paid again by every inner pytest process and xdist worker (a -n 2 run of a
+#: trivial suite took 13 s with it, 4 s without). No plugin test is about it (.ci/run's lowest
+#: leg has no langsmith), so the inner runs go without it.
 INNER_ADDOPTS = "-p no:langsmith_plugin"
 
 
@@ -111,7 +111,8 @@ def shared_pytester(
     the environment is what a test's inner run gets (nothing from outside the suite, no judge
     failures counted: the root conftest's autouse fixtures do that for each test, after a
     wider-scoped fixture is set up; and :func:`inner_environment`); both are restored when it
-    ends, and the directory and the results stay.
+    ends, and the directory and the results stay. It is built as pytest's own fixture builds
+    one (``_ispytest``), and like it restores ``sys.modules`` when its scope ends.
     """
     with pytest.MonkeyPatch.context() as monkeypatch:
         for name in list(os.environ):
