@@ -343,7 +343,7 @@ def _claimed(db: Path) -> bool:
     return False
 
 
-def _asleep(pid: int) -> bool:
+def _blocked_in_its_wait(pid: int) -> bool:
     """Whether the process is sleeping (Linux; elsewhere assumed once it holds the store)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -397,7 +397,7 @@ def test_record_stopped_while_waiting_for_a_lock_writes_nothing(in_tmp: Path, st
                 # Holding the store, the command has its SIGTERM handler; asleep, it waits
                 # for the lock (the signal must land in that wait, not before it).
                 _wait_for(lambda: _claimed(db), "hold on the store", record)
-                _wait_for(lambda: _asleep(record.pid), "wait for the lock", record)
+                _wait_for(lambda: _blocked_in_its_wait(record.pid), "wait for the lock", record)
                 record.send_signal(signal.SIGTERM)
                 # It ends while the lock is still held (it used to wait for the lock first,
                 # BUSY_TIMEOUT_S: 60 s): an unwinding command needs far less than 30 s.
