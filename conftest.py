@@ -9,26 +9,15 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-# pytester's in-process runs put sys.modules back as they found it, so a module first imported
-# inside one (the plugin loads pydantic, SQLite and the grading stack only once a test grades)
-# is imported again by the next run: about 0.4 s per graded inner run. Loaded here once, the
-# package stays loaded across them. The framework adapters are left to the tests that use
-# them (they need the extras, and a framework's import may set process-wide state).
-_ADAPTERS = ("claude", "langchain", "mcp", "openai_agents", "otel", "otlp", "pydantic_ai")
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytester's in-process runs put sys.modules back as they found it, so a module first
+    # imported inside one is imported again by the next run: the package is loaded once here,
+    # for every folder's tests (tests/inner_runs.py says what and why). Imported here, not at
+    # the top: tests/inner_runs.py reads this module's names.
+    from tests.inner_runs import preload_plugin_modules
 
-def _load_the_package() -> None:
-    import importlib
-    import pkgutil
-
-    import pytest_cleo_grade
-
-    for module in pkgutil.walk_packages(pytest_cleo_grade.__path__, "pytest_cleo_grade."):
-        if module.name.rsplit(".", 1)[-1] not in _ADAPTERS:
-            importlib.import_module(module.name)
-
-
-_load_the_package()
+    preload_plugin_modules()
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,6 @@
-"""The inner pytest runs here share what tests/inner_runs.py says (a leaner start, modules
-loaded once)."""
+"""The inner pytest runs here share what tests/inner_runs.py says (a leaner start; the package is
+loaded once by the root conftest)."""
 
-from tests.inner_runs import _inner_run_environment, preload_plugin_modules
+from tests.inner_runs import _inner_run_environment
 
 __all__ = ["_inner_run_environment"]
-
-preload_plugin_modules()
