@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Built once per set of modules: a process that runs many commands (a test, a host program
 # calling main() in a loop) builds each parser once, not again on every call. A parser is
 # not changed by parsing with it: every parse starts from a new namespace.
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _build(
     modules: tuple[str, ...] | None,
 ) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
