@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -248,3 +249,27 @@ def test_the_shell_agent_example_exits_as_its_gate_says(
     assert (line["totalScore"], line["entryCount"]) == (90, 6)
     if status:
         assert done.stderr.endswith("cleo-grade: FAIL: 90% (A) is below 95% (A)\n")
+
+
+def test_the_cli_pages_session_transcript_is_real_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    page = (ROOT / "docs" / "cli.md").read_text()
+    block = page.split('$ eval "$(cleo-grade session start --grade --scope epic:T001)"\n', 1)[1]
+    block = block.split("\n```", 1)[0]
+    commands = [line[2:] for line in block.splitlines() if line.startswith("$ ")]
+    shown = block.split(commands[-1] + "\n", 1)[1].splitlines()
+    start(tmp_path, monkeypatch, "--scope", "epic:T001")
+    for command in commands[:-1]:
+        assert run(*shlex.split(command)[1:], cwd=tmp_path).returncode == 0
+    end = shlex.split(commands[-1].split(";")[0])
+    done = run(*end[1:], cwd=tmp_path)
+    real = [*done.stdout.splitlines(), f"exit {done.returncode}"]
+
+    def normal(lines: list[str]) -> list[str]:
+        return [
+            re.sub(r"session-\d+-[0-9a-f]+", "S", re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "T", line))
+            for line in lines
+        ]
+
+    assert normal(real) == normal(shown)
