@@ -12,8 +12,11 @@ set -euo pipefail
 fail_under="${1:-B}"
 
 # Sets CLEO_SESSION_GRADE, CLEO_SESSION_GRADE_ID, CLEO_SESSION_ID and CLEO_AUDIT_DB here, so
-# every process started from now on (the agent, its tools) records into the session.
-eval "$(cleo-grade session start --grade --scope epic:T001 --name "shell agent")"
+# every process started from now on (the agent, its tools) records into the session. Assigned
+# first: `set -e` stops at a start that failed, which `eval "$(...)"` alone would not (an
+# eval of nothing succeeds).
+session="$(cleo-grade session start --grade --scope epic:T001 --name "shell agent")"
+eval "$session"
 
 # The agent's calls, one `cleo-grade record` each (an agent in another language writes the
 # same rows through its own SQLite client, or exports OTLP spans).

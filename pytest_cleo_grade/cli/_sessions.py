@@ -109,9 +109,10 @@ def checked_text(value: object, what: str) -> str | None:
 def start_session(
     db: Path, *, grade: bool = True, scope: str | None = None, name: str | None = None
 ) -> StartedSession:
-    """Create the store if needed, pick a new id and note the start; raises StoreError or
-    CommandError (the store or its sessions file cannot be written)."""
+    """Create the store if needed, pick a new id and note the start; raises StoreError (the
+    store or its sessions file cannot be written)."""
     from pytest_cleo_grade.core._files import open_append_no_follow
+    from pytest_cleo_grade.core.errors import StoreError
     from pytest_cleo_grade.core.models import format_timestamp
     from pytest_cleo_grade.grading.session import new_session_id
     from pytest_cleo_grade.store import AuditStore
@@ -137,7 +138,7 @@ def start_session(
         finally:
             os.close(fd)
     except OSError as exc:
-        raise CommandError(f"cleo-grade: error: {path}: {exc.strerror or exc}") from exc
+        raise StoreError(f"{path}: {exc.strerror or exc}") from exc
     return started
 
 

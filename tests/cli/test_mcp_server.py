@@ -401,8 +401,12 @@ def test_no_command_but_mcp_imports_the_mcp_sdk(tmp_path: Path) -> None:
     probe = (
         "import sys\n"
         "from pytest_cleo_grade.cli import main\n"
-        "for argv in (['session', 'start', '--grade'], ['skill'], ['grade', '--list']):\n"
-        "    main(argv)\n"
+        "for argv in (['session', 'start', '--grade'], ['skill'], ['grade', '--list'],\n"
+        "             ['mcp', '--help'], ['--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
         "assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')], 'mcp'\n"
         "assert 'pytest_cleo_grade.cli._gateway' not in sys.modules\n"
     )

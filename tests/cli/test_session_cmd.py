@@ -273,3 +273,15 @@ def test_the_cli_pages_session_transcript_is_real_output(
         ]
 
     assert normal(real) == normal(shown)
+
+
+@pytest.mark.e2e
+def test_the_example_stops_at_a_start_that_failed(tmp_path: Path) -> None:
+    # A directory where the sessions file goes: the start fails, and set -e stops the script
+    # before the agent runs ungraded.
+    (tmp_path / ".cleo" / "audit.db.sessions").mkdir(parents=True)
+    done = shell("bash", f"bash {EXAMPLE} A", tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"cleo-grade: error: {tmp_path / '.cleo' / 'audit.db.sessions'}: Is a directory\n"
+    )
