@@ -285,3 +285,33 @@ def test_the_example_stops_at_a_start_that_failed(tmp_path: Path) -> None:
     assert done.stderr == (
         f"cleo-grade: error: {tmp_path / '.cleo' / 'audit.db.sessions'}: Is a directory\n"
     )
+
+
+def test_a_stored_grade_its_rubric_cannot_redo_stands_while_it_covers_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A trajectory marker's expected calls live in the test alone: its stored grade stands.
+    from datetime import UTC, datetime
+
+    from pytest_cleo_grade.core.models import DimensionScore, GradeResult
+
+    env = start(tmp_path, monkeypatch)
+    assert run("record", "tasks", "find", "--gateway", "cleo_query", cwd=tmp_path).returncode == 0
+    stored = GradeResult(
+        session_id=env["CLEO_SESSION_ID"], total_score=70, max_score=100,
+        dimensions={"trajectory": DimensionScore(score=70, max=100, evidence=[])},
+        timestamp=datetime(2026, 1, 1, tzinfo=UTC), entry_count=1, rubric="trajectory",
+    )  # fmt: skip
+    with AuditStore(tmp_path / ".cleo" / "audit.db") as store:
+        store.add_grade(stored)
+    kept = run("session", "end", "--json", "--no-save", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    assert (json.loads(kept.stdout)["totalScore"], json.loads(kept.stdout)["rubric"]) == (
+        70,
+        "trajectory",
+    )
+    # A call recorded since: the stored grade no longer covers the session, and says why.
+    assert run("record", "tasks", "show", "--gateway", "cleo_query", cwd=tmp_path).returncode == 0
+    redone = run("session", "end", "--no-save", cwd=tmp_path)
+    assert (redone.returncode, redone.stdout) == (2, "")
+    assert "trajectory" in redone.stderr and redone.stderr.count("\n") == 1
