@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pytest_cleo_grade.cli.common import CommandError, db_path, history_path, session_id_arg
-from pytest_cleo_grade.core.errors import CleoGradeError, StoreError
+from pytest_cleo_grade.core.errors import CleoGradeError, EntryError, HistoryError, StoreError
+from pytest_cleo_grade.store._persist import PersistError
 
 __all__ = ["GATEWAYS", "OPERATIONS", "Gateway", "GatewayError"]
 
@@ -141,7 +142,8 @@ class Gateway:
             if exc.status == 4:
                 raise _not_found(text) from None
             raise _invalid(text) from None
-        except StoreError as exc:
+        except (StoreError, HistoryError, EntryError, PersistError) as exc:
+            # The store, the history or their rows: what CLEO calls a file error.
             raise GatewayError("E_FILE_ERROR", 3, f"{call.where}: {exc}") from None
         except CleoGradeError as exc:
             raise GatewayError("E_GENERAL_ERROR", 1, f"{call.where}: {exc}") from None

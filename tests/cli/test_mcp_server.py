@@ -29,6 +29,7 @@ from pytest_cleo_grade.cli._gateway import Gateway
 from pytest_cleo_grade.cli._mcp_app import build_server
 from pytest_cleo_grade.cli.main import build_parser
 from pytest_cleo_grade.grading.session import GradeSession, SessionSettings
+from pytest_cleo_grade.store import AuditStore
 from tests.processes import DEADLINE, read_line
 
 BIN = Path(sys.executable).parent
@@ -415,3 +416,42 @@ def test_no_command_but_mcp_imports_the_mcp_sdk(tmp_path: Path) -> None:
         timeout=DEADLINE, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_a_history_that_cannot_be_written_is_a_file_error_and_the_session_stays_open(
+    tmp_path: Path,
+) -> None:
+    history = tmp_path / "history"
+    history.mkdir()  # a directory where the history file goes
+
+    async def main_() -> tuple[dict[str, Any], dict[str, Any]]:
+        server = in_memory_server(tmp_path, "--history", str(history))
+        async with Client(server) as client:
+            started = await call(client, "cleo_mutate", "session", "start", grade=True)
+            failed = await call(client, "cleo_mutate", "session", "end")
+            again = await call(client, "cleo_mutate", "session", "end")
+            assert again["error"]["code"] == "E_FILE_ERROR"  # still the current session
+            return started, failed
+
+    started, failed = anyio.run(main_)
+    assert (failed["error"]["code"], failed["error"]["exitCode"]) == ("E_FILE_ERROR", 3)
+    assert str(history) in failed["error"]["message"]
+    with AuditStore(tmp_path / ".cleo" / "audit.db", read_only=True) as store:
+        assert store.grades(started["data"]["sessionId"]) == []  # saved nowhere
+
+
+def test_grade_list_skips_a_corrupt_history_line_and_says_so(tmp_path: Path) -> None:
+    history = tmp_path / ".cleo" / "metrics" / "GRADES.jsonl"
+
+    async def main_() -> dict[str, Any]:
+        async with Client(in_memory_server(tmp_path)) as client:
+            await call(client, "cleo_mutate", "session", "start", grade=True)
+            await call(client, "cleo_mutate", "session", "end")
+            with history.open("a") as handle:
+                handle.write("not json\n")
+            return await call(client, "cleo_query", "admin", "grade.list")
+
+    listed = anyio.run(main_)
+    assert listed["success"] is True and len(listed["data"]) == 1
+    (warning,) = listed["_meta"]["warnings"]
+    assert ":2:" in warning or "line 2" in warning

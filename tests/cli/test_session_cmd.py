@@ -74,7 +74,7 @@ def start(cwd: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> dict[str, 
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("program", ["bash", "zsh"])
+@pytest.mark.parametrize("program", ["bash", "zsh", "sh"])
 def test_eval_of_session_start_sets_the_four_variables_in_the_shell(
     tmp_path: Path, program: str
 ) -> None:
