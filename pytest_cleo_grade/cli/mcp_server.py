@@ -9,6 +9,7 @@ here, once the command runs.
 from __future__ import annotations
 
 import argparse
+import importlib
 import ipaddress
 import os
 import secrets
@@ -112,12 +113,19 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def run_mcp(args: argparse.Namespace) -> int:
+    if args.allow_remote and not args.http:
+        raise CommandError(
+            "cleo-grade mcp: --allow-remote is for --http HOST:PORT (stdio has no address)"
+        )
     address = _host_port(args.http, allow_remote=args.allow_remote) if args.http else None
     token, generated = _token() if address else ("", False)
     try:
-        from pytest_cleo_grade.cli import _mcp_app
+        _mcp_app = importlib.import_module("pytest_cleo_grade.cli._mcp_app")
     except ImportError as exc:
-        raise CommandError(f"cleo-grade mcp: {exc}") from None
+        text = str(exc)
+        raise CommandError(
+            text if text.startswith("cleo-grade") else f"cleo-grade mcp: {text}"
+        ) from None
     from pytest_cleo_grade.cli._gateway import Gateway
 
     gateway = Gateway(args)

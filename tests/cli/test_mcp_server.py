@@ -456,3 +456,19 @@ def test_grade_list_skips_a_corrupt_history_line_and_says_so(tmp_path: Path) -> 
     assert listed["success"] is True and len(listed["data"]) == 1
     (warning,) = listed["_meta"]["warnings"]
     assert ":2:" in warning or "line 2" in warning
+
+
+def test_without_the_sdk_mcp_says_which_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(sys.modules, "pytest_cleo_grade.cli._mcp_app", raising=False)
+    monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails
+    status, out, err = cli("mcp", cwd=tmp_path)
+    assert (status, out) == (2, "")
+    assert err == ("cleo-grade mcp needs the MCP SDK 2.x: pip install 'pytest-cleo-grade[mcp]'\n")
+
+
+def test_allow_remote_without_http_is_a_usage_error(tmp_path: Path) -> None:
+    status, _, err = cli("mcp", "--allow-remote", cwd=tmp_path)
+    assert status == 2
+    assert err == "cleo-grade mcp: --allow-remote is for --http HOST:PORT (stdio has no address)\n"
