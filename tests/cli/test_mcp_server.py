@@ -21,6 +21,7 @@ pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra (MCP SDK
 
 import anyio
 import httpx2
+import jsonschema
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -33,6 +34,9 @@ from pytest_cleo_grade.store import AuditStore
 from tests.processes import DEADLINE, read_line
 
 BIN = Path(sys.executable).parent
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[2] / "schemas" / "grade.schema.json").read_text()
+)
 VARIABLES = ("CLEO_SESSION_GRADE", "CLEO_SESSION_GRADE_ID", "CLEO_SESSION_ID", "CLEO_AUDIT_DB")
 #: The agent's calls, recorded with `cleo-grade record` under the variables session start gave.
 AGENT_CALLS = (
@@ -122,6 +126,8 @@ async def lifecycle(client: Any, cwd: Path, *, record: Any = record_agent_calls)
     assert (
         without_time(read["data"]) == without_time(json.loads(out)) == without_time(ended["data"])
     )
+    for grade in (read["data"], ended["data"]):
+        jsonschema.validate(grade, SCHEMA)
     listed = await call(client, "cleo_query", "admin", "grade.list")
     # session end saved it once; admin grade (a query) saved nothing.
     assert [g["sessionId"] for g in listed["data"]] == [session_id]
