@@ -151,3 +151,9 @@ def test_the_mcp_calls_the_skill_shows_succeed_on_the_server(tmp_path: Path) -> 
     assert started["data"]["scope"] == "epic:T001"
     assert ended["data"]["sessionId"] == graded["data"]["sessionId"]
     assert [g["sessionId"] for g in listed["data"]] == [ended["data"]["sessionId"]]
+
+
+def test_the_front_matter_is_yaml_an_agent_reads() -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads the front matter as agents do")
+    meta = yaml.safe_load(SKILL.split("---\n")[1])
+    assert meta == front_matter(SKILL)
