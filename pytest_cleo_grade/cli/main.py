@@ -34,6 +34,7 @@ COMMANDS: Final = (
     ("show", "show", "show a session's calls and the points each one earned or lost"),
     ("import", "importing", "import audit entries into the store"),
     ("record", "record", "record one call into the active graded session (for shell agents)"),
+    ("session", "session", "start and end a graded session outside pytest (for shell agents)"),
     ("junit", "export", "write the grade history as JUnit XML"),
     ("query", "export", "the MCP-style read gateway: admin grade / admin grade.list"),
     ("export", "send", "send the grade history to Langfuse as scores"),
@@ -49,6 +50,8 @@ COMMANDS: Final = (
         "save, show and compare baselines (grades per test, meant to be committed)",
     ),
     ("report", "report", "write the HTML report of the history's latest grades"),
+    ("mcp", "mcp_server", "serve cleo_query / cleo_mutate (grades, graded sessions) over MCP"),
+    ("skill", "skill", "print the ct-grade skill file, or install it for an agent"),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 
