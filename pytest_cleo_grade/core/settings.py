@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 from pytest_cleo_grade.core._scale import THRESHOLD_FORMS, parse_grade_threshold
 from pytest_cleo_grade.core.expectations import (
     TRAJECTORY_MODES,
-    Call,
+    Expected,
     TrajectoryMode,
     parse_expectations,
     parse_trajectory_mode,
@@ -142,7 +142,7 @@ class MarkerOptions:
     pass_k: tuple[int, float] | None = None
     judge_cache_across_runs: bool | None = None
     #: Trajectory expectations (the trajectory rubric): the calls expected, and how compared.
-    expect: tuple[Call, ...] | None = None
+    expect: tuple[Expected, ...] | None = None
     expect_mode: TrajectoryMode | None = None
 
 

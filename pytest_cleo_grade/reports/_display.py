@@ -167,9 +167,10 @@ def trajectory_diff_lines(result: GradeResult) -> list[str]:
     """``expected vs actual calls:`` and the trajectory rubric's aligned diff, if any."""
     lines = []
     for diff in _diffs(result.model_extra or {}):
+        skipped = any(line.startswith("?") for line in diff)
         lines.append(
             "expected vs actual calls (= matched, ~ out of order, - missing, + unexpected, "
-            ". not counted):"
+            f". not counted{', ? optional not made' if skipped else ''}):"
         )
         lines.extend(f"  {terminal_text(line)}" for line in diff)
     return lines
