@@ -48,6 +48,11 @@ COMMANDS: Final = (
         "save, show and compare baselines (grades per test, meant to be committed)",
     ),
     ("report", "report", "write the HTML report of the history's latest grades"),
+    (
+        "flaky",
+        "flaky",
+        "list tests whose verdict flipped in their last runs; write the quarantine file",
+    ),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 

@@ -251,7 +251,11 @@ def grade_test(
     # A comparison grades the agent's output (set_output), which an empty log does not void.
     if result.entry_count == 0 and not allow_empty and not comparison:
         raise GradingFailed(f"cleo-grade: {nodeid}: {NOTHING_CAPTURED}")
-    result = result.model_copy(update={"testId": nodeid})
+    # The threshold on the history line lets `cleo-grade flaky` tell each run's verdict.
+    update: dict[str, object] = {"testId": nodeid}
+    if threshold is not None:
+        update["failUnder"] = threshold
+    result = result.model_copy(update=update)
     session.note_graded(result)
     return GradedTest(nodeid, result, threshold, threshold_source, mode)
 

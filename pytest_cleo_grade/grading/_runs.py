@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXCLUDED_KEY",
+    "QUARANTINED",
     "SERIES_KEY",
     "RepeatInfo",
     "RunSample",
@@ -52,13 +53,15 @@ SERIES_KEY = "series"
 #: The history key of an expected failure's grade (``xfailed`` or ``xpassed``): shown with
 #: its grade, but left out of the gate's mean and of baselines (DESIGN §6), as in the run.
 EXCLUDED_KEY = "excluded"
+#: The mark of a grade whose test the quarantine file lists (report-only, not in the gate).
+QUARANTINED = "quarantined"
 
 
 def excluded_of(extra: dict[str, Any] | None) -> str | None:
     """Why the run left a grade out of its mean (its history line's extras say), or None."""
     value = (extra or {}).get(EXCLUDED_KEY)
-    # A history line is input: only the run's own two words count.
-    return value if value in ("xfailed", "xpassed") else None
+    # A history line is input: only the run's own words count.
+    return value if value in ("xfailed", "xpassed", QUARANTINED) else None
 
 
 def counted_whole(

@@ -23,7 +23,7 @@ from pytest_cleo_grade.core.errors import (
     warnings_shown_not_raised,
 )
 from pytest_cleo_grade.core.settings import PluginOptions
-from pytest_cleo_grade.grading._runs import encode_repeat
+from pytest_cleo_grade.grading._runs import QUARANTINED, encode_repeat
 from pytest_cleo_grade.plugin._markers import (
     check_marker,
     rubric_file_problem,
@@ -561,10 +561,15 @@ def pytest_runtest_makereport(
     if excluded:
         # Shown with its grade, but an expected failure is left out of the run's mean.
         graded = dataclasses.replace(graded, excluded="xfailed" if report.skipped else "xpassed")
+    elif plan is not None and plan.quarantined:
+        # Report-only, and said so everywhere: never a silent pass of the gate.
+        graded = dataclasses.replace(graded, excluded=QUARANTINED)
     from pytest_cleo_grade.grading._verdict import encode_graded_test
     from pytest_cleo_grade.reports._display import junit_properties
 
     properties = [(name, _utf8_text(value)) for name, value in junit_properties(graded.result)]
+    if graded.excluded == QUARANTINED:
+        properties.append(("cleo_quarantined", "true"))
     # item.user_properties feeds the teardown report, which junitxml reads; the call report
     # gets them too for hooks that look there. A rerun replaces, never repeats.
     for stale in test.properties:

@@ -43,6 +43,8 @@ class Plan:
     allow_empty: bool
     #: Which run of a repeated test this item is (None: a test that runs once).
     repeat: RepeatInfo | None
+    #: Listed in the quarantine file: graded report-only, shown as quarantined, not gated.
+    quarantined: bool = False
 
 
 PLAN_KEY = pytest.StashKey[Plan]()
@@ -85,6 +87,10 @@ def _make(item: pytest.Item, marker: MarkerOptions, marks: tuple[pytest.Mark, ..
 
     options = run_state(item.config).options
     threshold, source, mode = threshold_for(options, marker)
+    repeats = run_state(item.config).repeats
+    quarantined = bool(repeats.quarantined) and _test_id(item) in repeats.quarantined
+    if quarantined:
+        mode = "report"  # its grade never fails it: the summary says it is quarantined
     repeat = _repeat(item, marker, threshold, mode)
     doc = getattr(getattr(item, "obj", None), "__doc__", None)
     grading = plan_for(
@@ -107,7 +113,15 @@ def _make(item: pytest.Item, marker: MarkerOptions, marks: tuple[pytest.Mark, ..
         mode=mode,
         allow_empty=allow_empty,
         repeat=repeat,
+        quarantined=quarantined,
     )
+
+
+def _test_id(item: pytest.Item) -> str:
+    """The id the history and the quarantine file know the test by (a run's without it)."""
+    callspec = getattr(item, "callspec", None)
+    run = None if callspec is None else callspec.params.get(RUN_FIXTURE)
+    return base_test_id(item.nodeid, run) if isinstance(run, int) else item.nodeid
 
 
 def _repeat(

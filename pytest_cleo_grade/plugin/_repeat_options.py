@@ -25,6 +25,9 @@ class RepeatOptions:
     #: The raw ``--cleo-grade-fail-on-regression`` expression (parsed by the baseline module).
     fail_on_regression: str | None = None
     baseline_required: bool = False
+    #: The quarantine file (``--cleo-grade-quarantine``) and the test ids it lists.
+    quarantine_path: Path | None = None
+    quarantined: frozenset[str] = frozenset()
 
 
 def _runs_arg(value: str) -> int:
@@ -90,6 +93,15 @@ def add_repeat_options(parser: pytest.Parser) -> None:
         help="a missing baseline file fails the run instead of being a note "
         "(ini: cleo_grade_baseline_required)",
     )
+    group.addoption(
+        "--cleo-grade-quarantine",
+        dest="cleo_grade_quarantine",
+        metavar="PATH",
+        default=None,
+        help="the quarantine file (cleo-grade flaky --write-quarantine): the tests it lists "
+        "are graded report-only and shown as quarantined (ini: cleo_grade_quarantine)",
+    )
+    add_scalar_ini(parser, "cleo_grade_quarantine", "quarantine file: listed tests are report-only")
     add_scalar_ini(
         parser, "cleo_grade_runs", "how many times each graded test runs (default 1)", "count"
     )
@@ -155,7 +167,23 @@ def load_repeat_options(config: pytest.Config) -> RepeatOptions:
             required = parse_flag(text) if text is not None else False
         except ValueError as exc:
             raise _usage("cleo_grade_baseline_required", exc) from None
+    quarantine_path: Path | None = None
+    if value := config.getoption("cleo_grade_quarantine"):
+        quarantine_path = Path(_resolve(config, value, from_ini=False))
+    elif (text := _ini(config, "cleo_grade_quarantine")) is not None:
+        quarantine_path = Path(_resolve(config, text, from_ini=True))
+    quarantined: frozenset[str] = frozenset()
+    if quarantine_path is not None and quarantine_path.exists():
+        from pytest_cleo_grade.core.errors import HistoryError
+        from pytest_cleo_grade.store._quarantine import read_quarantine
+
+        try:
+            quarantined = read_quarantine(quarantine_path).ids
+        except HistoryError as exc:
+            raise pytest.UsageError(f"cleo-grade: --cleo-grade-quarantine: {exc}") from None
     return RepeatOptions(
+        quarantine_path=quarantine_path,
+        quarantined=quarantined,
         runs=runs,
         baseline=baseline,
         save_baseline=save_path,
