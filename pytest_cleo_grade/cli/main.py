@@ -53,6 +53,8 @@ COMMANDS: Final = (
         "flaky",
         "list tests whose verdict flipped in their last runs; write the quarantine file",
     ),
+    ("review", "calibration", "record a person's scores for a session as a manual grade"),
+    ("calibrate", "calibration", "compare the judge's grades with manual ones, per dimension"),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 
