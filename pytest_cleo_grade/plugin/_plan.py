@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_cleo_grade.core.settings import MarkerOptions, Mode
-from pytest_cleo_grade.grading._runs import RepeatInfo, base_test_id, runs_for
+from pytest_cleo_grade.grading._runs import RepeatInfo, base_test_id, is_adaptive, runs_for
 from pytest_cleo_grade.plugin._markers import read_marker, rubric_manager
 from pytest_cleo_grade.plugin._repeats import RUN_FIXTURE
 from pytest_cleo_grade.plugin._state import item_state, run_state
@@ -134,6 +134,13 @@ def _repeat(
         return None
     from pytest_cleo_grade.grading._stats import RepeatPolicy
 
-    runs = runs_for(marker.runs, run_state(item.config).repeats.runs)
+    options = run_state(item.config).repeats
+    runs = runs_for(marker.runs, options.runs, marker.max_runs or options.max_runs)
     policy = RepeatPolicy(min_pass_rate=marker.min_pass_rate, pass_k=marker.pass_k)
-    return RepeatInfo(base_test_id(item.nodeid, run), run, runs, threshold, policy, mode)
+    min_runs = None
+    if is_adaptive(marker.runs, options.runs):
+        from pytest_cleo_grade.grading._sequential import DEFAULT_MIN_RUNS
+
+        min_runs = marker.min_runs or options.min_runs or DEFAULT_MIN_RUNS
+    test_id = base_test_id(item.nodeid, run)
+    return RepeatInfo(test_id, run, runs, threshold, policy, mode, min_runs)

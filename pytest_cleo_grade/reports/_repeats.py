@@ -172,7 +172,9 @@ def _partial(runs: TestRuns) -> list[str]:
     """What a decision over fewer runs than the test asks for rests on, said plainly."""
     notes = []
     ran = len(runs.samples)
-    if ran < runs.info.runs:
+    if runs.stop is not None:
+        notes.append(f"adaptive runs: {runs.stop.reason}")
+    elif ran < runs.info.runs:
         notes.append(
             f"decided over {ran} of {runs.info.runs} runs: the others did not run "
             "(deselected by -k or --lf, or skipped)"
