@@ -131,6 +131,8 @@ def _windows(history: Iterable[GradeResult], runs: int) -> dict[str, list[GradeR
     """Each test's lines of its last ``runs`` pytest runs, in history order."""
     by_test: dict[str, list[tuple[tuple[str, object], GradeResult]]] = {}
     for number, result in enumerate(history):
+        if result.evaluator == "manual":
+            continue  # a person's labels for judge calibration, not a run of a test
         by_test.setdefault(test_key(result), []).append((_group(result, number), result))
     windows: dict[str, list[GradeResult]] = {}
     for test, lines in by_test.items():

@@ -91,7 +91,7 @@ def _make(item: pytest.Item, marker: MarkerOptions, marks: tuple[pytest.Mark, ..
     quarantined = bool(repeats.quarantined) and _test_id(item) in repeats.quarantined
     if quarantined:
         mode = "report"  # its grade never fails it: the summary says it is quarantined
-    repeat = _repeat(item, marker, threshold, mode)
+    repeat = _repeat(item, marker, threshold, "quarantined" if quarantined else mode)
     doc = getattr(getattr(item, "obj", None), "__doc__", None)
     grading = plan_for(
         options,
@@ -125,7 +125,7 @@ def _test_id(item: pytest.Item) -> str:
 
 
 def _repeat(
-    item: pytest.Item, marker: MarkerOptions, threshold: float | None, mode: Mode
+    item: pytest.Item, marker: MarkerOptions, threshold: float | None, mode: str
 ) -> RepeatInfo | None:
     """The run this item is (test id, index, count, the policy deciding it), or None."""
     callspec = getattr(item, "callspec", None)

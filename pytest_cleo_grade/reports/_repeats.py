@@ -123,6 +123,8 @@ def _outcome(stats: RepeatStats, mode: str) -> str:
     # fails, and the text must not say it did.
     if mode == "xfail":
         return "below (expected to fail)"
+    if mode == "quarantined":
+        return "below (quarantined)"
     return "FAILED" if mode == "fail" else "below (report mode)"
 
 

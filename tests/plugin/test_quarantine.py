@@ -110,4 +110,9 @@ def test_a_half_passing_agent_is_reported_flaky_then_quarantined(
     assert out[2].split()[:5] == ["test_coin.py::test_coin", "10", "5", "9", "100%"]
     second = pytester.runpytest(f"--cleo-grade-quarantine={target}")
     second.assert_outcomes(passed=10)
-    second.stdout.fnmatch_lines(["*quarantined (report only, not in the gate): 1 test, 1 below*"])
+    second.stdout.fnmatch_lines(
+        [
+            "test_coin.py::test_coin: flaky, below (quarantined) (mean * is below 90% (A))",
+            "*quarantined (report only, not in the gate): 1 test, 1 below*",
+        ]
+    )
