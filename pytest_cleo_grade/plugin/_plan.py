@@ -142,5 +142,7 @@ def _repeat(
         from pytest_cleo_grade.grading._sequential import DEFAULT_MIN_RUNS
 
         min_runs = marker.min_runs or options.min_runs or DEFAULT_MIN_RUNS
+        if marker.pass_k is not None:
+            min_runs = max(min_runs, marker.pass_k[0])  # pass^k needs k runs at least
     test_id = base_test_id(item.nodeid, run)
     return RepeatInfo(test_id, run, runs, threshold, policy, mode, min_runs)

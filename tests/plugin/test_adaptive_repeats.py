@@ -170,3 +170,22 @@ def test_under_xdist_the_controller_decides_and_workers_skip_the_rest(
     result.stdout.fnmatch_lines_random(
         ["    adaptive runs: settled after 4 runs: SPRT accepts pass *"]
     )
+
+
+def test_pass_k_sets_the_target_rate_and_the_fewest_runs(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.cleo_grade(runs="auto", max_runs=12, pass_k=(6, 0.5), expect=["a.b"])
+        def test_agent(graded_session):
+            graded_session.record("a", "b")
+        """
+    )
+    result = pytester.runpytest()
+    # Target 0.5 ** (1/6) = 0.89: H1 0.99 (clamped) vs H0 0.69, log(0.99/0.69) = 0.361 a
+    # pass: 9 passes reach log(19) = 2.944.
+    result.assert_outcomes(passed=9, skipped=3)
+    result.stdout.fnmatch_lines(
+        ["    adaptive runs: settled after 9 runs: *(pass rate 99% vs 69%*"]
+    )
