@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -116,3 +117,16 @@ def test_a_half_passing_agent_is_reported_flaky_then_quarantined(
             "*quarantined (report only, not in the gate): 1 test, 1 below*",
         ]
     )
+
+
+def test_pytest_html_marks_the_quarantined_test(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_html", reason="pytest-html is a development dependency")
+    pytester.makepyfile(test_bad_suite=SUITE)
+    listed = quarantine(pytester.path / "q.json", "test_bad_suite.py::test_bad")
+    result = pytester.runpytest(
+        f"--cleo-grade-quarantine={listed}", "--html=report.html", "--self-contained-html"
+    )
+    result.assert_outcomes(passed=2)
+    page = html.unescape((pytester.path / "report.html").read_text(encoding="utf-8"))
+    assert "below threshold (quarantined, not counted)" in page
+    assert "cleo-grade: quarantined (report only, not in the gate): 1 test, 1 below" in page
