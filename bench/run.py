@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from adaptive import adaptive_rows
 from cli_start import cli_rows
 from floors import (
     CONFTEST_DURABLE_FLOOR,
@@ -461,7 +462,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=("cli",), help="only these rows")
+    parser.add_argument("--only", choices=("cli", "adaptive"), help="only these rows")
     parser.add_argument("--peak", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak:
@@ -476,6 +477,9 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="cleo-grade-bench-") as name:
         tmp = Path(name)
+        if args.only == "adaptive":
+            print(table(adaptive_rows(tmp)))
+            return
         # A process start is a few tens of milliseconds: many rounds steady its median.
         cli = cli_rows(tmp, max(21, rounds * 7))
         if args.only == "cli":
@@ -490,6 +494,7 @@ def main() -> None:
             read_row(tmp, large // 10, rounds + 4),
             report_row(tmp, 1_000 if args.quick else 10_000, 20 if args.quick else 200, rounds + 2),
             *cli,
+            *adaptive_rows(tmp),
         ]
     print(table(rows))
 

@@ -52,6 +52,13 @@ COMMANDS: Final = (
     ("report", "report", "write the HTML report of the history's latest grades"),
     ("mcp", "mcp_server", "serve cleo_query / cleo_mutate (grades, graded sessions) over MCP"),
     ("skill", "skill", "print the ct-grade skill file, or install it for an agent"),
+    (
+        "flaky",
+        "flaky",
+        "list tests whose verdict flipped in their last runs; write the quarantine file",
+    ),
+    ("review", "calibration", "record a person's scores for a session as a manual grade"),
+    ("calibrate", "calibration", "compare the judge's grades with manual ones, per dimension"),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 

@@ -15,13 +15,14 @@ from typing import Any, Final, Literal
 from pytest_cleo_grade.core._scale import THRESHOLD_FORMS, parse_grade_threshold
 from pytest_cleo_grade.core.expectations import (
     TRAJECTORY_MODES,
-    Call,
+    Expected,
     TrajectoryMode,
     parse_expectations,
     parse_trajectory_mode,
 )
 
 __all__ = [
+    "AUTO_RUNS",
     "CACHE_MODES",
     "CAPTURE_KINDS",
     "DEFAULT_DB",
@@ -45,6 +46,7 @@ __all__ = [
     "parse_mode",
     "parse_rubric_weights",
     "parse_runs",
+    "parse_runs_or_auto",
     "relative_weights",
     "rubric_weights_text",
     "unresolved_leaf",
@@ -137,12 +139,15 @@ class MarkerOptions:
     thoroughness: str | None = None
     allow_empty: bool | None = None
     #: Repeats (issue 15): how many times the test runs, and what decides it over its runs.
-    runs: int | None = None
+    runs: int | Literal["auto"] | None = None
+    #: Adaptive repeats (runs="auto"): the most and the fewest runs.
+    max_runs: int | None = None
+    min_runs: int | None = None
     min_pass_rate: float | None = None
     pass_k: tuple[int, float] | None = None
     judge_cache_across_runs: bool | None = None
     #: Trajectory expectations (the trajectory rubric): the calls expected, and how compared.
-    expect: tuple[Call, ...] | None = None
+    expect: tuple[Expected, ...] | None = None
     expect_mode: TrajectoryMode | None = None
 
 
@@ -154,6 +159,34 @@ def parse_runs(value: object) -> int:
     if isinstance(number, int) and not isinstance(number, bool) and 1 <= number <= MAX_RUNS:
         return number
     raise ValueError(f"invalid runs {value!r}: expected a whole number from 1 to {MAX_RUNS}")
+
+
+#: ``runs="auto"``: adaptive repeats, stopped when the verdict is settled.
+AUTO_RUNS: Final = "auto"
+
+
+def parse_runs_or_auto(value: object) -> int | Literal["auto"]:
+    """``runs=``: a run count, or ``"auto"`` (adaptive repeats, up to ``max_runs``)."""
+    if isinstance(value, str) and value.strip() == AUTO_RUNS:
+        return AUTO_RUNS
+    try:
+        return parse_runs(value)
+    except ValueError:
+        raise ValueError(
+            f"invalid runs {value!r}: expected a whole number from 1 to {MAX_RUNS}, or 'auto'"
+        ) from None
+
+
+def _count(name: str) -> Callable[[object], int]:
+    def parse(value: object) -> int:
+        try:
+            return parse_runs(value)
+        except ValueError:
+            raise ValueError(
+                f"invalid {name} {value!r}: expected a whole number from 1 to {MAX_RUNS}"
+            ) from None
+
+    return parse
 
 
 def _rate(value: object, name: str) -> float:
@@ -336,7 +369,9 @@ MARKER_KWARGS: Final[Mapping[str, Callable[[object], Any]]] = {
     "query": _marker_text("query"),
     "thoroughness": _marker_thoroughness,
     "allow_empty": _marker_flag,
-    "runs": parse_runs,
+    "runs": parse_runs_or_auto,
+    "max_runs": _count("max_runs"),
+    "min_runs": _count("min_runs"),
     "min_pass_rate": _marker_pass_rate,
     "pass_k": _marker_pass_k,
     "judge_cache_across_runs": _marker_flag,

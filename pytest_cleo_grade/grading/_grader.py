@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pytest_cleo_grade.core._text import terminal_lines, terminal_text
 from pytest_cleo_grade.core.errors import CleoGradeError, RubricError
-from pytest_cleo_grade.core.expectations import Call, TrajectoryMode
+from pytest_cleo_grade.core.expectations import Expected, TrajectoryMode
 from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.core.settings import (
     DEFAULT_RUBRIC,
@@ -93,7 +93,7 @@ class GradingPlan:
     #: Keeps judge replies apart in the cache (a repeated test's run index), or None.
     cache_scope: str | None = None
     #: The trajectory rubric's expected calls and mode (the marker's expect=, mode=).
-    expect: tuple[Call, ...] | None = None
+    expect: tuple[Expected, ...] | None = None
     expect_mode: TrajectoryMode | None = None
 
     def context_extra(self) -> dict[str, Any]:
@@ -251,7 +251,11 @@ def grade_test(
     # A comparison grades the agent's output (set_output), which an empty log does not void.
     if result.entry_count == 0 and not allow_empty and not comparison:
         raise GradingFailed(f"cleo-grade: {nodeid}: {NOTHING_CAPTURED}")
-    result = result.model_copy(update={"testId": nodeid})
+    # The threshold on the history line lets `cleo-grade flaky` tell each run's verdict.
+    update: dict[str, object] = {"testId": nodeid}
+    if threshold is not None:
+        update["failUnder"] = threshold
+    result = result.model_copy(update=update)
     session.note_graded(result)
     return GradedTest(nodeid, result, threshold, threshold_source, mode)
 

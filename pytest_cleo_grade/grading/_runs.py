@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pytest_cleo_grade.core.settings import parse_runs
+from pytest_cleo_grade.core.settings import AUTO_RUNS, parse_runs
 
 if TYPE_CHECKING:
+    from pytest_cleo_grade.grading._sequential import Stop
     from pytest_cleo_grade.grading._stats import RepeatPolicy, RepeatStats
 
 # The statistics load when a repeated test is first decided: the plugin imports this module
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXCLUDED_KEY",
+    "QUARANTINED",
     "SERIES_KEY",
     "RepeatInfo",
     "RunSample",
@@ -52,13 +54,15 @@ SERIES_KEY = "series"
 #: The history key of an expected failure's grade (``xfailed`` or ``xpassed``): shown with
 #: its grade, but left out of the gate's mean and of baselines (DESIGN §6), as in the run.
 EXCLUDED_KEY = "excluded"
+#: The mark of a grade whose test the quarantine file lists (report-only, not in the gate).
+QUARANTINED = "quarantined"
 
 
 def excluded_of(extra: dict[str, Any] | None) -> str | None:
     """Why the run left a grade out of its mean (its history line's extras say), or None."""
     value = (extra or {}).get(EXCLUDED_KEY)
-    # A history line is input: only the run's own two words count.
-    return value if value in ("xfailed", "xpassed") else None
+    # A history line is input: only the run's own words count.
+    return value if value in ("xfailed", "xpassed", QUARANTINED) else None
 
 
 def counted_whole(
@@ -106,8 +110,8 @@ def short_series(series: Sequence[Any]) -> tuple[int, int] | None:
     """(runs held, runs asked) when a repeated test's series holds fewer runs than it asked
     (``-k "run-2"``, ``--lf``, a run stopped early); None for a whole one or a single run."""
     extra = (getattr(series[0], "model_extra", None) or {}) if series else {}
-    if extra.get("run") is None:
-        return None
+    if extra.get("run") is None or extra.get("adaptive") is True:
+        return None  # runs="auto" stops when its decision is settled: a whole series
     asked = int(extra.get("runs") or 1)
     return (len(series), asked) if len(series) < asked else None
 
@@ -168,17 +172,30 @@ def run_of(nodeid: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def runs_for(marker_runs: object, option_runs: int | None) -> int:
-    """The run count of a test: its marker's ``runs=`` beats the option; 1 by default.
+def runs_for(
+    marker_runs: object, option_runs: int | str | None, max_runs: int | None = None
+) -> int:
+    """The run count of a test (its items): its marker's ``runs=`` beats the option; 1 by
+    default; ``"auto"`` makes ``max_runs`` items (default 20), of which it may run fewer.
 
     An invalid marker value counts as 1 here; the marker check at collection reports it.
     """
+    chosen = marker_runs if marker_runs is not None else option_runs
+    if chosen == AUTO_RUNS:
+        from pytest_cleo_grade.grading._sequential import DEFAULT_MAX_RUNS
+
+        return max_runs or DEFAULT_MAX_RUNS
     if marker_runs is not None:
         try:
             return parse_runs(marker_runs)
         except ValueError:
             return 1
-    return option_runs or 1
+    return option_runs if isinstance(option_runs, int) else 1
+
+
+def is_adaptive(marker_runs: object, option_runs: int | str | None) -> bool:
+    """Whether a test runs ``runs="auto"`` (its marker's, else the option's)."""
+    return (marker_runs if marker_runs is not None else option_runs) == AUTO_RUNS
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +209,8 @@ class RepeatInfo:
     policy: RepeatPolicy
     #: ``report`` mode annotates the decision but never fails the test.
     mode: str = "fail"
+    #: Adaptive repeats (runs="auto"): the fewest runs before a stop; None for fixed runs.
+    min_runs: int | None = None
 
 
 def encode_repeat(info: RepeatInfo) -> str:
@@ -204,6 +223,7 @@ def encode_repeat(info: RepeatInfo) -> str:
             "minPassRate": info.policy.min_pass_rate,
             "passK": list(info.policy.pass_k) if info.policy.pass_k is not None else None,
             "mode": info.mode,
+            "minRuns": info.min_runs,
         },
         separators=(",", ":"),
     )
@@ -224,6 +244,7 @@ def decode_repeat(text: str) -> RepeatInfo:
             pass_k=(int(pass_k[0]), float(pass_k[1])) if pass_k is not None else None,
         ),
         mode=str(data.get("mode", "fail")),
+        min_runs=data.get("minRuns"),
     )
 
 
@@ -253,6 +274,8 @@ class TestRuns:
     raised_as_expected: bool = False
     #: One of its runs failed on its own (pytest's FAILED, even under an xfail marker).
     failed_on_its_own: bool = False
+    #: Adaptive repeats: why the test stopped (None: running on, or fixed runs).
+    stop: Stop | None = None
 
     __test__ = False  # not a pytest test class, whatever its name
 
@@ -261,8 +284,39 @@ class TestRuns:
         """How the decision reads: ``fail``, ``report``, or ``xfail`` (expected to fail)."""
         return "xfail" if self.xfail else self.info.mode
 
+    def settle(self) -> Stop | None:
+        """Adaptive repeats: whether the runs so far settle the test (sets ``stop``)."""
+        if self.info.min_runs is None or self.stop is not None:
+            return self.stop
+        from pytest_cleo_grade.grading._sequential import sequential_stop
+        from pytest_cleo_grade.grading._stats import repeat_stats
+
+        samples = list(self.samples.values())  # in the order they reported
+
+        def rule_passes() -> bool:
+            ordered = [self.samples[run] for run in sorted(self.samples)]
+            stats = repeat_stats(
+                [s.percent for s in ordered if s.percent is not None],
+                [s.passed for s in ordered],
+                threshold=self.info.threshold,
+                policy=self.info.policy,
+            )
+            return stats.decided_pass
+
+        wanted = self.info.runs if self.expected is None else min(self.expected, self.info.runs)
+        self.stop = sequential_stop(
+            [s.passed for s in samples],
+            policy=self.info.policy,
+            min_runs=min(self.info.min_runs, wanted),
+            max_runs=max(wanted - len(self.skipped), 1),
+            rule_passes=rule_passes,
+        )
+        return self.stop
+
     @property
     def complete(self) -> bool:
+        if self.stop is not None:
+            return True
         wanted = self.info.runs if self.expected is None else min(self.expected, self.info.runs)
         return len(self.samples) + len(self.skipped) >= wanted
 

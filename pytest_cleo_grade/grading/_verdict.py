@@ -21,7 +21,7 @@ from pytest_cleo_grade.core._scale import (
     round_half_up,
 )
 from pytest_cleo_grade.core.models import GradeResult
-from pytest_cleo_grade.grading._runs import counted_whole
+from pytest_cleo_grade.grading._runs import QUARANTINED, counted_whole
 
 __all__ = [
     "THRESHOLD_FORMS",
@@ -226,19 +226,28 @@ class RunGrade:
         if self.gate is None:
             return None
         gate = describe_threshold(self.gate)
+        held = self._quarantined()
+        # A quarantined test is never silently inside a passed gate: the verdict names it.
+        aside = f" ({held} quarantined test{'' if held == 1 else 's'} not gated)" if held else ""
         if self.mean is None:
-            return f"gate {gate}: not applied, no graded tests"
+            return f"gate {gate}: not applied, no graded tests{aside}"
         if self.gate_failed:
-            return f"gate FAILED: mean {self.mean_text()} is below {gate}"
-        return f"gate passed: mean {self.mean_text()} reaches {gate}"
+            return f"gate FAILED: mean {self.mean_text()} is below {gate}{aside}"
+        return f"gate passed: mean {self.mean_text()} reaches {gate}{aside}"
+
+    def _quarantined(self) -> int:
+        return len({_test_of(test) for test in self.tests if test.excluded == QUARANTINED})
 
     def run_line(self) -> str:
         count = len(self._per_test())
         noun = "test" if count == 1 else "tests"
         # Tests, as the count beside it: a repeated xfail test's runs are one test left out.
         counted = {_test_of(test) for test in self.counted}
-        left_out = len({_test_of(test) for test in self.tests} - counted)
-        note = f" ({left_out} xfail/xpass not counted)" if left_out else ""
+        left_out = len({_test_of(test) for test in self.tests} - counted) - self._quarantined()
+        notes = [f"{left_out} xfail/xpass not counted"] if left_out else []
+        if self._quarantined():
+            notes.append(f"{self._quarantined()} quarantined not counted")
+        note = f" ({', '.join(notes)})" if notes else ""
         if self.mean is None:
             return f"no graded tests{note}"
         return f"run grade {self.letter}: mean {self.mean_text()} over {count} graded {noun}{note}"

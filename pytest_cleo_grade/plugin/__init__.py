@@ -23,7 +23,7 @@ from pytest_cleo_grade.core.errors import (
     warnings_shown_not_raised,
 )
 from pytest_cleo_grade.core.settings import PluginOptions
-from pytest_cleo_grade.grading._runs import encode_repeat
+from pytest_cleo_grade.grading._runs import QUARANTINED, encode_repeat
 from pytest_cleo_grade.plugin._markers import (
     check_marker,
     rubric_file_problem,
@@ -181,7 +181,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # runs=N: one item per run, so runs spread over xdist workers like any tests. trylast:
     # after the test's own parametrize marks, so the run comes last (test_x[a-run-3]).
-    parametrize_runs(metafunc, run_state(metafunc.config).repeats.runs)
+    repeats = run_state(metafunc.config).repeats
+    parametrize_runs(metafunc, repeats.runs, repeats.max_runs)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -239,7 +240,28 @@ def _warn(message: str) -> None:
 def cleo_grade_run(request: pytest.FixtureRequest) -> int | None:
     """The run index (1..N) of a test repeated with runs=N, or None for a single run."""
     run: int | None = getattr(request, "param", None)
+    if run is not None:
+        _skip_if_decided(request)
     return run
+
+
+def _skip_if_decided(request: pytest.FixtureRequest) -> None:
+    """runs="auto": a run of a test already decided is not needed (skipped, saying why)."""
+    repeat = plan_of(request.node).repeat if isinstance(request.node, pytest.Item) else None
+    if repeat is None or repeat.min_runs is None:
+        return
+    state = run_state(request.config)
+    reason = None
+    if state.controller is not None:
+        reason = state.controller.decided(repeat.test_id)
+    else:
+        from pytest_cleo_grade.plugin._controller import DECIDED_INPUT
+        from pytest_cleo_grade.plugin._repeats import decided_elsewhere
+
+        workerinput = getattr(request.config, "workerinput", {})
+        reason = decided_elsewhere(workerinput.get(DECIDED_INPUT), repeat.test_id)
+    if reason is not None:
+        pytest.skip(f"cleo-grade: {repeat.test_id} is decided ({reason})")
 
 
 @pytest.fixture
@@ -303,7 +325,8 @@ def graded_session(
 def _warn_runs_not_applied(request: pytest.FixtureRequest) -> None:
     """runs=N makes one item per run at collection, from the test's arguments: a session
     asked for with ``request.getfixturevalue`` comes too late, and the test runs once."""
-    runs = asked_runs(request.node, run_state(request.config).repeats.runs)
+    repeats = run_state(request.config).repeats
+    runs = asked_runs(request.node, repeats.runs, repeats.max_runs)
     if runs > 1:
         with warnings_shown_not_raised():
             _warn(
@@ -386,7 +409,13 @@ def _grade_item(item: pytest.Item, session: GradeSession) -> GradedTest | str:
     repeat = plan.repeat
     if repeat is not None:
         # One run of a repeated test: stored under the test's id with its run index.
-        extra = {"testId": repeat.test_id, "run": repeat.run, "runs": repeat.runs}
+        extra: dict[str, object] = {
+            "testId": repeat.test_id,
+            "run": repeat.run,
+            "runs": repeat.runs,
+        }
+        if repeat.min_runs is not None:
+            extra["adaptive"] = True  # its series may stop before ``runs`` (max_runs)
         graded = dataclasses.replace(graded, result=graded.result.model_copy(update=extra))
     item_state(item).graded = graded
     if "otel" in run_state(item.config).options.exports:
@@ -561,10 +590,15 @@ def pytest_runtest_makereport(
     if excluded:
         # Shown with its grade, but an expected failure is left out of the run's mean.
         graded = dataclasses.replace(graded, excluded="xfailed" if report.skipped else "xpassed")
+    elif plan is not None and plan.quarantined:
+        # Report-only, and said so everywhere: never a silent pass of the gate.
+        graded = dataclasses.replace(graded, excluded=QUARANTINED)
     from pytest_cleo_grade.grading._verdict import encode_graded_test
     from pytest_cleo_grade.reports._display import junit_properties
 
     properties = [(name, _utf8_text(value)) for name, value in junit_properties(graded.result)]
+    if graded.excluded == QUARANTINED:
+        properties.append(("cleo_quarantined", "true"))
     # item.user_properties feeds the teardown report, which junitxml reads; the call report
     # gets them too for hooks that look there. A rerun replaces, never repeats.
     for stale in test.properties:

@@ -99,6 +99,8 @@ class BaselineGate:
         #: Per repeated test: how many runs it asks for, and the runs that ran.
         self.runs_asked: dict[str, int] = {}
         self.runs_ran: dict[str, set[int]] = {}
+        #: Tests with runs="auto": their series may end early, as their decision allows.
+        self.adaptive: set[str] = set()
 
     @property
     def gated(self) -> bool:
@@ -153,6 +155,8 @@ class BaselineGate:
         info = decode_repeat(encoded)
         self.runs_asked[info.test_id] = info.runs
         self.runs_ran.setdefault(info.test_id, set()).add(info.run)
+        if info.min_runs is not None:
+            self.adaptive.add(info.test_id)
 
     def _partial_series(self) -> dict[str, str]:
         """Repeated tests of which only some runs ran (-k, --lf, a run stopped early, a node
@@ -169,7 +173,8 @@ class BaselineGate:
             ran, scored = len(self.runs_ran[test_id]), len(graded.get(test_id, ()))
             if ran < runs:
                 partial[test_id] = f"{ran} of {runs} runs ran"
-            elif scored < runs:
+            elif scored < runs and test_id not in self.adaptive:
+                # runs="auto" grades only the runs its decision needed: a whole series.
                 partial[test_id] = f"{scored} of {runs} runs graded"
         return partial
 

@@ -13,10 +13,12 @@ run is gated once, and the step summary is one block: regressions, repeats, grad
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
@@ -27,7 +29,7 @@ from pytest_cleo_grade.plugin._baseline import BaselineGate
 from pytest_cleo_grade.plugin._pytest_html import HtmlColumns
 from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
 from pytest_cleo_grade.plugin._repeats import Repeats
-from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE
+from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE, Role
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.grading._verdict import GradedTest, RunGrade
@@ -67,6 +69,32 @@ def _decision_markup(kind: str) -> dict[str, bool]:
     return {"green": True, "bold": True}
 
 
+class _DecidedChannel:
+    """Under xdist: a directory where the controller tells the workers that an adaptive
+    test (runs="auto") is decided, so they skip its remaining runs; removed at the end."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[DECIDED_INPUT] = str(self.directory)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+#: The workerinput key of the directory of decided adaptive tests.
+DECIDED_INPUT: Final = "cleo_grade_decided"
+
+
+def _decided_channel(config: pytest.Config) -> Path | None:
+    if Role.of(config) is not Role.CONTROLLER:
+        return None
+    directory = Path(tempfile.mkdtemp(prefix="cleo-grade-decided-"))
+    config.pluginmanager.register(_DecidedChannel(directory), "cleo_grade_decided_channel")
+    return directory
+
+
 class Controller:
     """The deciding process's state of a run: its graded tests, the run grade, the gates and
     the comparison, with the repeats, the baseline and pytest-html's columns as parts."""
@@ -83,7 +111,7 @@ class Controller:
         self.config = config
         self.options = options
         self.store = store
-        self.repeats = Repeats()
+        self.repeats = Repeats(_decided_channel(config))
         #: The baseline gate, with --cleo-grade-baseline or --cleo-grade-save-baseline only.
         self.baseline: BaselineGate | None = None
         if repeat_options.baseline is not None or repeat_options.save_baseline is not None:
@@ -183,6 +211,9 @@ class Controller:
             if "grade history" in exc.problems:
                 return
         self._history_written = True
+
+    def decided(self, test_id: str) -> str | None:
+        return self.repeats.decided(test_id)
 
     def problem(self, message: str) -> None:
         from pytest_cleo_grade.core._text import terminal_text

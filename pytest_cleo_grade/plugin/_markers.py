@@ -113,10 +113,22 @@ def check_marker(item: pytest.Item, marker: MarkerOptions) -> None:
         raise pytest.UsageError(
             f"{where}: min_pass_rate= and pass_k= each decide a repeated test; give one"
         )
+    if marker.max_runs is not None or marker.min_runs is not None:
+        from pytest_cleo_grade.grading._runs import is_adaptive
+
+        if not is_adaptive(marker.runs, run_state(item.config).repeats.runs):
+            raise pytest.UsageError(
+                f"{where}: max_runs= and min_runs= belong to adaptive repeats: runs='auto'"
+            )
+        if (marker.min_runs or 1) > (
+            marker.max_runs or run_state(item.config).repeats.max_runs or 20
+        ):
+            raise pytest.UsageError(f"{where}: min_runs= is above max_runs=")
     if marker.pass_k is not None:
         from pytest_cleo_grade.grading._runs import runs_for
 
-        runs = runs_for(marker.runs, run_state(item.config).repeats.runs)
+        options = run_state(item.config).repeats
+        runs = runs_for(marker.runs, options.runs, marker.max_runs or options.max_runs)
         if marker.pass_k[0] > runs:
             raise pytest.UsageError(
                 f"{where}: pass_k=({marker.pass_k[0]}, {marker.pass_k[1]:g}) needs at least "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_cleo_grade.core.settings import MarkerOptions, Mode
-from pytest_cleo_grade.grading._runs import RepeatInfo, base_test_id, runs_for
+from pytest_cleo_grade.grading._runs import RepeatInfo, base_test_id, is_adaptive, runs_for
 from pytest_cleo_grade.plugin._markers import read_marker, rubric_manager
 from pytest_cleo_grade.plugin._repeats import RUN_FIXTURE
 from pytest_cleo_grade.plugin._state import item_state, run_state
@@ -43,6 +43,8 @@ class Plan:
     allow_empty: bool
     #: Which run of a repeated test this item is (None: a test that runs once).
     repeat: RepeatInfo | None
+    #: Listed in the quarantine file: graded report-only, shown as quarantined, not gated.
+    quarantined: bool = False
 
 
 PLAN_KEY = pytest.StashKey[Plan]()
@@ -85,7 +87,11 @@ def _make(item: pytest.Item, marker: MarkerOptions, marks: tuple[pytest.Mark, ..
 
     options = run_state(item.config).options
     threshold, source, mode = threshold_for(options, marker)
-    repeat = _repeat(item, marker, threshold, mode)
+    repeats = run_state(item.config).repeats
+    quarantined = bool(repeats.quarantined) and _test_id(item) in repeats.quarantined
+    if quarantined:
+        mode = "report"  # its grade never fails it: the summary says it is quarantined
+    repeat = _repeat(item, marker, threshold, "quarantined" if quarantined else mode)
     doc = getattr(getattr(item, "obj", None), "__doc__", None)
     grading = plan_for(
         options,
@@ -107,11 +113,19 @@ def _make(item: pytest.Item, marker: MarkerOptions, marks: tuple[pytest.Mark, ..
         mode=mode,
         allow_empty=allow_empty,
         repeat=repeat,
+        quarantined=quarantined,
     )
 
 
+def _test_id(item: pytest.Item) -> str:
+    """The id the history and the quarantine file know the test by (a run's without it)."""
+    callspec = getattr(item, "callspec", None)
+    run = None if callspec is None else callspec.params.get(RUN_FIXTURE)
+    return base_test_id(item.nodeid, run) if isinstance(run, int) else item.nodeid
+
+
 def _repeat(
-    item: pytest.Item, marker: MarkerOptions, threshold: float | None, mode: Mode
+    item: pytest.Item, marker: MarkerOptions, threshold: float | None, mode: str
 ) -> RepeatInfo | None:
     """The run this item is (test id, index, count, the policy deciding it), or None."""
     callspec = getattr(item, "callspec", None)
@@ -120,6 +134,15 @@ def _repeat(
         return None
     from pytest_cleo_grade.grading._stats import RepeatPolicy
 
-    runs = runs_for(marker.runs, run_state(item.config).repeats.runs)
+    options = run_state(item.config).repeats
+    runs = runs_for(marker.runs, options.runs, marker.max_runs or options.max_runs)
     policy = RepeatPolicy(min_pass_rate=marker.min_pass_rate, pass_k=marker.pass_k)
-    return RepeatInfo(base_test_id(item.nodeid, run), run, runs, threshold, policy, mode)
+    min_runs = None
+    if is_adaptive(marker.runs, options.runs):
+        from pytest_cleo_grade.grading._sequential import DEFAULT_MIN_RUNS
+
+        min_runs = marker.min_runs or options.min_runs or DEFAULT_MIN_RUNS
+        if marker.pass_k is not None:
+            min_runs = max(min_runs, marker.pass_k[0])  # pass^k needs k runs at least
+    test_id = base_test_id(item.nodeid, run)
+    return RepeatInfo(test_id, run, runs, threshold, policy, mode, min_runs)

@@ -76,10 +76,13 @@ class HtmlColumns:
                 '<td class="col-cleoFlags"></td>',
             ]
             return
+        from pytest_cleo_grade.grading._runs import QUARANTINED
         from pytest_cleo_grade.grading._verdict import shown_percent
 
         result = graded.result
         verdict = "" if graded.passed or graded.threshold is None else " below threshold"
+        if graded.excluded == QUARANTINED:
+            verdict += " (quarantined, not counted)"
         cells[_AT:_AT] = [
             f'<td class="col-cleoGrade">{html.escape(result.letter)}{verdict}</td>',
             f'<td class="col-cleoPercent">{_percent_key(result.percent)}'
@@ -117,6 +120,11 @@ class HtmlColumns:
                 if run.gate_failed:
                     lines.append(_EXIT_REMINDER)
             lines.append(f"cleo-grade: {run.run_line()}")
+            from pytest_cleo_grade.reports._display import quarantine_line
+
+            quarantine = quarantine_line(run)
+            if quarantine is not None:
+                lines.append(f"cleo-grade: {quarantine}")
         if self.baseline is not None:
             text = self.baseline.verdict_text()
             if text:

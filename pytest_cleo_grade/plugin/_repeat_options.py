@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
-from pytest_cleo_grade.core.settings import expanded, parse_flag, parse_runs, unresolved_leaf
+from pytest_cleo_grade.core.settings import (
+    expanded,
+    parse_flag,
+    parse_runs,
+    parse_runs_or_auto,
+    unresolved_leaf,
+)
 from pytest_cleo_grade.plugin._options import add_scalar_ini
 
 __all__ = ["RepeatOptions", "add_repeat_options", "load_repeat_options"]
@@ -18,16 +25,29 @@ __all__ = ["RepeatOptions", "add_repeat_options", "load_repeat_options"]
 class RepeatOptions:
     """The run-wide settings of issue 15: repeats and the baseline gate."""
 
-    runs: int | None = None
+    runs: int | Literal["auto"] | None = None
+    #: Adaptive repeats (runs=auto): the most and the fewest runs of a test.
+    max_runs: int | None = None
+    min_runs: int | None = None
     #: A baseline file, or ``"latest"`` (the previous run in the grade history).
     baseline: Path | str | None = None
     save_baseline: Path | None = None
     #: The raw ``--cleo-grade-fail-on-regression`` expression (parsed by the baseline module).
     fail_on_regression: str | None = None
     baseline_required: bool = False
+    #: The quarantine file (``--cleo-grade-quarantine``) and the test ids it lists.
+    quarantine_path: Path | None = None
+    quarantined: frozenset[str] = frozenset()
 
 
-def _runs_arg(value: str) -> int:
+def _runs_arg(value: str) -> int | Literal["auto"]:
+    try:
+        return parse_runs_or_auto(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count_arg(value: str) -> int:
     try:
         return parse_runs(value)
     except ValueError as exc:
@@ -52,9 +72,22 @@ def add_repeat_options(parser: pytest.Parser) -> None:
         metavar="N",
         type=_runs_arg,
         default=None,
-        help="run every graded test N times and decide it once over its runs (ini: "
-        "cleo_grade_runs; the cleo_grade marker's runs= beats both)",
+        help="run every graded test N times and decide it once over its runs; auto: until "
+        "its verdict is settled, at most --cleo-grade-max-runs (ini: cleo_grade_runs; the "
+        "cleo_grade marker's runs= beats both)",
     )
+    for name, default in (("max", "20"), ("min", "3")):
+        group.addoption(
+            f"--cleo-grade-{name}-runs",
+            dest=f"cleo_grade_{name}_runs",
+            metavar="N",
+            type=_count_arg,
+            default=None,
+            help=f"with runs=auto: the {'most' if name == 'max' else 'fewest'} runs of a test "
+            f"(default {default}; ini: cleo_grade_{name}_runs; the marker's {name}_runs= "
+            "beats both)",
+        )
+        add_scalar_ini(parser, f"cleo_grade_{name}_runs", f"runs=auto: the {name} runs", "count")
     group.addoption(
         "--cleo-grade-baseline",
         dest="cleo_grade_baseline",
@@ -90,6 +123,15 @@ def add_repeat_options(parser: pytest.Parser) -> None:
         help="a missing baseline file fails the run instead of being a note "
         "(ini: cleo_grade_baseline_required)",
     )
+    group.addoption(
+        "--cleo-grade-quarantine",
+        dest="cleo_grade_quarantine",
+        metavar="PATH",
+        default=None,
+        help="the quarantine file (cleo-grade flaky --write-quarantine): the tests it lists "
+        "are graded report-only and shown as quarantined (ini: cleo_grade_quarantine)",
+    )
+    add_scalar_ini(parser, "cleo_grade_quarantine", "quarantine file: listed tests are report-only")
     add_scalar_ini(
         parser, "cleo_grade_runs", "how many times each graded test runs (default 1)", "count"
     )
@@ -125,12 +167,21 @@ def _resolve(config: pytest.Config, value: str, from_ini: bool) -> Path | str:
 
 def load_repeat_options(config: pytest.Config) -> RepeatOptions:
     """Command line, else ini; UsageError names the bad ini key."""
-    runs: int | None = config.getoption("cleo_grade_runs")
+    runs: int | Literal["auto"] | None = config.getoption("cleo_grade_runs")
     if runs is None and (text := _ini(config, "cleo_grade_runs")) is not None:
         try:
-            runs = parse_runs(text)
+            runs = parse_runs_or_auto(text)
         except ValueError as exc:
             raise _usage("cleo_grade_runs", exc) from None
+    bounds: dict[str, int | None] = {}
+    for name in ("max", "min"):
+        value: int | None = config.getoption(f"cleo_grade_{name}_runs")
+        if value is None and (text := _ini(config, f"cleo_grade_{name}_runs")) is not None:
+            try:
+                value = parse_runs(text)
+            except ValueError as exc:
+                raise _usage(f"cleo_grade_{name}_runs", exc) from None
+        bounds[name] = value
     baseline: Path | str | None = None
     if value := config.getoption("cleo_grade_baseline"):
         baseline = _resolve(config, value, from_ini=False)
@@ -155,7 +206,25 @@ def load_repeat_options(config: pytest.Config) -> RepeatOptions:
             required = parse_flag(text) if text is not None else False
         except ValueError as exc:
             raise _usage("cleo_grade_baseline_required", exc) from None
+    quarantine_path: Path | None = None
+    if value := config.getoption("cleo_grade_quarantine"):
+        quarantine_path = Path(_resolve(config, value, from_ini=False))
+    elif (text := _ini(config, "cleo_grade_quarantine")) is not None:
+        quarantine_path = Path(_resolve(config, text, from_ini=True))
+    quarantined: frozenset[str] = frozenset()
+    if quarantine_path is not None and quarantine_path.exists():
+        from pytest_cleo_grade.core.errors import HistoryError
+        from pytest_cleo_grade.store._quarantine import read_quarantine
+
+        try:
+            quarantined = read_quarantine(quarantine_path).ids
+        except HistoryError as exc:
+            raise pytest.UsageError(f"cleo-grade: --cleo-grade-quarantine: {exc}") from None
     return RepeatOptions(
+        max_runs=bounds["max"],
+        min_runs=bounds["min"],
+        quarantine_path=quarantine_path,
+        quarantined=quarantined,
         runs=runs,
         baseline=baseline,
         save_baseline=save_path,

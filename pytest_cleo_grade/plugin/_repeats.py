@@ -11,8 +11,11 @@ terminal, JUnit, ``-x`` and the exit status all see exactly one failure per fail
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -32,27 +35,44 @@ from pytest_cleo_grade.plugin._state import REPEAT_ATTRIBUTE, STRICT_XFAIL_ATTRI
 if TYPE_CHECKING:
     from pytest_cleo_grade.grading._verdict import GradedTest
 
-__all__ = ["RUN_FIXTURE", "Repeats", "asked_runs", "parametrize_runs"]
+__all__ = [
+    "RUN_FIXTURE",
+    "Repeats",
+    "asked_runs",
+    "decided_elsewhere",
+    "decided_name",
+    "parametrize_runs",
+]
 
 #: The fixture ``graded_session`` depends on; parametrised with the run index when runs > 1.
 RUN_FIXTURE: Final = "cleo_grade_run"
 
 
-def asked_runs(node: pytest.Item, option_runs: int | None) -> int:
-    """How many runs a test is asked for: its closest marker's ``runs=``, else the option."""
-    marker_runs = None
+def _closest(node: pytest.Item, key: str) -> object:
     for mark in node.iter_markers("cleo_grade"):
-        if "runs" in mark.kwargs:
-            marker_runs = mark.kwargs["runs"]  # the closest marker wins
-            break
-    return runs_for(marker_runs, option_runs)
+        if key in mark.kwargs:
+            return mark.kwargs[key]  # the closest marker wins
+    return None
 
 
-def parametrize_runs(metafunc: pytest.Metafunc, option_runs: int | None) -> None:
+def asked_runs(
+    node: pytest.Item, option_runs: int | str | None, option_max: int | None = None
+) -> int:
+    """How many runs (items) a test is asked for: its closest marker's ``runs=``, else the
+    option; ``runs="auto"``: its ``max_runs`` (marker, else option, else 20)."""
+    max_runs = _closest(node, "max_runs")
+    if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
+        max_runs = option_max
+    return runs_for(_closest(node, "runs"), option_runs, max_runs)
+
+
+def parametrize_runs(
+    metafunc: pytest.Metafunc, option_runs: int | str | None, option_max: int | None = None
+) -> None:
     """Make one item per run of a graded test asked to run more than once."""
     if "graded_session" not in metafunc.fixturenames:
         return
-    runs = asked_runs(metafunc.definition, option_runs)
+    runs = asked_runs(metafunc.definition, option_runs, option_max)
     if runs > 1:
         indices = list(range(1, runs + 1))
         metafunc.parametrize(RUN_FIXTURE, indices, indirect=True, ids=[run_id(i) for i in indices])
@@ -63,8 +83,10 @@ class Repeats:
     run reports. A plain component of the controller, which hands it every report first
     (before pytest's terminal and JUnit writers read it: the decision may rewrite it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, decided_dir: Path | None = None) -> None:
         self.tests: dict[str, TestRuns] = {}
+        #: Under xdist: where the controller tells workers an adaptive test is decided.
+        self.decided_dir = decided_dir
         # Properties added to a run's teardown report, which junitxml reads them from.
         self._properties: dict[str, list[tuple[str, object]]] = {}
         #: Runs per test id among the collected items (a -k selection may keep only some).
@@ -109,11 +131,16 @@ class Repeats:
             # A run failing on its own is pytest's FAILED, an xfail marker or not (one that
             # raised what ``raises=`` does not name): the test is no expected failure then.
             runs.failed_on_its_own |= report.failed
-        if not runs.complete or runs.stats is not None:
+        if runs.stats is not None:
+            return graded  # an adaptive test's run that started before its decision
+        stop = runs.settle()
+        if not runs.complete:
             return graded
         stats = runs.decide()
         if stats is None:
             return graded
+        if stop is not None:
+            self._tell_workers(info.test_id, stop.reason)
         from pytest_cleo_grade.reports._repeats import junit_repeat_properties, repeat_message
 
         self._properties[report.nodeid] = junit_repeat_properties(stats)
@@ -121,6 +148,8 @@ class Repeats:
         # (as a single xfailed test's grade is left out of the gate).
         runs.xfail = _expected_failure(report) and not runs.failed_on_its_own
         message = repeat_message(info.test_id, stats, runs.mode)
+        if stop is not None:
+            message += f"\nadaptive runs: {stop.reason}"
         if runs.xfail and report.passed:
             # As one run would be XFAIL for raising whatever its grade, so is the test when
             # any of its runs raised, whichever run happens to complete it.
@@ -138,6 +167,18 @@ class Repeats:
                 del report.wasxfail
                 graded = _marked(graded, None)
         return graded
+
+    def _tell_workers(self, test_id: str, reason: str) -> None:
+        if self.decided_dir is not None:
+            with contextlib.suppress(OSError):  # workers then run the rest: never wrong
+                (self.decided_dir / decided_name(test_id)).write_text(reason, "utf-8")
+
+    def decided(self, test_id: str) -> str | None:
+        """Why an adaptive test needs no more runs (None: it does)."""
+        runs = self.tests.get(test_id)
+        if runs is None or runs.stats is None or runs.stop is None:
+            return None
+        return runs.stop.reason
 
     def _teardown_failed(self, report: pytest.TestReport) -> None:
         """A run whose teardown errored (pytest's ERROR): a failed run, as one whose call
@@ -197,6 +238,21 @@ class Repeats:
         for line in repeat_lines(self.in_order(position)):
             failed = "FAILED" in line.split("(")[0]
             terminalreporter.write_line(line, red=failed, bold=failed, yellow="flaky" in line)
+
+
+def decided_name(test_id: str) -> str:
+    """The file a decision of ``test_id`` is told by (any test id is a safe name so)."""
+    return hashlib.sha256(test_id.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def decided_elsewhere(directory: str | None, test_id: str) -> str | None:
+    """On an xdist worker: the controller's reason an adaptive test is decided, or None."""
+    if not directory:
+        return None
+    try:
+        return (Path(directory) / decided_name(test_id)).read_text("utf-8")
+    except OSError:
+        return None
 
 
 def _expected_failure_decided(

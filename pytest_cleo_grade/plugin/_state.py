@@ -55,6 +55,9 @@ class Decider(Protocol):
     def problem(self, message: str) -> None:
         """Say ``message`` once, as a warning at the end of the run."""
 
+    def decided(self, test_id: str) -> str | None:
+        """Why an adaptive test (runs="auto") needs no more runs, or None."""
+
 
 class Role(enum.Enum):
     """What this pytest process does for the run, chosen once in ``pytest_configure``."""

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from pytest_cleo_grade.core._text import markdown_cell, markdown_code_cell, terminal_text
 from pytest_cleo_grade.core.models import POINT_ENTRY_LIMIT, GradeResult, Point, format_timestamp
+from pytest_cleo_grade.grading._runs import QUARANTINED
 from pytest_cleo_grade.grading._verdict import (
     GradedTest,
     RunGrade,
@@ -167,9 +168,10 @@ def trajectory_diff_lines(result: GradeResult) -> list[str]:
     """``expected vs actual calls:`` and the trajectory rubric's aligned diff, if any."""
     lines = []
     for diff in _diffs(result.model_extra or {}):
+        skipped = any(line.startswith("?") for line in diff)
         lines.append(
             "expected vs actual calls (= matched, ~ out of order, - missing, + unexpected, "
-            ". not counted):"
+            f". not counted{', ? optional not made' if skipped else ''}):"
         )
         lines.extend(f"  {terminal_text(line)}" for line in diff)
     return lines
@@ -228,6 +230,9 @@ def _verdict_cells(run: RunGrade) -> list[str]:
 
 
 def _verdict_cell(test: GradedTest, *, counted: bool) -> str:
+    if test.excluded == QUARANTINED and test.threshold is not None:
+        mark = "ok" if test.passed else "below"
+        return f"quarantined: {mark} {describe_threshold(test.threshold)}, not counted"
     if not counted:
         return f"{test.excluded}, not counted"
     if test.threshold is None:
@@ -272,6 +277,9 @@ def summary_lines(run: RunGrade) -> list[str]:
 
     lines = [fmt(header), *(fmt(row) for row in rows)] if rows else []
     lines.append(run.run_line())
+    quarantine = quarantine_line(run)
+    if quarantine is not None:
+        lines.append(terminal_text(quarantine))
     judge = judge_line(run)
     if judge is not None:
         lines.append(judge)
@@ -284,6 +292,9 @@ def summary_lines(run: RunGrade) -> list[str]:
 def summary_line(run: RunGrade) -> str:
     """The ``-q`` form: everything on one line."""
     parts = [f"cleo-grade: {run.run_line()}"]
+    quarantine = quarantine_line(run)
+    if quarantine is not None:
+        parts.append(terminal_text(quarantine))
     judge = judge_line(run)
     if judge is not None:
         parts.append(judge)
@@ -397,6 +408,9 @@ def markdown_summary(run: RunGrade, size: int = SUMMARY_BYTES) -> str:
     """
     head = ["### cleo-grade", ""]
     tail = [f"**{run.run_line()[0].upper()}{run.run_line()[1:]}**"]
+    quarantine = quarantine_line(run)
+    if quarantine is not None:
+        tail += ["", markdown_cell(clipped(quarantine, 4 * SUMMARY_TEXT))]
     judge = judge_line(run)
     if judge is not None:
         tail += ["", judge[0].upper() + judge[1:]]
@@ -414,6 +428,21 @@ def markdown_summary(run: RunGrade, size: int = SUMMARY_BYTES) -> str:
         lines += _below_threshold(run, _Budget(room - used))
         lines.append("")
     return "\n".join([*lines, *tail]) + "\n"
+
+
+def quarantine_line(run: RunGrade) -> str | None:
+    """``quarantined (report only, not in the gate): 2 tests, 1 below: a, b``, or None."""
+    tests: dict[str, bool] = {}
+    for test in run.tests:
+        if test.excluded == QUARANTINED:
+            key = str((test.result.model_extra or {}).get("testId") or test.nodeid)
+            tests[key] = tests.get(key, True) and test.passed
+    if not tests:
+        return None
+    below = sum(not passed for passed in tests.values())
+    count = f"{len(tests)} test{'' if len(tests) == 1 else 's'}"
+    names = ", ".join(f"{key}{'' if ok else ' (below)'}" for key, ok in tests.items())
+    return f"quarantined (report only, not in the gate): {count}, {below} below: {names}"
 
 
 def judge_line(run: RunGrade) -> str | None:

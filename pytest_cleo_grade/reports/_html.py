@@ -45,8 +45,9 @@ def latest_run(
     history: Sequence[GradeResult], *, threshold: float | None, gate: float | None
 ) -> RunGrade:
     """The last run a history holds: each test's latest grade (a repeated test's latest
-    series of runs), in the order the tests last appear."""
-    latest = latest_series(history, grade_test_id)
+    series of runs), in the order the tests last appear. Manual grades (cleo-grade review)
+    are people's labels for judge calibration, not grades of a run: left out."""
+    latest = latest_series([r for r in history if r.evaluator != "manual"], grade_test_id)
     source = "--fail-under" if threshold is not None else None
     tests = [
         GradedTest(key, result, threshold, source, "fail", excluded=_excluded(result))

@@ -159,6 +159,8 @@ class HtmlReport:
     #: is None for a line that decided nothing (a note: "no baseline at ...: nothing
     #: compared", a comparison without tolerances): drawn neutral, never as a passed gate.
     gates: tuple[tuple[bool | None, str], ...] = ()
+    #: The judge calibration section (rendered), "" without manual grades to compare with.
+    calibration: str = ""
 
 
 def build_report(
@@ -214,7 +216,16 @@ def build_report(
         if calls is not None:  # the calls of the session whose points are shown
             entry = dataclasses.replace(entry, calls=calls.get(entry.shown.session_id))
         tests.append(entry)
-    return HtmlReport(run=run, tests=tuple(tests), title=title, source=source, gates=tuple(gates))
+    from pytest_cleo_grade.reports._calibration_html import calibration_section
+
+    return HtmlReport(
+        run=run,
+        tests=tuple(tests),
+        title=title,
+        source=source,
+        gates=tuple(gates),
+        calibration=calibration_section(history),
+    )
 
 
 def _previous(
@@ -262,6 +273,7 @@ def render_html(report: HtmlReport) -> str:
     parts.extend(_gate(failed, line) for failed, line in report.gates)
     parts.append(_table(report.tests))
     parts.extend(_section(index, test) for index, test in enumerate(report.tests))
+    parts.append(report.calibration)
     parts.append(f"<script>{_SCRIPT}</script>\n</body>\n</html>\n")
     return "".join(parts)
 

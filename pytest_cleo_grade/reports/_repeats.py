@@ -123,6 +123,8 @@ def _outcome(stats: RepeatStats, mode: str) -> str:
     # fails, and the text must not say it did.
     if mode == "xfail":
         return "below (expected to fail)"
+    if mode == "quarantined":
+        return "below (quarantined)"
     return "FAILED" if mode == "fail" else "below (report mode)"
 
 
@@ -172,7 +174,9 @@ def _partial(runs: TestRuns) -> list[str]:
     """What a decision over fewer runs than the test asks for rests on, said plainly."""
     notes = []
     ran = len(runs.samples)
-    if ran < runs.info.runs:
+    if runs.stop is not None:
+        notes.append(f"adaptive runs: {runs.stop.reason}")
+    elif ran < runs.info.runs:
         notes.append(
             f"decided over {ran} of {runs.info.runs} runs: the others did not run "
             "(deselected by -k or --lf, or skipped)"

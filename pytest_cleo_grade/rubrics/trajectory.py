@@ -17,13 +17,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from pytest_cleo_grade.core._scale import hundredths_half_up
 from pytest_cleo_grade.core.errors import RubricError
 from pytest_cleo_grade.core.expectations import (
     Call,
+    Expected,
+    OneOf,
+    OptionalStep,
+    Repeat,
     TrajectoryMode,
+    Unordered,
+    is_plain,
     parse_expectations,
     parse_trajectory_mode,
 )
@@ -35,6 +41,7 @@ from pytest_cleo_grade.core.models import (
     order_entries,
 )
 from pytest_cleo_grade.rubrics._document import read_document
+from pytest_cleo_grade.rubrics._patterns import PatternAlignment, align_patterns
 from pytest_cleo_grade.rubrics._points import point
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
 
@@ -254,14 +261,21 @@ def _percent(f1: Fraction) -> float:
     return hundredths_half_up(f1 * 100)
 
 
+class _Labelled(Protocol):
+    def label(self) -> str: ...
+
+
 def diff_lines(
-    alignment: Alignment, expected: Sequence[Call], actual: Sequence[_Actual], mode: str
+    alignment: Alignment | PatternAlignment,
+    expected: Sequence[_Labelled],
+    actual: Sequence[_Actual],
+    mode: str,
 ) -> list[str]:
     """The expected and actual calls side by side, one aligned row per line."""
     labels = [call.label() for call in expected]
     width = min(max((len(label) for label in labels), default=8), 48)
     lines = [f"  {'expected':<{width}}  actual ({mode})"]
-    notes = {"~": "  (out of order)", ".": "  (not counted)"}
+    notes = {"~": "  (out of order)", ".": "  (not counted)", "?": "  (optional: not made)"}
     if mode == "subset":
         notes["-"] = "  (left out: allowed)"
     if mode == "superset":
@@ -277,17 +291,22 @@ def diff_lines(
 
 
 def _explain(
-    alignment: Alignment, expected: Sequence[Call], actual: Sequence[_Actual], mode: str
+    rows: list[tuple[str, int | None, int | None]],
+    expected: Sequence[tuple[str, int]],
+    actual: Sequence[_Actual],
+    mode: str,
 ) -> tuple[list[str], list[dict[str, Any]]]:
+    """Flags and zero points per mismatch; ``expected``: (label, expected #) per row index."""
     flags: list[str] = []
     items: list[dict[str, Any]] = []
-    for op, i, j in alignment.rows:
+    for op, i, j in rows:
         if op == "-" and i is not None and mode != "subset":
-            text = f"Expected call {expected[i].label()} was not made (expected #{i + 1})"
+            label, number = expected[i]
+            text = f"Expected call {label} was not made (expected #{number})"
         elif op == "+" and j is not None and mode != "superset":
             text = f"Unexpected call {actual[j][0]} (entry #{j})"
         elif op == "~" and i is not None and j is not None:
-            text = f"Expected call {expected[i].label()} was made out of order (entry #{j})"
+            text = f"Expected call {expected[i][0]} was made out of order (entry #{j})"
         else:
             continue
         flags.append(text)
@@ -313,7 +332,7 @@ def grade_trajectory(
     try:
         expected = (
             expect
-            if isinstance(expect, tuple) and all(isinstance(c, Call) for c in expect)
+            if isinstance(expect, tuple) and all(isinstance(c, _EXPECTED) for c in expect)
             else parse_expectations(expect)
         )
         checked_mode = parse_trajectory_mode(mode)
@@ -334,17 +353,38 @@ def grade_trajectory(
             entry_count=0,
         )
     actual: list[_Actual] = [(f"{e.domain}.{e.operation}", e.params) for e in mine]
-    alignment = align(expected, actual, checked_mode)
-    score = _percent(alignment.f1)
-    matched = alignment.matched
-    summary = (
-        f"{matched} of {len(expected)} expected calls matched ({checked_mode}): "
-        f"precision {matched}/{alignment.precision_of}, recall {matched}/{alignment.recall_of}"
-    )
-    flags, items = _explain(alignment, expected, actual, checked_mode)
+    alignment: Alignment | PatternAlignment
+    if is_plain(expected):
+        calls = [call for call in expected if isinstance(call, Call)]
+        alignment = align(calls, actual, checked_mode)
+        score = _percent(alignment.f1)
+        matched = alignment.matched
+        summary = (
+            f"{matched} of {len(expected)} expected calls matched ({checked_mode}): "
+            f"precision {matched}/{alignment.precision_of}, recall {matched}/{alignment.recall_of}"
+        )
+        labelled: Sequence[_Labelled] = calls
+        numbered = [(call.label(), i + 1) for i, call in enumerate(calls)]
+        precision = _ratio(matched, alignment.precision_of)
+        recall = _ratio(matched, alignment.recall_of)
+    else:
+        alignment = align_patterns(
+            expected, actual, checked_mode, limit=MAX_PAIRS, matching=_matching
+        )
+        score = _percent(alignment.f1)
+        summary = (
+            f"{alignment.satisfied} of {alignment.required} required steps matched "
+            f"({checked_mode}): precision {alignment.matched}/{alignment.counted}, "
+            f"recall {alignment.satisfied}/{alignment.required}"
+        )
+        labelled = alignment.steps
+        numbered = [(step.label(), step.position + 1) for step in alignment.steps]
+        precision = round(float(alignment.precision), 4)
+        recall = round(float(alignment.recall), 4)
+    flags, items = _explain(alignment.rows, numbered, actual, checked_mode)
     where = [j for op, _, j in alignment.rows if op == "=" and j is not None]
     points = [point(DIMENSION, score, "trajectory.f1", f"{summary}: F1 {score:g}%", where)]
-    diff = diff_lines(alignment, expected, actual, checked_mode)
+    diff = diff_lines(alignment, labelled, actual, checked_mode)
     return GradeResult(
         session_id=session_id,
         task_id=task_id,
@@ -357,11 +397,14 @@ def grade_trajectory(
         points=[*points, *items],
         trajectory={
             "mode": checked_mode,
-            "precision": _ratio(matched, alignment.precision_of),
-            "recall": _ratio(matched, alignment.recall_of),
+            "precision": precision,
+            "recall": recall,
             "diff": diff,
         },
     )
+
+
+_EXPECTED: Final = (Call, OptionalStep, OneOf, Repeat, Unordered)
 
 
 def _ratio(part: int, whole: int) -> float:
@@ -374,7 +417,7 @@ FILE_KEYS: Final = ("expect", "mode")
 
 def load_trajectory_document(
     data: object, *, where: str
-) -> tuple[tuple[Call, ...], TrajectoryMode]:
+) -> tuple[tuple[Expected, ...], TrajectoryMode]:
     """A rubric file's ``[trajectory]`` table: ``expect = [...]`` and ``mode`` (optional).
 
     File expectations are strings or ``{call, params, match}`` tables (no predicates: a file
@@ -438,7 +481,7 @@ class TrajectoryRubric:
     dimensions: Final[Mapping[str, float]] = {DIMENSION: 100}
 
     def __init__(
-        self, expect: tuple[Call, ...] | None = None, mode: TrajectoryMode | None = None
+        self, expect: tuple[Expected, ...] | None = None, mode: TrajectoryMode | None = None
     ) -> None:
         self.expect = expect
         self.mode = mode
