@@ -45,9 +45,10 @@ from typing import Any, Final
 try:
     from agents.tracing import FunctionSpanData, TracingProcessor
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "pytest_cleo_grade.capture.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'pytest-cleo-grade[openai-agents]'"
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    raise missing_extra(
+        "pytest_cleo_grade.capture.openai_agents", "the OpenAI Agents SDK", "openai-agents", exc
     ) from exc
 
 from pytest_cleo_grade.capture._direct import SpanClaims
