@@ -89,6 +89,11 @@ def pytest_configure(config: pytest.Config) -> None:
         problem = rubric_file_problem(options.rubric_file)
         if problem is not None:
             raise pytest.UsageError(f"cleo-grade: rubric file {problem}")
+    if options.rubric_file is not None:
+        from pytest_cleo_grade.plugin._unused import rubric_from_file
+
+        # A rubric file alone selects its rubric: under CLEO's it would change nothing.
+        state.options = options = rubric_from_file(config, options)
     _configure_capture(config, state)
     if role is Role.WORKER:
         # A worker's grades reach the controller on its test reports; the controller alone
@@ -219,6 +224,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # A usage error on an xdist worker would crash it (the controller collects
             # nothing); the test errors at setup with the same message instead.
             item_state(item).marker_error = str(exc)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # After deselection (-k, --deselect): the tests that run are the ones whose rubrics count.
+    if run_state(session.config).role is not Role.WORKER:
+        _tell_unused_judge_options(session.config, session.items)
+
+
+def _tell_unused_judge_options(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Judge options beside rubrics that ask no judge: one warning, not a silent no-op."""
+    options = run_state(config).options
+    if options.judge_url is None and options.judge_model is None:
+        if config.getoption("cleo_grade_judge_cache") is None:
+            return
+    from pytest_cleo_grade.plugin._unused import unused_judge_options
+
+    rubrics = []
+    for item in items:
+        if not uses_graded_session(item):
+            continue
+        test = item.stash.get(ITEM_KEY, None)
+        marker = test.marker if test is not None and test.marker is not None else None
+        rubric = (marker.rubric if marker is not None else None) or options.rubric
+        rubrics.append((rubric, marker is not None and marker.variant is not None))
+    message = unused_judge_options(config, options, rubrics)
+    if message is not None and (controller := run_state(config).controller) is not None:
+        controller.problem(message)
 
 
 @pytest.hookimpl(tryfirst=True)
