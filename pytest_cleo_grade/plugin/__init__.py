@@ -234,10 +234,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _tell_unused_judge_options(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Judge options beside rubrics that ask no judge: one warning, not a silent no-op."""
+    if all(
+        config.getoption(f"cleo_grade_judge_{name}") is None for name in ("url", "model", "cache")
+    ):
+        return  # the common run: no judge option given
     options = run_state(config).options
-    if options.judge_url is None and options.judge_model is None:
-        if config.getoption("cleo_grade_judge_cache") is None:
-            return
     from pytest_cleo_grade.plugin._unused import unused_judge_options
 
     rubrics = []

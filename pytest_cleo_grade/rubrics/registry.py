@@ -16,6 +16,7 @@ from pytest_cleo_grade.core.errors import CleoGradeError, RubricError
 from pytest_cleo_grade.core.models import AuditEntry, GradeResult, format_validation_error
 from pytest_cleo_grade.core.settings import parse_rubric_weights
 from pytest_cleo_grade.rubrics import hookspecs
+from pytest_cleo_grade.rubrics._document import read_document
 from pytest_cleo_grade.rubrics.cleo import (
     CLEO_DIMENSIONS,
     DIMENSION_MAX,
@@ -33,7 +34,6 @@ from pytest_cleo_grade.rubrics.protocol import (
     RubricConfig,
     stamp_rubric,
 )
-from pytest_cleo_grade.rubrics._document import read_document
 from pytest_cleo_grade.rubrics.rules import RulesRubric, is_rule_document
 from pytest_cleo_grade.rubrics.trajectory import TrajectoryRubric, is_trajectory_document
 from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
