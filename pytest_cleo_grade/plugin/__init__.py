@@ -513,8 +513,26 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         # Raised here, in the call phase, the grade surfaces as FAILED (not a teardown
         # ERROR) with a proper crash line, serially and under xdist alike.
         test.failed_for_grade = True
-        pytest.fail(failure_message(graded), pytrace=False)
+        pytest.fail(failure_message(graded, _show_command(item, graded)), pytrace=False)
     return outcome
+
+
+def _show_command(item: pytest.Item, graded: GradedTest) -> str:
+    """``cleo-grade show SESSION`` as it works from where pytest was started (``--db`` when
+    the store is not the CLI's default there): the grade is stored when the test ends."""
+    import shlex
+    from pathlib import Path
+
+    command = f"cleo-grade show {shlex.quote(graded.result.session_id)}"
+    db = run_state(item.config).options.db_path
+    here = Path(item.config.invocation_params.dir)
+    if db == here / ".cleo" / "audit.db":
+        return command
+    try:
+        shown = str(db.relative_to(here))
+    except ValueError:
+        shown = str(db)
+    return f"{command} --db {shlex.quote(shown)}"
 
 
 def _after_body(
