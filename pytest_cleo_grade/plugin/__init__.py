@@ -487,12 +487,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         outcome = yield
     except (pytest.skip.Exception, pytest.xfail.Exception):
         raise  # a skipped test is never graded; pytest.xfail() is an expected failure
-    except (Exception, pytest.fail.Exception, SystemExit):
+    except (Exception, pytest.fail.Exception, SystemExit) as exc:
         # A test that failed on its own keeps its failure; its grade is still recorded.
         # sys.exit() in the body is such a failure (pytest reports it as one); an interrupt
         # (KeyboardInterrupt) is not graded.
         test, late = _after_body(item, session)
-        if late is not None:
+        if late is not None and not _async_never_ran(item, exc):
             problem = _grade_item(item, late)
             if isinstance(problem, str):
                 test.grade_error = problem
@@ -515,6 +515,20 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         test.failed_for_grade = True
         pytest.fail(failure_message(graded, _show_command(item, graded)), pytrace=False)
     return outcome
+
+
+def _async_never_ran(item: pytest.Item, exc: BaseException) -> bool:
+    """pytest failed an ``async def`` test that no async plugin ran: its body never ran, so
+    pytest's own message (install an async plugin) is the whole story, not capture advice."""
+    import inspect
+
+    function = getattr(item, "obj", None)
+    is_async = inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+    return (
+        is_async
+        and isinstance(exc, pytest.fail.Exception)
+        and "async def functions are not natively supported" in str(exc)
+    )
 
 
 def _show_command(item: pytest.Item, graded: GradedTest) -> str:
