@@ -48,6 +48,7 @@ COMMANDS: Final = (
         "save, show and compare baselines (grades per test, meant to be committed)",
     ),
     ("report", "report", "write the HTML report of the history's latest grades"),
+    ("examples", "examples", "write out the example files the documentation uses"),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
+from pytest_cleo_grade.core._links import docs_page
 from pytest_cleo_grade.core.errors import (
     CleoGradeError,
     CleoGradeWarning,
@@ -362,8 +363,8 @@ def _warn_unused_faults(nodeid: str, session_id: str) -> None:
             _warn(
                 terminal_text(
                     f"cleo-grade: {nodeid}: graded_session.inject() failed no call of {names}: "
-                    "none reached an adapter that can intercept it (docs/capture.md, fault "
-                    "injection)"
+                    "none reached an adapter that can intercept it ("
+                    f"{docs_page('capture.md', 'fault-injection')})"
                 )
             )
 
