@@ -132,8 +132,8 @@ def _warn_if_imported_before(source: Path, target: Path, session_id: str | None)
                 f"cleo-grade import: warning: {source}: its first entry ({first.domain}."
                 f"{first.operation} at {format_timestamp(first.timestamp)}) is in session "
                 f"{session} of {target} already: importing an entries file again stores its "
-                "calls again, and the session's grade counts them twice (grade the file with cleo-grade "
-                "grade --entries FILE, or import into another --db)"
+                "calls again, and the session's grade counts them twice (grade the file with "
+                "cleo-grade grade --entries FILE, or import into another --db)"
             ),
             file=sys.stderr,
         )
