@@ -15,9 +15,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # imported inside one is imported again by the next run: the package is loaded once here,
     # for every folder's tests (tests/inner_runs.py says what and why). Imported here, not at
     # the top: tests/inner_runs.py reads this module's names.
-    from tests.inner_runs import preload_plugin_modules
+    from tests.inner_runs import preload_plugin_modules, remember_distributions
 
     preload_plugin_modules()
+    remember_distributions()
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from email.message import Message
 from email.parser import Parser
 from pathlib import Path
@@ -188,3 +189,38 @@ def test_a_platform_without_fcntl_gets_a_one_line_import_error() -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: pytest-cleo-grade runs on POSIX systems only"), last
     assert "fcntl" in last
+
+
+@pytest.mark.e2e
+def test_the_wheel_ships_the_package_data_the_commands_read(tmp_path: Path) -> None:
+    # `cleo-grade skill` reads the ct-grade skill file, the rule rubric its cleo.toml.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "pytest_cleo_grade",
+        source / "pytest_cleo_grade",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    out = tmp_path / "wheel"
+    out.mkdir()
+    hook = (
+        "import sys\n"
+        "from setuptools import build_meta\n"
+        "print(build_meta.build_wheel(sys.argv[1]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hook, str(out)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(out / done.stdout.strip().splitlines()[-1]) as wheel:
+        names = set(wheel.namelist())
+        skill = wheel.read("pytest_cleo_grade/cli/ct_grade_skill.md").decode("utf-8")
+    assert "pytest_cleo_grade/rubrics/cleo.toml" in names
+    assert skill == (ROOT / "pytest_cleo_grade" / "cli" / "ct_grade_skill.md").read_text()

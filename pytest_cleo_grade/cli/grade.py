@@ -62,6 +62,11 @@ def register(subparsers: Any) -> None:
         help="session to grade (as SESSION_ID)",
     )
     grade.add_argument("--json", action="store_true", help="print the GradeResult as JSON")
+    grade.add_argument(
+        "--list",
+        action="store_true",
+        help="list the history instead (as `cleo-grade grade` with no session does)",
+    )
     grade.add_argument("--no-save", action="store_true", help="do not append to the history")
     grade.add_argument(
         "--strict",
@@ -224,7 +229,33 @@ def _refuse_unused_rubric_file(args: argparse.Namespace) -> None:
         )
 
 
+def _grading_options(args: argparse.Namespace) -> list[str]:
+    """The options given that only grading takes: with them and no session, listing would
+    drop them silently (a CI gate ``--fail-under B`` on an empty ``$ID`` passing)."""
+    given = [
+        option
+        for option, value in (
+            ("--fail-under", args.fail_under is not None),
+            ("--strict", args.strict),
+            ("--no-save", args.no_save),
+            ("--rubric", args.rubric != DEFAULT_RUBRIC),
+            ("--rubric-file", bool(args.rubric_file)),
+            ("--entries", bool(args.entries)),
+            ("--cleo-db", bool(args.cleo_db)),
+        )
+        if value
+    ]
+    return given
+
+
 def run_grade(args: argparse.Namespace) -> int:
+    grading = _grading_options(args)
+    if args.list and grading:
+        raise CommandError(f"cleo-grade grade: --list cannot be combined with {grading[0]}")
+    if args.list or (_session_id(args) is None and not grading):
+        # CLEO's `cleo grade` and `cleo grade --list` list: a session named filters.
+        args.session_id = _session_id(args)
+        return run_list(args)
     _refuse_unused_rubric_file(args)
     if args.entries and args.rubric == DEFAULT_RUBRIC and not (args.cleo_db or args.db):
         # CLEO's rubric needs no entry objects: stream the file (see grade_entries_file).

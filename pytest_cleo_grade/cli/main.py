@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import importlib
 import io
 import os
@@ -12,7 +13,7 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Final, TextIO
 
@@ -33,6 +34,7 @@ COMMANDS: Final = (
     ("show", "show", "show a session's calls and the points each one earned or lost"),
     ("import", "importing", "import audit entries into the store"),
     ("record", "record", "record one call into the active graded session (for shell agents)"),
+    ("session", "session", "start and end a graded session outside pytest (for shell agents)"),
     ("junit", "export", "write the grade history as JUnit XML"),
     ("query", "export", "the MCP-style read gateway: admin grade / admin grade.list"),
     ("export", "send", "send the grade history to Langfuse as scores"),
@@ -48,6 +50,8 @@ COMMANDS: Final = (
         "save, show and compare baselines (grades per test, meant to be committed)",
     ),
     ("report", "report", "write the HTML report of the history's latest grades"),
+    ("mcp", "mcp_server", "serve cleo_query / cleo_mutate (grades, graded sessions) over MCP"),
+    ("skill", "skill", "print the ct-grade skill file, or install it for an agent"),
     ("examples", "examples", "write out the example files the documentation uses"),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
@@ -65,8 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     return _build(None)[0]
 
 
+# Built once per set of modules: a process that runs many commands (a test, a host program
+# calling main() in a loop) builds each parser once, not again on every call. A parser is
+# not changed by parsing with it: every parse starts from a new namespace.
+@functools.cache
 def _build(
-    modules: Collection[str] | None,
+    modules: tuple[str, ...] | None,
 ) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The parser with the commands of ``modules`` (None: all) registered by their modules;
     every other command is a parser with its name and help alone, enough for the top-level
@@ -116,7 +124,7 @@ def _normalise(argv: list[str]) -> list[str]:
 def _lists(argv: list[str]) -> bool:
     """Whether options given without a session are a listing: nothing to grade is named,
     and ``list`` takes every one of them (else ``grade`` says what it misses)."""
-    commands = _build({_MODULE_OF["grade"]})[1]
+    commands = _build((_MODULE_OF["grade"],))[1]
     with contextlib.redirect_stderr(io.StringIO()):
         try:
             graded, _ = commands["grade"].parse_known_args(argv)

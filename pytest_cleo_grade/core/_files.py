@@ -168,16 +168,33 @@ def iter_line_blocks(
     through, never held whole). ``prefix``: bytes already read from the start of the stream.
     """
     number = 1  # the number of the next line
-    carry = b""
+    # The unfinished last line, as the chunks it came in: joined once when its end arrives, so
+    # a line of many chunks costs its length, not its length times the number of chunks.
+    carry: list[bytes] = []
+    carried = 0
     skipping = False  # inside an over-long line that on_long was told about
     first = prefix
     while True:
         chunk, first = (first, b"") if first else (handle.read(_READ_CHUNK), b"")
         if not chunk:
             break
-        lines = (carry + chunk).split(b"\n") if carry else chunk.split(b"\n")
-        carry = lines.pop()
-        if skipping and lines:
+        if b"\n" not in chunk:
+            if not skipping:
+                carry.append(chunk)
+                carried += len(chunk)
+                if carried > MAX_LINE_BYTES:
+                    _long_line(number, where, on_long)
+                    number += 1
+                    skipping = True
+                    carry, carried = [], 0
+            continue
+        lines = chunk.split(b"\n")
+        if carry:
+            carry.append(lines[0])
+            lines[0] = b"".join(carry)
+        last = lines.pop()
+        carry, carried = [last], len(last)
+        if skipping:
             del lines[0]  # the end of the over-long line, already numbered
             skipping = False
         while lines and max(map(len, lines)) > MAX_LINE_BYTES:
@@ -190,14 +207,13 @@ def iter_line_blocks(
         if lines:
             yield number, lines
             number += len(lines)
-        if len(carry) > MAX_LINE_BYTES and not skipping:
+        if carried > MAX_LINE_BYTES:
             _long_line(number, where, on_long)
             number += 1
             skipping = True
-        if skipping:
-            carry = b""
-    if carry and not skipping:
-        yield number, [carry]
+            carry, carried = [], 0
+    if carried and not skipping:
+        yield number, [b"".join(carry)]
 
 
 def _long_line(number: int, where: str, on_long: Callable[[int], None] | None) -> None:

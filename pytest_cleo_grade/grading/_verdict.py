@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
@@ -160,6 +160,21 @@ class RunGrade:
 
     tests: tuple[GradedTest, ...]
     gate: float | None
+    # Worked out once, when the run is made: the summary, the table and the verdict each ask
+    # for the mean again, and a suite of thousands of tests paid the grouping every time.
+    _counted: tuple[GradedTest, ...] = field(init=False, repr=False, compare=False)
+    _percents: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _mean: float | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        counted = counted_tests(self.tests)
+        groups: dict[str, list[float]] = {}
+        for test in counted:
+            groups.setdefault(_test_of(test), []).append(test.result.percent)
+        percents = tuple(sum(values) / len(values) for values in groups.values())
+        object.__setattr__(self, "_counted", counted)
+        object.__setattr__(self, "_percents", percents)
+        object.__setattr__(self, "_mean", sum(percents) / len(percents) if percents else None)
 
     @property
     def counted(self) -> tuple[GradedTest, ...]:
@@ -168,22 +183,16 @@ class RunGrade:
         A repeated test is one test: when any of its runs counts (an xfail-marked test of
         which a run failed on its own, pytest's FAILED as one such run is), all of them do.
         """
-        return counted_tests(self.tests)
+        return self._counted
 
-    def _per_test(self) -> list[float]:
+    def _per_test(self) -> tuple[float, ...]:
         """One percentage per test: a repeated test's runs (extra ``run``) count once, by
         their mean, so a test run eight times does not weigh eight times in the gate."""
-        groups: dict[str, list[float]] = {}
-        for test in self.counted:
-            groups.setdefault(_test_of(test), []).append(test.result.percent)
-        return [sum(values) / len(values) for values in groups.values()]
+        return self._percents
 
     @property
     def mean(self) -> float | None:
-        percents = self._per_test()
-        if not percents:
-            return None
-        return sum(percents) / len(percents)
+        return self._mean
 
     @property
     def letter(self) -> str | None:

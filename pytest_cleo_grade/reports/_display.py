@@ -240,19 +240,20 @@ def _verdict_cell(test: GradedTest, *, counted: bool) -> str:
 
 
 def _rows(run: RunGrade) -> list[tuple[str, str, str, str, str]]:
-    return [
-        (
-            test.nodeid,  # escaped by the terminal table only: Markdown shows it as code
-            score_text(test.result),
-            # Below its threshold, never shown as the threshold's own figure (82.5 vs 83).
-            f"{test.result.display_percent}%"
-            if test.passed or test.threshold is None
-            else percent_below(test.result.percent, test.threshold),
-            test.result.letter,
-            str(len(test.result.flags)),
-        )
-        for test in run.tests
-    ]
+    return [_row(test) for test in run.tests]
+
+
+def _row(test: GradedTest) -> tuple[str, str, str, str, str]:
+    return (
+        test.nodeid,  # escaped by the terminal table only: Markdown shows it as code
+        score_text(test.result),
+        # Below its threshold, never shown as the threshold's own figure (82.5 vs 83).
+        f"{test.result.display_percent}%"
+        if test.passed or test.threshold is None
+        else percent_below(test.result.percent, test.threshold),
+        test.result.letter,
+        str(len(test.result.flags)),
+    )
 
 
 def summary_lines(run: RunGrade) -> list[str]:
@@ -408,8 +409,11 @@ def _table(run: RunGrade, budget: _Budget) -> list[str]:
         "| Test | Score | Percent | Grade | Flags | Threshold |",
         "| --- | ---: | ---: | :---: | ---: | --- |",
     ]
-    for shown, (row, verdict) in enumerate(zip(_rows(run), _verdict_cells(run), strict=True)):
-        nodeid, score, percent, letter, flags = row
+    # Row by row, as they fit: the rows past the budget are counted, never formatted.
+    counted = {id(test) for test in run.counted}
+    for shown, test in enumerate(run.tests):
+        nodeid, score, percent, letter, flags = _row(test)
+        verdict = _verdict_cell(test, counted=id(test) in counted)
         cells = [markdown_code_cell(clipped(nodeid)), score, percent, letter, flags]
         line = "| " + " | ".join([*cells, verdict]) + " |"
         if not budget.take(line):

@@ -309,7 +309,10 @@ def _array_items(
     """(line, value, its text) of each item of the JSON array starting ``first``."""
     decoder = json.JSONDecoder(parse_constant=_reject_constant, parse_float=finite_float)
     utf8 = codecs.getincrementaldecoder("utf-8")()
-    line = first_line  # the line number where ``buf`` starts
+    # ``line`` is the line number at ``buf[mark]``: newlines are counted once, as the position
+    # moves on, never again from the start of the buffer for each item.
+    line = first_line
+    mark = 0
     eof = False
 
     def decode(data: bytes, final: bool = False) -> str:
@@ -325,12 +328,14 @@ def _array_items(
     while True:
         pos = _WHITESPACE.match(buf, pos).end()  # type: ignore[union-attr]
         if pos == len(buf) and not eof:
-            line += buf.count("\n", 0, pos)
+            line += buf.count("\n", mark, pos)
             data = handle.read(_CHUNK)
             eof = not data
-            buf, pos = decode(data, final=eof), 0
+            buf, pos, mark = decode(data, final=eof), 0, 0
             continue
-        here = line + buf.count("\n", 0, pos)
+        line += buf.count("\n", mark, pos)
+        mark = pos
+        here = line
         if pos == len(buf):
             raise EntryError(f"{where}:{here}: invalid JSON: the array is not closed")
         char = buf[pos]
@@ -350,12 +355,11 @@ def _array_items(
             # and decode it again (one item is at most MAX_LINE_BYTES).
             cut = len(buf) - exc.pos <= 16 or exc.msg.startswith("Unterminated")
             if cut and not eof and len(buf) - pos <= MAX_LINE_BYTES:
-                line += buf.count("\n", 0, pos)
                 data = handle.read(_CHUNK)
                 eof = not data
-                buf, pos = buf[pos:] + decode(data, final=eof), 0
+                buf, pos, mark = buf[pos:] + decode(data, final=eof), 0, 0
                 continue
-            at = line + buf.count("\n", 0, exc.pos)
+            at = line + buf.count("\n", mark, exc.pos)
             raise EntryError(f"{where}:{at}: invalid JSON: {exc.msg}") from None
         except RecursionError:
             raise EntryError(f"{where}:{here}: invalid JSON: nested too deeply") from None
@@ -374,8 +378,8 @@ def _array_items(
         pos = end
         expect_value = empty = False
         if pos > _CHUNK:  # drop what was decoded, keeping the line count
-            line += buf.count("\n", 0, pos)
-            buf, pos = buf[pos:], 0
+            line += buf.count("\n", mark, pos)
+            buf, pos, mark = buf[pos:], 0, 0
 
 
 def _expect_only_whitespace(

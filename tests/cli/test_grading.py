@@ -263,6 +263,47 @@ def test_list_shows_the_history_and_seed_parity_forms_agree(tmp_path: Path) -> N
     assert [(g["sessionId"], g["grade"]) for g in as_json] == [("b", "B")]
 
 
+def test_grade_with_no_session_and_grade_list_list_as_the_bare_command_does(
+    tmp_path: Path,
+) -> None:
+    # The specification's CLI: `cleo grade --list`, and `cleo grade` with no session, list.
+    path = write_jsonl(tmp_path / "e.jsonl", session_entries("a") + session_entries("b"))
+    for sid in ("a", "b"):
+        assert (
+            run("grade", "--entries", str(path), "--session-id", sid, cwd=tmp_path).returncode == 0
+        )
+    listing = run("--list", cwd=tmp_path)
+    assert listing.stdout.count("83/100") == 2
+    assert run("grade", cwd=tmp_path).stdout == listing.stdout
+    assert run("grade", "--list", cwd=tmp_path).stdout == listing.stdout
+    assert (
+        run("grade", "--list", "--json", cwd=tmp_path).stdout
+        == run("list", "--json", cwd=tmp_path).stdout
+    )
+    # A session named with --list filters the listing (nothing is graded or saved).
+    only_b = json.loads(run("grade", "b", "--list", "--json", cwd=tmp_path).stdout)
+    assert [g["sessionId"] for g in only_b] == ["b"]
+    history = tmp_path / ".cleo" / "metrics" / "GRADES.jsonl"
+    assert len(history.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["grade", "--list", "--fail-under", "B"], "--list cannot be combined with --fail-under"),
+        (["grade", "--list", "--entries", "e.jsonl"], "--list cannot be combined with --entries"),
+        (["grade", "--fail-under", "B"], "give SESSION_ID (or --entries FILE)"),
+    ],
+)
+def test_a_gate_without_a_session_is_never_taken_for_a_listing(
+    tmp_path: Path, argv: list[str], text: str
+) -> None:
+    # `cleo-grade grade --fail-under B "$ID"` with an empty $ID must not pass as a listing.
+    done = run(*argv, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert text in done.stderr
+
+
 def test_list_warns_about_a_corrupt_line_and_shows_the_rest(tmp_path: Path) -> None:
     history = tmp_path / "h.jsonl"
     path = write_jsonl(tmp_path / "e.jsonl", session_entries())

@@ -155,6 +155,7 @@ FULL_DISK = textwrap.dedent(
     path = sys.argv[1]
     before = open(path, "rb").read()
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    sys.dont_write_bytecode = True  # a module's cache written past the limit would be cut
     # The file may grow by 20 bytes only: the next line is written in part, then fails.
     resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 20, len(before) + 20))
     try:

@@ -149,6 +149,16 @@ def _fsize_limited(limit: int) -> object:
     return limit_file_size
 
 
+def _no_bytecode(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a process under :func:`_fsize_limited`: it writes no bytecode.
+
+    Python writing a module's cache past the limit left a cut ``.pyc`` beside the source
+    (the header fits in 16 bytes, the code does not), and every later process that imported
+    the module failed with EOFError until the file was removed.
+    """
+    return {**(os.environ if env is None else env), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def test_a_full_disk_is_a_warning_from_the_library_and_nothing_recorded_is_lost(
     tmp_path: Path,
 ) -> None:
@@ -171,7 +181,7 @@ def test_a_full_disk_is_a_warning_from_the_library_and_nothing_recorded_is_lost(
     )
     done = subprocess.run(
         recorder,
-        env=grade_env(db),
+        env=_no_bytecode(grade_env(db)),
         capture_output=True,
         text=True,
         preexec_fn=_fsize_limited(256 * 1024),  # type: ignore[arg-type]
@@ -205,6 +215,7 @@ def test_a_full_disk_is_a_clear_error_from_the_cli(tmp_path: Path) -> None:
     cli = python("from pytest_cleo_grade.cli import main; raise SystemExit(main())")
     done = subprocess.run(
         [*cli, "import", str(entries), "--db", str(db)],
+        env=_no_bytecode(),
         capture_output=True,
         text=True,
         preexec_fn=_fsize_limited(256 * 1024),  # type: ignore[arg-type]
@@ -447,6 +458,7 @@ def test_a_healthy_store_is_read_on_a_full_disk(tmp_path: Path) -> None:
     for argv in (["grade", session, "--no-save", "--json"], ["show", session], ["list"]):
         done = subprocess.run(
             [cli, *argv, "--db", str(db)],
+            env=_no_bytecode(),
             capture_output=True,
             text=True,
             preexec_fn=_fsize_limited(16),  # type: ignore[arg-type]
