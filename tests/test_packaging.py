@@ -148,10 +148,15 @@ def test_the_license_is_mit_by_expression_and_its_file_ships_in_the_wheel(
 @pytest.mark.e2e
 def test_the_project_urls_point_at_the_repository(metadata: Message) -> None:
     urls = dict(entry.split(", ", 1) for entry in metadata.get_all("Project-URL", []))
-    assert set(urls) == {"Homepage", "Repository", "Issues", "Changelog"}
+    assert set(urls) == {"Homepage", "Repository", "Documentation", "Issues", "Changelog"}
     assert all(url.startswith(REPOSITORY) for url in urls.values()), urls
     assert urls["Changelog"].endswith("/CHANGELOG.md")
     assert (ROOT / "CHANGELOG.md").is_file()
+    # The messages that send a user to the documentation link this published address.
+    from pytest_cleo_grade.core._links import DOCS_URL
+
+    assert urls["Documentation"] == DOCS_URL
+    assert DOCS_URL.endswith("/docs")
 
 
 @pytest.mark.e2e

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from pytest_cleo_grade.capture._direct import CallIdentity, same_call
 from pytest_cleo_grade.capture.mapping import Call, Failure, envelope_failure
+from pytest_cleo_grade.core._links import docs_page
 
 __all__ = [
     "SpanData",
@@ -282,7 +283,7 @@ def _unseen_by_mcp_span(
     return (
         "the MCP SDK's span of this call carries neither its arguments nor its result, so it "
         f"is {told} (record MCP calls with audited_client or audit_middleware: "
-        "docs/capture.md)"
+        f"{docs_page('capture.md', 'opentelemetry')})"
     )
 
 

@@ -22,9 +22,10 @@ from typing import Any
 try:
     from claude_agent_sdk import HookMatcher
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "pytest_cleo_grade.capture.claude needs the Claude Agent SDK: "
-        "pip install 'pytest-cleo-grade[claude]'"
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    raise missing_extra(
+        "pytest_cleo_grade.capture.claude", "the Claude Agent SDK", "claude", exc
     ) from exc
 
 from pytest_cleo_grade.capture._direct import expect_call, expected_call_ended

@@ -41,9 +41,10 @@ try:
     from langchain_core.messages import ToolMessage
     from langchain_core.tracers.context import register_configure_hook
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "pytest_cleo_grade.capture.langchain needs langchain 1.x and langchain-core: "
-        "pip install 'pytest-cleo-grade[langchain]'"
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    raise missing_extra(
+        "pytest_cleo_grade.capture.langchain", "langchain 1.x and langchain-core", "langchain", exc
     ) from exc
 
 from pytest_cleo_grade.capture._direct import CallIdentity, DirectCall, direct_call, own_tool_run

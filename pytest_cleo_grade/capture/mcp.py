@@ -21,9 +21,9 @@ from typing import Any, TypeVar, cast
 try:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "pytest_cleo_grade.capture.mcp needs the MCP SDK 2.x: pip install 'pytest-cleo-grade[mcp]'"
-    ) from exc
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    raise missing_extra("pytest_cleo_grade.capture.mcp", "the MCP SDK 2.x", "mcp", exc) from exc
 
 from pydantic import BaseModel
 

@@ -45,9 +45,10 @@ from typing import Any, Final
 try:
     from agents.tracing import FunctionSpanData, TracingProcessor
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "pytest_cleo_grade.capture.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'pytest-cleo-grade[openai-agents]'"
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    raise missing_extra(
+        "pytest_cleo_grade.capture.openai_agents", "the OpenAI Agents SDK", "openai-agents", exc
     ) from exc
 
 from pytest_cleo_grade.capture._direct import SpanClaims
@@ -62,6 +63,7 @@ from pytest_cleo_grade.capture.mapping import (
     session_at_start,
     texts_envelope_failure,
 )
+from pytest_cleo_grade.core._links import docs_page
 
 __all__ = [
     "MCP_ERROR_PREFIX",
@@ -182,7 +184,8 @@ def _unseen(data: FunctionSpanData, error: Mapping[str, Any] | None) -> str | No
             "its span carries neither its arguments nor its output, so it is graded with no "
             f"parameters, and {_NOT_FOUND_UNSEEN} (the run's trace leaves out sensitive "
             "data: RunConfig(trace_include_sensitive_data=False) or "
-            "OPENAI_AGENTS_TRACE_INCLUDE_SENSITIVE_DATA=false; docs/capture.md)"
+            "OPENAI_AGENTS_TRACE_INCLUDE_SENSITIVE_DATA=false; "
+            f"{docs_page('capture.md', 'openai-agents-sdk')})"
         )
     data_of_error = error.get("data") if error else None
     detail = data_of_error.get("error") if isinstance(data_of_error, Mapping) else None
@@ -190,7 +193,7 @@ def _unseen(data: FunctionSpanData, error: Mapping[str, Any] | None) -> str | No
         return (
             f"the SDK redacted its error's text on its span, so it is graded as "
             f"{_NOT_FOUND_UNSEEN} (give the tool a failure_error_function that names the "
-            "error: docs/capture.md)"
+            f"error: {docs_page('capture.md', 'openai-agents-sdk')})"
         )
     if data.input is None:
         return "its span carries no arguments, so it is graded with no parameters"

@@ -22,9 +22,10 @@ try:
     from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
     from opentelemetry.trace import StatusCode
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "pytest_cleo_grade.capture.otel needs OpenTelemetry's SDK: "
-        "pip install 'pytest-cleo-grade[otel]'"
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    raise missing_extra(
+        "pytest_cleo_grade.capture.otel", "OpenTelemetry's SDK", "otel", exc
     ) from exc
 
 from pytest_cleo_grade.capture import _direct as direct

@@ -213,9 +213,11 @@ def spans_from_protobuf(body: bytes) -> list[SpanData]:
         )
         from opentelemetry.proto.trace.v1.trace_pb2 import Status
     except ImportError:
+        from pytest_cleo_grade.core.errors import install_command
+
         raise OtlpError(
-            "OTLP protobuf needs opentelemetry-proto: pip install 'pytest-cleo-grade[otel]' "
-            "(or export with OTEL_EXPORTER_OTLP_PROTOCOL=http/json)"
+            f"OTLP protobuf needs opentelemetry-proto (the otel extra): {install_command('otel')}"
+            " (or export with OTEL_EXPORTER_OTLP_PROTOCOL=http/json)"
         ) from None
     request = ExportTraceServiceRequest()
     try:

@@ -34,9 +34,10 @@ try:
     from pydantic_ai.messages import ToolCallPart
     from pydantic_ai.tools import RunContext, ToolDefinition
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "pytest_cleo_grade.capture.pydantic_ai needs pydantic-ai 2.x: "
-        "pip install 'pytest-cleo-grade[pydantic-ai]'"
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    raise missing_extra(
+        "pytest_cleo_grade.capture.pydantic_ai", "pydantic-ai 2.x", "pydantic-ai", exc
     ) from exc
 
 from pytest_cleo_grade.capture._direct import DirectCall, direct_call

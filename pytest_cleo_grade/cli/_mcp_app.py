@@ -19,9 +19,9 @@ try:
     from mcp.server.mcpserver import MCPServer
     from mcp_types import CallToolResult, TextContent, ToolAnnotations
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "cleo-grade mcp needs the MCP SDK 2.x: pip install 'pytest-cleo-grade[mcp]'"
-    ) from exc
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    raise missing_extra("cleo-grade mcp", "the MCP SDK 2.x", "mcp", exc) from exc
 
 from pytest_cleo_grade.cli._gateway import OPERATIONS, Gateway
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -159,8 +159,31 @@ def run_save(args: argparse.Namespace) -> int:
         why = exc.strerror or exc
         raise CommandError(f"cleo-grade baseline: {output}: cannot write: {why}") from None
     noun = "test" if len(grades) == 1 else "tests"
-    print(terminal_text(f"baseline of {len(grades)} {noun} written to {output}"))
+    print(
+        terminal_text(
+            f"baseline of {len(grades)} {noun} written to {output} (from {source}: each test's "
+            "latest grade, or its latest series of runs):"
+        )
+    )
+    _print_means(grades, limit=SAVED_LINES, more=f"cleo-grade baseline show {output}")
     return 0
+
+
+#: The most tests ``baseline save`` lists by name (``baseline show`` lists them all).
+SAVED_LINES = 20
+
+
+def _print_means(grades: Mapping[str, TestGrades], *, limit: int, more: str) -> None:
+    """One line per test: its mean total (and how many runs it holds)."""
+    from pytest_cleo_grade.grading._baseline import figure_text
+
+    names = sorted(grades)
+    for test_id in names[:limit]:
+        totals = grades[test_id].totals
+        runs = f" over {len(totals)} runs" if len(totals) > 1 else ""
+        print(terminal_text(f"  {test_id}: {figure_text(sum(totals) / len(totals))}%{runs}"))
+    if len(names) > limit:
+        print(terminal_text(f"  ... {len(names) - limit} more: {more}"))
 
 
 def run_show(args: argparse.Namespace) -> int:

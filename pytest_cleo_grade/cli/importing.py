@@ -8,7 +8,7 @@ from typing import Any
 
 from pytest_cleo_grade.cli.common import CommandError, add_db_option, db_path, session_id_arg
 from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.core.models import AuditEntry
+from pytest_cleo_grade.core.models import AuditEntry, format_timestamp
 from pytest_cleo_grade.store import AuditStore
 from pytest_cleo_grade.store._imports import import_cleo_rows, stream_entries_file
 from pytest_cleo_grade.store.sources import (
@@ -95,11 +95,48 @@ def run_import(args: argparse.Namespace) -> int:
         skipped = f" ({read - added} already there)" if read != added else ""
         print(terminal_text(f"Imported {added} entries from {cleo_db} into {target}{skipped}"))
         return 0
+    _warn_if_imported_before(source, target, args.session_id)
     # Streamed in one transaction: memory holds a batch, a bad line changes nothing.
     summary = stream_entries_file(target, source, session_id=args.session_id)
     shown = ", ".join(summary.sessions) + (", ..." if summary.more_sessions else "")
     print(terminal_text(f"Imported {summary.count} entries into {target} (sessions: {shown})"))
     return 0
+
+
+def _warn_if_imported_before(source: Path, target: Path, session_id: str | None) -> None:
+    """An entries file's entries carry no ids, so a second import stores every call again and
+    the session's grade counts each twice: say so when the file's first entry is in the store
+    already (the import still runs: the store may rightly hold a call that looks the same)."""
+    import sys
+
+    from pytest_cleo_grade.core.errors import CleoGradeError
+    from pytest_cleo_grade.store.sources import iter_entry_batches
+
+    if not target.is_file():
+        return
+    try:
+        first = next(iter(next(iter_entry_batches(source), [])), None)
+        if first is None:
+            return
+        session = session_id or first.session_id
+        if session is None:
+            return
+        with AuditStore(target, read_only=True) as store:
+            stored = store.session_entries(session)
+    except (CleoGradeError, OSError):
+        return  # the import itself reports a bad file or store
+    key = (first.timestamp, first.domain, first.operation, first.params)
+    if any((e.timestamp, e.domain, e.operation, e.params) == key for e in stored):
+        print(
+            terminal_text(
+                f"cleo-grade import: warning: {source}: its first entry ({first.domain}."
+                f"{first.operation} at {format_timestamp(first.timestamp)}) is in session "
+                f"{session} of {target} already: importing an entries file again stores its "
+                "calls again, and the session's grade counts them twice (grade the file with "
+                "cleo-grade grade --entries FILE, or import into another --db)"
+            ),
+            file=sys.stderr,
+        )
 
 
 def _import_otlp(source: Path, target: Path, session_id: str | None) -> int:

@@ -59,6 +59,7 @@ COMMANDS: Final = (
     ),
     ("review", "calibration", "record a person's scores for a session as a manual grade"),
     ("calibrate", "calibration", "compare the judge's grades with manual ones, per dimension"),
+    ("examples", "examples", "write out the example files the documentation uses"),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 

@@ -91,4 +91,11 @@ def run_report(args: argparse.Namespace) -> int:
     )
     count = len(run.tests)
     print(terminal_text(f"cleo-grade: wrote {target} ({count} grade{'' if count == 1 else 's'})"))
+    if not db_path(args).is_file():
+        print(
+            terminal_text(
+                f"cleo-grade: no audit store at {db_path(args)}: the report names entries by "
+                "their position only (#N); --db PATH names the calls"
+            )
+        )
     return 0

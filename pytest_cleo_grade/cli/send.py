@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import os
 from typing import Any
@@ -78,12 +77,12 @@ def run_export(args: argparse.Namespace) -> int:
         what = "no grades" if args.session_id is None else f"no grades of {args.session_id!r}"
         print(terminal_text(f"langfuse: {what} in {history}: nothing sent"))
         return 0
-    if importlib.util.find_spec("langfuse") is None:
-        raise CommandError(
-            "cleo-grade export langfuse: needs the langfuse extra "
-            "(pip install 'pytest-cleo-grade[langfuse]')"
-        )
-    from pytest_cleo_grade.reports.langfuse import DEADLINE, export_grades
+    from pytest_cleo_grade.reports.langfuse import DEADLINE, export_grades, require_langfuse
+
+    try:
+        require_langfuse()
+    except ImportError as exc:
+        raise CommandError(f"cleo-grade export langfuse: {exc}") from None
 
     public, secret, base = keys
     deadline = DEADLINE if args.deadline is None else args.deadline

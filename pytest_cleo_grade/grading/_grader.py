@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from pytest_cleo_grade.core._links import docs_page
 from pytest_cleo_grade.core._text import terminal_lines, terminal_text
 from pytest_cleo_grade.core.errors import CleoGradeError, RubricError
 from pytest_cleo_grade.core.expectations import Expected, TrajectoryMode
@@ -59,13 +60,15 @@ NOTHING_CAPTURED: Final = (
     "nothing was captured: the session has 0 audit entries, so there is nothing to grade. "
     "Calls reach the session through graded_session.record() or graded_session.dispatcher, "
     "pytest_cleo_grade.capture.audit.record(), a framework adapter (pytest_cleo_grade.capture: "
-    "OpenTelemetry with --cleo-grade-capture=otel, MCP, pydantic-ai; see docs/capture.md), "
+    "OpenTelemetry with --cleo-grade-capture=otel, MCP, pydantic-ai, LangChain, OpenAI Agents, "
+    "Claude), "
     "or graded_session.ingest(FILE). A child process or an MCP stdio server records only "
     "with the session's variables: pass env=graded_session.subprocess_env() to the MCP "
     "stdio client (it forwards only a few variables by default) or "
     "env={**os.environ, **graded_session.subprocess_env()} to subprocess. To grade an empty "
     "session 0/100 as the CLEO Grade Specification does, mark the test "
-    "@pytest.mark.cleo_grade(allow_empty=True) or pass --cleo-grade-allow-empty."
+    "@pytest.mark.cleo_grade(allow_empty=True) or pass --cleo-grade-allow-empty. What to "
+    f"check, in order: {docs_page('capture.md', 'my-test-recorded-nothing')}"
 )
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
+from pytest_cleo_grade.core._links import docs_page
 from pytest_cleo_grade.core.errors import (
     CleoGradeError,
     CleoGradeWarning,
@@ -89,6 +90,11 @@ def pytest_configure(config: pytest.Config) -> None:
         problem = rubric_file_problem(options.rubric_file)
         if problem is not None:
             raise pytest.UsageError(f"cleo-grade: rubric file {problem}")
+    if options.rubric_file is not None:
+        from pytest_cleo_grade.plugin._unused import rubric_from_file
+
+        # A rubric file alone selects its rubric: under CLEO's it would change nothing.
+        state.options = options = rubric_from_file(config, options)
     _configure_capture(config, state)
     if role is Role.WORKER:
         # A worker's grades reach the controller on its test reports; the controller alone
@@ -222,6 +228,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item_state(item).marker_error = str(exc)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # After deselection (-k, --deselect): the tests that run are the ones whose rubrics count.
+    if run_state(session.config).role is not Role.WORKER:
+        _tell_unused_judge_options(session.config, session.items)
+
+
+def _tell_unused_judge_options(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Judge options beside rubrics that ask no judge: one warning, not a silent no-op."""
+    if all(
+        config.getoption(f"cleo_grade_judge_{name}") is None for name in ("url", "model", "cache")
+    ):
+        return  # the common run: no judge option given
+    options = run_state(config).options
+    from pytest_cleo_grade.plugin._unused import unused_judge_options
+
+    rubrics = []
+    for item in items:
+        if not uses_graded_session(item):
+            continue
+        test = item.stash.get(ITEM_KEY, None)
+        marker = test.marker if test is not None and test.marker is not None else None
+        rubric = (marker.rubric if marker is not None else None) or options.rubric
+        rubrics.append((rubric, marker is not None and marker.variant is not None))
+    message = unused_judge_options(config, options, rubrics)
+    if message is not None and (controller := run_state(config).controller) is not None:
+        controller.problem(message)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     test = item.stash.get(ITEM_KEY, None)
@@ -352,8 +386,8 @@ def _warn_unused_faults(nodeid: str, session_id: str) -> None:
             _warn(
                 terminal_text(
                     f"cleo-grade: {nodeid}: graded_session.inject() failed no call of {names}: "
-                    "none reached an adapter that can intercept it (docs/capture.md, fault "
-                    "injection)"
+                    "none reached an adapter that can intercept it ("
+                    f"{docs_page('capture.md', 'fault-injection')})"
                 )
             )
 
@@ -430,6 +464,8 @@ def _export_otel(item: pytest.Item, graded: GradedTest) -> None:
 
         if not export_grade(graded.result, item.nodeid):
             _export_problem(item.config, f"cleo-grade: otel export: {unrecorded_reason()}")
+    except ImportError as exc:  # the extra is missing: its one line, with the install command
+        _export_problem(item.config, f"cleo-grade: otel export skipped: {exc}")
     except Exception as exc:  # an export never fails a run
         _export_problem(item.config, f"cleo-grade: otel export failed: {type(exc).__name__}: {exc}")
 
@@ -481,12 +517,12 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         outcome = yield
     except (pytest.skip.Exception, pytest.xfail.Exception):
         raise  # a skipped test is never graded; pytest.xfail() is an expected failure
-    except (Exception, pytest.fail.Exception, SystemExit):
+    except (Exception, pytest.fail.Exception, SystemExit) as exc:
         # A test that failed on its own keeps its failure; its grade is still recorded.
         # sys.exit() in the body is such a failure (pytest reports it as one); an interrupt
         # (KeyboardInterrupt) is not graded.
         test, late = _after_body(item, session)
-        if late is not None:
+        if late is not None and not _async_never_ran(item, exc):
             problem = _grade_item(item, late)
             if isinstance(problem, str):
                 test.grade_error = problem
@@ -507,8 +543,40 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         # Raised here, in the call phase, the grade surfaces as FAILED (not a teardown
         # ERROR) with a proper crash line, serially and under xdist alike.
         test.failed_for_grade = True
-        pytest.fail(failure_message(graded), pytrace=False)
+        pytest.fail(failure_message(graded, _show_command(item, graded)), pytrace=False)
     return outcome
+
+
+def _async_never_ran(item: pytest.Item, exc: BaseException) -> bool:
+    """pytest failed an ``async def`` test that no async plugin ran: its body never ran, so
+    pytest's own message (install an async plugin) is the whole story, not capture advice."""
+    import inspect
+
+    function = getattr(item, "obj", None)
+    is_async = inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+    return (
+        is_async
+        and isinstance(exc, pytest.fail.Exception)
+        and "async def functions are not natively supported" in str(exc)
+    )
+
+
+def _show_command(item: pytest.Item, graded: GradedTest) -> str:
+    """``cleo-grade show SESSION`` as it works from where pytest was started (``--db`` when
+    the store is not the CLI's default there): the grade is stored when the test ends."""
+    import shlex
+    from pathlib import Path
+
+    command = f"cleo-grade show {shlex.quote(graded.result.session_id)}"
+    db = run_state(item.config).options.db_path
+    here = Path(item.config.invocation_params.dir)
+    if db == here / ".cleo" / "audit.db":
+        return command
+    try:
+        shown = str(db.relative_to(here))
+    except ValueError:
+        shown = str(db)
+    return f"{command} --db {shlex.quote(shown)}"
 
 
 def _after_body(

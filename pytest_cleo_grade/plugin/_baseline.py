@@ -86,6 +86,8 @@ class BaselineGate:
         self.graded: dict[str, GradedTest] = {}
         self.baseline: dict[str, TestGrades] | None = None
         self.note: str | None = None
+        #: What --cleo-grade-save-baseline wrote (None: nothing saved).
+        self.saved: str | None = None
         self.failed_without_baseline = False
         self.comparison: BaselineComparison | None = None
         #: Tests the selection options left out, files --lf skipped and the failures it
@@ -292,6 +294,12 @@ class BaselineGate:
                 write_baseline(target, current, source="pytest run")
             except OSError as exc:
                 self.note = f"baseline not saved to {target}: {exc}"
+            else:
+                count = len(current)
+                self.saved = (
+                    f"baseline of {count} test{'' if count == 1 else 's'} saved to {target} "
+                    f"(compare a later run with --cleo-grade-baseline={target})"
+                )
 
     def markdown(self) -> str | None:
         """The step summary's block against the baseline (None: nothing compared or noted)."""
@@ -306,11 +314,13 @@ class BaselineGate:
         return None
 
     def terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if self.comparison is None and self.note is None:
+        if self.comparison is None and self.note is None and self.saved is None:
             return
         from pytest_cleo_grade.core._text import terminal_text
 
         terminalreporter.write_sep("-", "cleo-grade baseline")
+        if self.saved is not None:
+            terminalreporter.write_line(terminal_text(f"cleo-grade: {self.saved}"))
         if self.note is not None:
             failing = self.failed_without_baseline
             suffix = " (fails the run)" if failing else ""

@@ -363,8 +363,13 @@ class Controller:
 
     def _export_langfuse(self) -> None:
         """Every final grade as Langfuse scores; a note, never a failed run."""
-        from pytest_cleo_grade.reports.langfuse import keys_from
+        from pytest_cleo_grade.reports.langfuse import keys_from, require_langfuse
 
+        try:
+            require_langfuse()
+        except ImportError as exc:
+            self.notes.append(f"cleo-grade: langfuse export skipped: {exc}")
+            return
         keys = keys_from(os.environ)
         results = [test.result for test in self.in_collection_order()]
         if keys is None:

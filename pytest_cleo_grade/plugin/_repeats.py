@@ -234,8 +234,10 @@ class Repeats:
             return
         from pytest_cleo_grade.reports._repeats import repeat_lines
 
-        terminalreporter.write_sep("-", "cleo-grade repeats")
-        for line in repeat_lines(self.in_order(position)):
+        quiet = terminalreporter.config.get_verbosity() < 0
+        if not quiet:
+            terminalreporter.write_sep("-", "cleo-grade repeats")
+        for line in repeat_lines(self.in_order(position), quiet=quiet):
             failed = "FAILED" in line.split("(")[0]
             terminalreporter.write_line(line, red=failed, bold=failed, yellow="flaky" in line)
 

@@ -177,8 +177,9 @@ def trajectory_diff_lines(result: GradeResult) -> list[str]:
     return lines
 
 
-def failure_message(test: GradedTest) -> str:
-    """The message of a test failed for its grade: score, percent, letter, threshold, table."""
+def failure_message(test: GradedTest, show: str | None = None) -> str:
+    """The message of a test failed for its grade: score, percent, letter, threshold, table,
+    and last the ``cleo-grade show`` command (``show``) that explains it call by call."""
     result = test.result
     assert test.threshold is not None  # only a threshold can fail a test
     shown = percent_below(result.percent, test.threshold)
@@ -187,6 +188,8 @@ def failure_message(test: GradedTest) -> str:
         f" threshold {describe_threshold(test.threshold)} set by {test.threshold_source}"
     )
     details = [*_grade_details(result), *trajectory_diff_lines(result), *lost_point_lines(result)]
+    if show is not None:
+        details.append(f"every call and its points: {terminal_text(show)}")
     return "\n".join([headline, *details])
 
 
@@ -276,6 +279,7 @@ def summary_lines(run: RunGrade) -> list[str]:
         return "  ".join(parts).rstrip()
 
     lines = [fmt(header), *(fmt(row) for row in rows)] if rows else []
+    lines.extend(report_mode_reasons(run))
     lines.append(run.run_line())
     quarantine = quarantine_line(run)
     if quarantine is not None:
@@ -286,6 +290,38 @@ def summary_lines(run: RunGrade) -> list[str]:
     verdict = run.verdict()
     if verdict is not None:
         lines.append(verdict)
+    return lines
+
+
+#: The width a report-mode reason line keeps to (a terminal of 100 columns).
+REASON_WIDTH: Final = 100
+
+
+def report_mode_reasons(run: RunGrade) -> list[str]:
+    """Why each report-mode test below its threshold is below (it did not fail, so no
+    failure message says it): its dimensions short of their maximum, lowest share first, as
+    many as one line of ``REASON_WIDTH`` columns holds."""
+    below = [
+        test
+        for test in run.counted
+        if test.mode == "report" and test.threshold is not None and not test.passed
+    ]
+    if not below:
+        return []
+    lines = ["below the threshold in report mode (annotated, not failed), where points were lost:"]
+    for test in below:
+        short = sorted(
+            (d for d in test.result.dimensions.items() if d[1].score < d[1].max),
+            key=lambda item: item[1].score / item[1].max if item[1].max else 0.0,
+        )
+        line = f"  {terminal_text(test.nodeid)}:"
+        for count, (name, dimension) in enumerate(short):
+            cell = f" {terminal_text(name)} {dimension.score:g}/{dimension.max:g}"
+            cell = cell if count == 0 else "," + cell
+            if count and len(line) + len(cell) > REASON_WIDTH:
+                break
+            line += cell
+        lines.append(line)
     return lines
 
 

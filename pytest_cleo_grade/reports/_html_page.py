@@ -22,7 +22,13 @@ from pytest_cleo_grade.core._text import html_text
 from pytest_cleo_grade.core.models import DimensionScore, GradeResult, Point, format_timestamp
 from pytest_cleo_grade.grading._runs import latest_whole_series, short_series
 from pytest_cleo_grade.grading._stats import verdict_for
-from pytest_cleo_grade.grading._verdict import GradedTest, RunGrade, describe_percent, shown_percent
+from pytest_cleo_grade.grading._verdict import (
+    GradedTest,
+    RunGrade,
+    describe_percent,
+    describe_threshold,
+    shown_percent,
+)
 from pytest_cleo_grade.reports._display import number_text, points_of, score_text, signed_text
 
 __all__ = [
@@ -337,16 +343,31 @@ def _row(index: int, test: HtmlTest) -> str:
         runs = f"{runs}; {excluded}, not counted" if runs else f"{excluded}, not counted"
     score = score_text(result) if len(test.tests) == 1 else f"mean of {len(test.tests)} runs"
     flags = len(result.flags)
+    below = _below_mark(test)
     cells = (
         (test.test_id, f"<a href='#t{index}'>{_e(test.test_id)}</a>"),
         (repr(percent), f"<span class='letter {letter}'>{letter}</span>"),
-        (repr(percent), f"{_e(score)} ({_e(_table_percent(test))})"),
+        (repr(percent), f"{_e(score)} ({_e(_table_percent(test))}){below}"),
         (change_value, _e(change)),
         (runs, _e(runs)),
         (str(flags), str(flags)),
     )
     body = "".join(f"<td data-sort='{_e(value)}'>{content}</td>" for value, content in cells)
-    return f"<tr data-index='{index}'>{body}</tr>\n"
+    state = " class='below'" if below else ""
+    return f"<tr data-index='{index}'{state}>{body}</tr>\n"
+
+
+def _below_mark(test: HtmlTest) -> str:
+    """``below 60% (C)`` for a single-run test below its threshold, as the terminal's table
+    says it (a repeated test's decision is in its Runs cell)."""
+    if len(test.tests) != 1 or test.repeated:
+        return ""
+    only = test.tests[0]
+    if only.threshold is None or only.passed:
+        return ""
+    mode = " (report)" if only.mode == "report" else ""
+    text = f"below{mode} {describe_threshold(only.threshold)}"
+    return f" <span class='below'>{_e(text)}</span>"
 
 
 def _table_percent(test: HtmlTest) -> str:
@@ -610,7 +631,18 @@ def _points(result: GradeResult, calls: Mapping[int, str] | None) -> str:
             f"<details class='dimension'{' open' if lost else ''}><summary>{_e(name)}"
             f"{_e(score)} ({count})</summary><ul class='points'>{rows}</ul></details>"
         )
-    return f"<h3>Points</h3>\n{''.join(blocks)}\n"
+    note = ""
+    if calls is None and any(item.entries for item in items):
+        # Without the session's entries an index alone ("#0") reads like a broken page.
+        note = f"<p class='note missing-calls'>{_e(MISSING_CALLS)}</p>\n"
+    return f"<h3>Points</h3>\n{note}{''.join(blocks)}\n"
+
+
+#: Said over the points of a session whose entries the report could not read.
+MISSING_CALLS: Final = (
+    "the calls are not named: the audit store holding this session's entries was not found "
+    "(cleo-grade report --db PATH names it); #N is an entry's position in the session"
+)
 
 
 _CSS: Final = """
@@ -628,6 +660,7 @@ th[aria-sort]:after{color:#222}
 .letter{font-weight:bold;padding:0 .3em;border-radius:3px}
 .letter.A{background:#c8e6c9}.letter.B{background:#dcedc8}.letter.C{background:#fff9c4}
 .letter.D{background:#ffe0b2}.letter.F{background:#ffcdd2}
+span.below{font-weight:bold;color:#b71c1c;white-space:nowrap}
 .test{border-top:1px solid #ccc;padding-top:1em;margin-top:1.5em}
 .charts{display:flex;flex-wrap:wrap;gap:1em}
 svg text{font-size:10px;fill:#333}

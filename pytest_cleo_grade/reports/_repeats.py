@@ -201,17 +201,21 @@ def decision_line(runs: TestRuns) -> str:
     return f"{stats.verdict}, {_outcome(stats, runs.mode)} ({rule(stats)})"
 
 
-def repeat_lines(tests: Sequence[TestRuns]) -> list[str]:
-    """The terminal summary of the repeated tests."""
+def repeat_lines(tests: Sequence[TestRuns], *, quiet: bool = False) -> list[str]:
+    """The terminal summary of the repeated tests; ``quiet`` (``-q``): one line per test, its
+    decision, as the grade table is one line there."""
     lines = []
     for runs in _ordered(tests):
+        if quiet:
+            lines.append(f"cleo-grade repeats: {runs.info.test_id}: {decision_line(runs)}")
+            continue
         lines.append(f"{runs.info.test_id}: {decision_line(runs)}")
         stats = runs.stats
         if stats is None:
             continue
         lines.append(f"    {repeat_statistics(stats)}")
         lines.extend(f"    {note}" for note in _partial(runs))
-    if lines:
+    if lines and not quiet:
         lines.append(ESTIMATOR_NOTE)
     return lines
 

@@ -47,6 +47,7 @@ __all__ = [
     "export_grades",
     "keys_from",
     "plan",
+    "require_langfuse",
 ]
 
 #: Seconds the whole export may take (every request, every retry the SDK makes).
@@ -155,6 +156,8 @@ def failure_line(exc: BaseException, base_url: str, secret_key: str, public_key:
     where = redact_url(base_url)
     if isinstance(exc, ExportDeadlineError):
         return f"langfuse export to {where} {exc}"
+    if isinstance(exc, ImportError):
+        return f"langfuse export skipped: {exc}"
     text = mask(" ".join(_error_text(exc).split()), secrets)[:300]
     return f"langfuse export to {where} failed: {text}"
 
@@ -368,6 +371,18 @@ def _existing(api: Any) -> dict[str, Any]:
     return names
 
 
+def require_langfuse() -> None:
+    """MissingExtraError (one line with the install command) unless the langfuse extra's
+    modules import: said before any request, not as the worker thread's ``No module named``."""
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    try:
+        import httpx  # noqa: F401
+        import langfuse.api  # noqa: F401
+    except ImportError as exc:
+        raise missing_extra("the Langfuse export", "the Langfuse SDK", "langfuse", exc) from None
+
+
 def export_grades(
     results: Iterable[GradeResult],
     *,
@@ -379,6 +394,7 @@ def export_grades(
 ) -> ExportSummary:
     """Create the missing score configs, then send every grade's scores, all within
     ``deadline`` seconds (else ExportDeadlineError); ``timeout`` bounds each read."""
+    require_langfuse()
     scores = [score for result in results for score in plan(result)]
     summary = ExportSummary()
     stopped = threading.Event()

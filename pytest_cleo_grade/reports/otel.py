@@ -16,7 +16,13 @@ from pytest_cleo_grade.core.models import GradeResult
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["EVENT_NAME", "evaluation_attributes", "export_grade", "unrecorded_reason"]
+__all__ = [
+    "EVENT_NAME",
+    "evaluation_attributes",
+    "export_grade",
+    "require_otel",
+    "unrecorded_reason",
+]
 
 EVENT_NAME: Final = "gen_ai.evaluation.result"
 #: The most flags the explanation joins (attribute values should stay small).
@@ -45,11 +51,22 @@ def evaluation_attributes(result: GradeResult, test_id: str | None) -> dict[str,
     return attributes
 
 
+def require_otel() -> None:
+    """MissingExtraError (one line with the install command) without OpenTelemetry's API."""
+    from pytest_cleo_grade.core.errors import missing_extra
+
+    try:
+        import opentelemetry.trace  # noqa: F401
+    except ImportError as exc:
+        raise missing_extra("the OpenTelemetry export", "OpenTelemetry", "otel", exc) from None
+
+
 def export_grade(
     result: GradeResult, test_id: str | None, *, tracer_provider: TracerProvider | None = None
 ) -> bool:
     """Add the grade's event to the current span, or to a span of its own; False when no
     span records it (no OpenTelemetry SDK is set up: the event would go nowhere)."""
+    require_otel()
     from opentelemetry import trace
 
     attributes = evaluation_attributes(result, test_id)

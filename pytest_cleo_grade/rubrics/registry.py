@@ -6,6 +6,7 @@ import functools
 import inspect
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 import pluggy
@@ -15,6 +16,7 @@ from pytest_cleo_grade.core.errors import CleoGradeError, RubricError
 from pytest_cleo_grade.core.models import AuditEntry, GradeResult, format_validation_error
 from pytest_cleo_grade.core.settings import parse_rubric_weights
 from pytest_cleo_grade.rubrics import hookspecs
+from pytest_cleo_grade.rubrics._document import read_document
 from pytest_cleo_grade.rubrics.cleo import (
     CLEO_DIMENSIONS,
     DIMENSION_MAX,
@@ -32,8 +34,8 @@ from pytest_cleo_grade.rubrics.protocol import (
     RubricConfig,
     stamp_rubric,
 )
-from pytest_cleo_grade.rubrics.rules import RulesRubric
-from pytest_cleo_grade.rubrics.trajectory import TrajectoryRubric
+from pytest_cleo_grade.rubrics.rules import RulesRubric, is_rule_document
+from pytest_cleo_grade.rubrics.trajectory import TrajectoryRubric, is_trajectory_document
 from pytest_cleo_grade.rubrics.weighted.rubric import WeightedJudgeRubric
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "make_plugin_manager",
     "register_plugin",
     "register_plugins_with_hooks",
+    "rubric_for_file",
     "rubric_names",
 ]
 
@@ -205,6 +208,16 @@ def collect_rubrics(manager: pluggy.PluginManager | None = None) -> dict[str, Ru
 def rubric_names(manager: pluggy.PluginManager | None = None) -> list[str]:
     """The registered rubric names, the default (``cleo``) first, then alphabetically."""
     return sorted(collect_rubrics(manager), key=lambda name: (name != DEFAULT_RUBRIC, name))
+
+
+def rubric_for_file(path: str | Path) -> str:
+    """The built-in rubric a rubric file is written for: ``trajectory`` (a ``[trajectory]``
+    table), ``rules`` (dimensions with rules) or ``weighted`` (any other); RubricError when
+    the file cannot be read or parsed."""
+    data, _ = read_document(path)
+    if is_trajectory_document(data):
+        return "trajectory"
+    return "rules" if is_rule_document(data) else "weighted"
 
 
 def get_rubric(name: str, *, manager: pluggy.PluginManager | None = None) -> Rubric:

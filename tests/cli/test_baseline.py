@@ -49,7 +49,13 @@ def test_save_writes_each_tests_latest_grade_and_a_repeated_tests_latest_series(
     )
     out = tmp_path / "baseline.json"
     assert main(["baseline", "save", str(out), "--history", str(source)]) == 0
-    assert capsys.readouterr().out == f"baseline of 2 tests written to {out}\n"
+    # What was saved, from where: each test's mean over the runs it holds.
+    assert capsys.readouterr().out == (
+        f"baseline of 2 tests written to {out} (from {source}: each test's latest grade, or its "
+        "latest series of runs):\n"
+        "  t::a: 80.0%\n"
+        "  t::b: 65.0% over 2 runs\n"
+    )
     tests = json.loads(out.read_text())["tests"]
     assert tests["t::a"]["percents"] == [80.0]
     assert tests["t::b"]["percents"] == [60.0, 70.0]

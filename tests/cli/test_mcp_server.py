@@ -471,7 +471,11 @@ def test_without_the_sdk_mcp_says_which_extra_to_install(
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails
     status, out, err = cli("mcp", cwd=tmp_path)
     assert (status, out) == (2, "")
-    assert err == ("cleo-grade mcp needs the MCP SDK 2.x: pip install 'pytest-cleo-grade[mcp]'\n")
+    assert err == (
+        "cleo-grade mcp needs the MCP SDK 2.x (the mcp extra; mcp.server.mcpserver is not "
+        "installed): pip install 'pytest-cleo-grade[mcp]' (in a checkout: pip install -e "
+        "'.[mcp]')\n"
+    )
 
 
 def test_allow_remote_without_http_is_a_usage_error(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -31,15 +32,24 @@ def test_the_demo_suite_passes_with_good_agents_graded_a_and_anti_patterns_below
         for case in ET.parse(junit).getroot().iter("testcase")
     }
     assert letters == {
-        "test_protocol_following_agent[fresh_discovery]": "A",
-        "test_protocol_following_agent[task_hygiene]": "A",
-        "test_protocol_following_agent[error_recovery]": "A",
-        "test_protocol_following_agent[full_lifecycle]": "A",
-        "test_protocol_following_agent[multi_domain]": "A",
-        "test_anti_pattern_agent[fresh_discovery]": "D",
-        "test_anti_pattern_agent[task_hygiene]": "C",
-        "test_anti_pattern_agent[error_recovery]": "C",
-        "test_anti_pattern_agent[full_lifecycle]": "C",
-        "test_anti_pattern_agent[multi_domain]": "C",
+        "test_careful[fresh_discovery]": "A",
+        "test_careful[task_hygiene]": "A",
+        "test_careful[error_recovery]": "A",
+        "test_careful[full_lifecycle]": "A",
+        "test_careful[multi_domain]": "A",
+        "test_hasty[fresh_discovery]": "D",
+        "test_hasty[task_hygiene]": "C",
+        "test_hasty[error_recovery]": "C",
+        "test_hasty[full_lifecycle]": "C",
+        "test_hasty[multi_domain]": "C",
     }
     assert len((tmp_path / "GRADES.jsonl").read_text().splitlines()) == 10
+    # The grade table fits a terminal of 100 columns, and each report-mode row below its
+    # threshold (every hasty run) says where its points were lost.
+    lines = result.outlines
+    table = lines[lines.index(next(line for line in lines if "- cleo-grade -" in line)) + 1 :]
+    table = table[: next(i for i, line in enumerate(table) if line.startswith("run grade"))]
+    assert table and all(len(line) <= 100 for line in table), max(table, key=len)
+    reasons = [line for line in table if line.startswith("  test_demo.py::test_hasty[")]
+    assert len(reasons) == 5
+    assert all(re.search(r": \w+ \d+/20", line) for line in reasons)

@@ -50,13 +50,13 @@ def agent(graded_session: GradeSession) -> DemoAgent:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_protocol_following_agent(agent: DemoAgent, scenario: str) -> None:
+def test_careful(agent: DemoAgent, scenario: str) -> None:
     getattr(agent, scenario)(follow_protocol=True)
 
 
 @pytest.mark.cleo_grade(mode="report")
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_anti_pattern_agent(agent: DemoAgent, graded_session: GradeSession, scenario: str) -> None:
+def test_hasty(agent: DemoAgent, graded_session: GradeSession, scenario: str) -> None:
     getattr(agent, scenario)(follow_protocol=False)
     result = graded_session.grade()
     letter, score, flags = ANTI_PATTERNS[scenario]
