@@ -170,6 +170,8 @@ class GradeSession:
         self.run_facts: Mapping[str, Any] | None = None
         #: The loopback OTLP receiver, started by the first use of ``otlp_endpoint``.
         self._receiver: OtlpReceiver | None = None
+        #: The receiver once stopped (what it refused is still told).
+        self._stopped_receiver: OtlpReceiver | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -244,7 +246,7 @@ class GradeSession:
         if self._receiver is not None:
             # Spans arriving after the flush would be held and never written.
             self._receiver.stop()
-            self._receiver = None
+            self._stopped_receiver, self._receiver = self._receiver, None
         try:
             if flush and self._store is not None:
                 self.flush()
@@ -292,17 +294,42 @@ class GradeSession:
 
     @property
     def otlp_endpoint(self) -> str:
-        """A loopback OTLP/HTTP endpoint (``http://127.0.0.1:PORT``) whose tool spans become
-        this session's entries; started on first use, stopped by :meth:`close`.
+        """A loopback OTLP/HTTP endpoint (``http://127.0.0.1:PORT/TOKEN``) whose tool spans
+        (and Claude Code's tool events) become this session's entries; started on first use,
+        stopped by :meth:`close`.
 
         Give it to an agent in another process as ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or use
-        :meth:`subprocess_env`); spans must be exported before the test body ends.
+        :meth:`subprocess_env`); spans must be exported before the test body ends. The path's
+        token is the session's secret: an export without it is refused (401) and counted in
+        a warning. An export the receiver refuses (malformed, too large) leaves the test
+        ungradable, with the reason.
         """
         if self._receiver is None:
             from pytest_cleo_grade.capture.otlp import OtlpReceiver
 
-            self._receiver = OtlpReceiver(self.id, self.ingest).start()
+            self._receiver = OtlpReceiver(
+                self.id, self._received, refused=self.refuse, replace=self._amended
+            ).start()
         return self._receiver.endpoint
+
+    def _received(self, entries: list[AuditEntry]) -> None:
+        """Take the entries the OTLP receiver made (tagged with this session already)."""
+        self._held.extend(entries)
+
+    def _amended(self, old: AuditEntry, new: AuditEntry) -> None:
+        """Put ``new`` in the place of the received entry ``old`` (a tool's exception was
+        logged after its span was exported)."""
+        for index, held in enumerate(self._held):
+            if held is old:
+                self._held[index] = new
+                return
+        self.refuse(f"{old.domain}.{old.operation}: its failure arrived after it was stored")
+
+    def otlp_unauthorized(self) -> dict[str, int]:
+        """Exports the OTLP receiver refused for want of the session's token, by reason
+        (``{"carried no token": 3}``); empty when none was, or no receiver was started."""
+        receiver = self._receiver or self._stopped_receiver
+        return dict(receiver.unauthorized) if receiver is not None else {}
 
     def subprocess_env(self, *, otlp: bool = False) -> dict[str, str]:
         """The variables a child process needs to record into this session: CLEO's four,

@@ -295,6 +295,7 @@ def graded_session(
         _warn_unused_faults(item.nodeid, session.id)
         _flush(session)
         session.close(flush=False)
+        _warn_unauthorized_exports(item.nodeid, session)
         test.session = None
         if session.env_before is not None:
             test.env_before = session.env_before
@@ -312,6 +313,23 @@ def _warn_runs_not_applied(request: pytest.FixtureRequest) -> None:
                 "made; take it as an argument to run it "
                 f"{runs} times"
             )
+
+
+def _warn_unauthorized_exports(nodeid: str, session: GradeSession) -> None:
+    """Exports the session's OTLP receiver refused for want of its token: never graded, but
+    an agent misconfigured (or another process trying its luck) must not go unnoticed."""
+    refused = session.otlp_unauthorized()
+    total = sum(refused.values())
+    if not total:
+        return
+    why = ", ".join(f"{count} {reason}" for reason, count in sorted(refused.items()))
+    exports = "1 export" if total == 1 else f"{total} exports"
+    with warnings_shown_not_raised():
+        _warn(
+            f"cleo-grade: {nodeid}: the OTLP receiver refused {exports} (HTTP 401, not "
+            f"graded): {why}; only a process given graded_session.subprocess_env() (or the "
+            "otlp_endpoint URL, which holds the session's token) can export into this test"
+        )
 
 
 def _warn_unused_faults(nodeid: str, session_id: str) -> None:
