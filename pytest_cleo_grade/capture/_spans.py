@@ -262,6 +262,9 @@ def tool_call_of(span: SpanData, *, source: str = "otel") -> Call | None:
     attrs = span.attributes
     result = _first(attrs, RESULT_KEYS)
     extra: dict[str, Any] = {"traceId": span.trace_id, "spanId": span.span_id}
+    if span.parent_span_id and span.parent_span_id != span.span_id:
+        # What ties this call to a layer of it another process recorded (see _one_call).
+        extra["parentSpanId"] = span.parent_span_id
     conversation = attrs.get("gen_ai.conversation.id")
     if isinstance(conversation, str) and conversation:
         extra["conversationId"] = conversation

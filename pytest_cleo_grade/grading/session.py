@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from pytest_cleo_grade.capture import _faults as faults
 from pytest_cleo_grade.capture._faults import Fault
 from pytest_cleo_grade.capture._ingest import load_file
+from pytest_cleo_grade.capture._one_call import one_entry_per_call as _one_per_call
 from pytest_cleo_grade.capture.audit import (
     ENV_AUDIT_DB,
     ENV_GRADE,
@@ -496,16 +497,16 @@ class GradeSession:
             # record a call with its own start time when it ends, so concurrent calls can
             # be held out of order: session order costs one linear check when they are not.
             self._read = (version, 0, len(self._held))
-            return order_entries(self._held)
+            return _one_per_call(order_entries(self._held))
         stored = store.session_entries(self.id)
         # One SELECT: a commit after the version was read is either in it, and counted
         # here, or after it, and then the version differs (see recorded_since_graded).
         self._read = (version, len(stored), len(self._held))
         if not self._held:
-            return stored
+            return _one_per_call(stored)
         if not stored:
-            return order_entries(self._held)
-        return order_entries([*stored, *self._held])
+            return _one_per_call(order_entries(self._held))
+        return _one_per_call(order_entries([*stored, *self._held]))
 
     def grade(self, *, now: datetime | None = None) -> GradeResult:
         """Grade the session's entries now with the session's grader; writes nothing."""
