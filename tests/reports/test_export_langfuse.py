@@ -4,12 +4,15 @@ once from the rubric, one score per dimension and the overall score per graded s
 from __future__ import annotations
 
 import base64
+import contextlib
+import gzip
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -583,3 +586,43 @@ def test_a_weighted_grade_carrying_its_dimensions_shapes_gets_the_designs_config
     assert shown(result)["shipped"] == ("NUMERIC", 25.0, (0.0, 50.0))
     assert shown(result)["speed"] == ("NUMERIC", 15.0, (0.0, 20.0))
     assert shown(result)["care"] == ("NUMERIC", 15.0, (0.0, 30.0))
+
+
+def huge_reply(*, declared: bool, gzipped: bool = False) -> Any:
+    """A 200 answer of 6 MiB of JSON whitespace (or its few KB gzip'd), with or without a
+    Content-Length: a server (or a proxy) that never stops talking."""
+
+    def answer(handler: BaseHTTPRequestHandler) -> None:
+        body = b"{" + b" " * (6 * 1024 * 1024) + b"}"
+        if gzipped:
+            body = gzip.compress(body)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if gzipped:
+            handler.send_header("Content-Encoding", "gzip")
+        if declared:
+            handler.send_header("Content-Length", str(len(body)))
+        else:
+            handler.send_header("Connection", "close")
+        handler.end_headers()
+        with contextlib.suppress(OSError):  # the client hangs up at its cap
+            handler.wfile.write(body)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("declared", "gzipped"),
+    [(True, False), (False, False), (True, True)],
+    ids=["content-length", "until-close", "gzip"],
+)
+def test_a_reply_over_the_size_cap_is_never_read_whole(declared: bool, gzipped: bool) -> None:
+    from pytest_cleo_grade.reports.langfuse import MAX_REPLY_BYTES, failure_line
+
+    with (
+        ScriptedServer(huge_reply(declared=declared, gzipped=gzipped)) as server,
+        pytest.raises(Exception) as raised,
+    ):
+        export_grades([GRADE], public_key="pk", secret_key="sk", base_url=server.base_url)
+    line = failure_line(raised.value, server.base_url, "sk", "pk")
+    assert f"ReplyTooLarge: the reply is over {MAX_REPLY_BYTES} bytes" in line
