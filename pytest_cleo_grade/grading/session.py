@@ -173,6 +173,8 @@ class GradeSession:
         self._receiver: OtlpReceiver | None = None
         #: The receiver once stopped (what it refused is still told).
         self._stopped_receiver: OtlpReceiver | None = None
+        #: How many refusals in this process the latest grade had seen (None: no grade yet).
+        self._graded_refused: int | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -521,6 +523,7 @@ class GradeSession:
         """Make ``result`` the session's latest grade (over the entries held until now)."""
         self.result = result
         self._graded_held = len(self._held)
+        self._graded_refused = len(self.refused)
         self._graded_version = None
         store = self._store
         read, self._read = self._read, None
@@ -537,6 +540,13 @@ class GradeSession:
             except StoreError:
                 self._graded_version = None  # then nothing can be told of later calls
         return result
+
+    def refused_since_graded(self) -> list[str]:
+        """Refusals in this process after the latest grade (an OTLP export refused while the
+        test was being decided): the grade stands, but it did not know of them."""
+        if self._graded_refused is None:
+            return []
+        return self.refused[self._graded_refused :]
 
     def recorded_since_graded(self) -> int:
         """Calls recorded after the latest grade, stored (by :meth:`flush`, or by another

@@ -296,6 +296,7 @@ def graded_session(
         _flush(session)
         session.close(flush=False)
         _warn_unauthorized_exports(item.nodeid, session)
+        _warn_refused_after_grade(item.nodeid, session)
         test.session = None
         if session.env_before is not None:
             test.env_before = session.env_before
@@ -330,6 +331,23 @@ def _warn_unauthorized_exports(nodeid: str, session: GradeSession) -> None:
             f"graded): {why}; only a process given graded_session.subprocess_env() (or the "
             "otlp_endpoint URL, which holds the session's token) can export into this test"
         )
+
+
+def _warn_refused_after_grade(nodeid: str, session: GradeSession) -> None:
+    """A call or export refused after the test was decided (an export still arriving while
+    the test was graded): the grade stands, but must not seem to have seen it."""
+    late = session.refused_since_graded()
+    if late:
+        from pytest_cleo_grade.core._text import terminal_text
+
+        more = f" (and {len(late) - 1} more)" if len(late) > 1 else ""
+        with warnings_shown_not_raised():
+            _warn(
+                terminal_text(
+                    f"cleo-grade: {nodeid}: refused after the test was graded, so not in its "
+                    f"grade: {late[0]}{more}"
+                )
+            )
 
 
 def _warn_unused_faults(nodeid: str, session_id: str) -> None:

@@ -632,3 +632,39 @@ def test_the_nodejs_exporters_spans_are_graded(
     subprocess.run(["node", str(agent), json.dumps(CALLS)], env=env, check=True, timeout=120)
     assert session.refusals() == []
     assert_same_grade(session.entries, grade_by_hand(session.id))
+
+
+LATE_TEST = """
+import json, urllib.error, urllib.request
+import pytest
+
+@pytest.fixture
+def late_export(graded_session):
+    yield
+    # After the test was graded (a fixture's teardown): an export the receiver refuses.
+    req = urllib.request.Request(
+        graded_session.otlp_endpoint + "/v1/traces", data=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        urllib.request.urlopen(req, timeout=10)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 400
+
+def test_agent(graded_session, late_export):
+    graded_session.record("session", "list")
+"""
+
+
+def test_an_export_refused_after_the_grade_is_a_warning_on_the_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(LATE_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--cleo-grade-fail-under=F")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_agent: refused after the test was graded, so not in its grade: OTLP export "
+            "refused (HTTP 400): OTLP JSON: not valid JSON*"
+        ]
+    )

@@ -350,25 +350,26 @@ def test_long_names_sharing_their_start_stay_two_scores(fake: FakeLangfuse) -> N
 def test_rejected_scores_say_why_in_one_safe_line_each(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Eight dimensions scored above their maximum: Langfuse refuses each against its config.
-    dimensions = {f"d{i}": DimensionScore(score=12, max=10) for i in range(8)}
-    over = GRADE.model_copy(update={"dimensions": dimensions, "total_score": 72, "max_score": 80})
+    # Langfuse refuses each of the grade's seven scores (a project's quota, say). (A grade
+    # whose dimensions score above their maximum never gets this far: the history skips it.)
+    names = [score.config.candidate_names()[0] for score in plan(GRADE)]
     history = tmp_path / "GRADES.jsonl"
-    append_grade(over, history)
-    with FakeLangfuse(detail=" \x1b[2J\nforged line") as fake:
+    append_grade(GRADE, history)
+    refuse = dict.fromkeys(names, "over the project's score quota")
+    with FakeLangfuse(detail=" \x1b[2J\nforged line", refuse=refuse) as fake:
         for key, value in fake.env().items():
             monkeypatch.setenv(key, value)
         assert main(["export", "langfuse", "--history", str(history)]) == 1
     out, err = capsys.readouterr()
-    assert ", 8 rejected (" in out
+    assert ", 7 rejected (" in out
     # One stderr line each, without Python's "file:line: Category:" and source line.
     warned = err.splitlines()
     assert len(warned) == 6  # the first five reasons, then the rest counted
     assert warned[0] == (
-        "cleo-grade: warning: langfuse rejected a score: score 'd0': value 12.0 exceeds the "
-        "config's maximum 10.0 \\x1b[2J forged line"
+        f"cleo-grade: warning: langfuse rejected a score: score '{names[0]}': over the "
+        "project's score quota \\x1b[2J forged line"
     )
-    assert warned[5] == "cleo-grade: warning: langfuse rejected 3 more scores"
+    assert warned[5] == "cleo-grade: warning: langfuse rejected 2 more scores"
     assert "\x1b" not in err
 
 
