@@ -380,6 +380,7 @@ class OtlpReceiver:
         # ends the idle ones, whose threads would wait for another request).
         self._busy = threading.Condition()
         self._in_flight = 0
+        self._stopping = False
         self._connections: set[socket.socket] = set()
         # Across requests: each span's parent and children, the name and attributes of the
         # tool and turn spans (what decides whether a tool span is another layer of the call
@@ -464,6 +465,8 @@ class OtlpReceiver:
         if self._server is None:
             return
         assert self._wake is not None
+        with self._busy:
+            self._stopping = True
         os.write(self._wake[1], b"x")
         if self._thread is not None:
             self._thread.join()
@@ -489,11 +492,13 @@ class OtlpReceiver:
     # -- what the handler tells the receiver ---------------------------------------------
 
     @contextlib.contextmanager
-    def _request(self) -> Iterator[None]:
+    def _request(self) -> Iterator[bool]:
+        """Count a request in flight; yields False once stop() began (the request is late)."""
         with self._busy:
             self._in_flight += 1
+            late = self._stopping
         try:
-            yield
+            yield not late
         finally:
             with self._busy:
                 self._in_flight -= 1
@@ -687,8 +692,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         owner = self.owner
-        with owner._request():
+        with owner._request() as open_:
             path, problem = self._authorized_path()
+            if path is not None and not open_:
+                # On a connection kept alive past the end of the test: its session is
+                # being closed, so the export cannot be graded, and the test is told.
+                if self._read(keep=False, refuse=False) is not None:
+                    owner.refuse("OTLP export refused (HTTP 503): it arrived after the test ended")
+                    self._reply(503, b"the test this receiver served has ended", "text/plain")
+                return
             if path is None:
                 # Read (and drop) the body: closing on unread data resets the connection
                 # before the client can read why. Nothing of it reaches the session.

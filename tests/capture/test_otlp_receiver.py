@@ -668,3 +668,25 @@ def test_an_export_refused_after_the_grade_is_a_warning_on_the_test(
             "refused (HTTP 400): OTLP JSON: not valid JSON*"
         ]
     )
+
+
+def test_an_export_on_a_connection_kept_past_the_stop_is_a_refusal(session: GradeSession) -> None:
+    receiver = receiver_for(session).start()
+    parts = urllib.parse.urlsplit(receiver.traces_endpoint)
+    connection = http.client.HTTPConnection(parts.netloc, timeout=10)
+    try:
+        connection.request(
+            "POST", parts.path, scenario_body(), {"Content-Type": "application/json"}
+        )
+        assert connection.getresponse().read() == b"{}"
+        # stop() has begun (its first step); the kept-alive connection sends once more.
+        with receiver._busy:
+            receiver._stopping = True
+        connection.request(
+            "POST", parts.path, scenario_body(), {"Content-Type": "application/json"}
+        )
+        assert connection.getresponse().status == 503
+    finally:
+        connection.close()
+        receiver.stop()
+    assert session.refusals() == ["OTLP export refused (HTTP 503): it arrived after the test ended"]
