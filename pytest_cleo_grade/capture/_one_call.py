@@ -46,6 +46,11 @@ def one_entry_per_call(entries: Sequence[AuditEntry]) -> list[AuditEntry]:
         span_id = _extra(entry, "spanId")
         if span_id is not None:
             by_span.setdefault(span_id, index)
+            # The spans folded into this one as layers of its call (its MCP client span).
+            layers = (entry.metadata.model_extra or {}).get("layerSpanIds")
+            for layer in layers if isinstance(layers, list) else ():
+                if isinstance(layer, str) and layer:
+                    by_span.setdefault(layer, index)
     if not by_span:
         return list(entries)
     # Each entry linked to the entry of the span it was called in (its outer layer).

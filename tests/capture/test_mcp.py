@@ -292,6 +292,43 @@ def test_a_stdio_servers_middleware_and_the_clients_spans_are_one_entry_per_call
 
 
 @pytest.mark.e2e
+def test_an_agents_tool_span_around_a_stdio_call_and_the_servers_middleware_are_one_entry(
+    session: GradeSession,
+) -> None:
+    # An instrumented agent framework: its execute_tool span holds the MCP client's span
+    # (a layer of the same call, folded into it here); the server's middleware names the
+    # client's span as its caller.
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    from opentelemetry import trace
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(Path(mcp_tasks.__file__)), "--audited"],
+        env={**session.subprocess_env(), "PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+    async def main() -> None:
+        tracer = trace.get_tracer("agent")
+        async with Client(params) as client:
+            for name, arguments in CALLS:
+                attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+                with tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes):
+                    await client.call_tool(name, arguments)
+
+    uninstall = otel.install_otel_capture()
+    try:
+        anyio.run(main)
+    finally:
+        uninstall()
+    entries = session.entries
+    assert [e.metadata.source for e in entries] == ["mcp"] * len(CALLS)
+    assert [e.result.exit_code for e in entries] == [
+        4 if n == "tasks_show" else 0 for n, _ in CALLS
+    ]
+
+
+@pytest.mark.e2e
 def test_a_stdio_servers_failure_reaches_the_grade_from_its_own_spans(
     session: GradeSession,
 ) -> None:
