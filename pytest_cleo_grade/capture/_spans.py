@@ -170,21 +170,32 @@ def _code(value: Any) -> int | str | None:
     return None
 
 
+#: The GenAI conventions' event of a tool's exception (on the execute_tool span, or logged
+#: in its context): read as the span's own ``exception`` event, and a failure by itself.
+TOOL_EXCEPTION_EVENT: Final = "gen_ai.execute_tool.exception"
+_EXCEPTION_EVENTS: Final = frozenset({"exception", TOOL_EXCEPTION_EVENT})
+
+
 def _failure(tool: str, span: SpanData, result: Any) -> Failure | None:
     attrs = span.attributes
     error_type = attrs.get("error.type")
-    if not span.error and error_type in (None, ""):
+    raised = any(name == TOOL_EXCEPTION_EVENT for name, _ in span.events)
+    if not span.error and error_type in (None, "") and not raised:
         return envelope_failure(tool, result)
     message = span.status_message or None
     exc_type: str | None = None
     for event_name, event_attrs in span.events:
-        if event_name == "exception":
+        if event_name in _EXCEPTION_EVENTS:
             cause = _retries_used_up_cause(tool, event_attrs)
             if cause is not None:
                 # The attempt failed the way every earlier one did (AuditHooks records it so).
                 exc_type, message = cause
                 break
-            exc_type = exc_type or _str_or_none(event_attrs.get("exception.type"))
+            exc_type = (
+                exc_type
+                or _str_or_none(event_attrs.get("exception.type"))
+                or _str_or_none(event_attrs.get("error.type"))
+            )
             message = message or _str_or_none(event_attrs.get("exception.message"))
     code = _code(_first(attrs, CODE_KEYS))
     if code is None:
@@ -252,6 +263,9 @@ def tool_call_of(span: SpanData, *, source: str = "otel") -> Call | None:
     attrs = span.attributes
     result = _first(attrs, RESULT_KEYS)
     extra: dict[str, Any] = {"traceId": span.trace_id, "spanId": span.span_id}
+    if span.parent_span_id and span.parent_span_id != span.span_id:
+        # What ties this call to a layer of it another process recorded (see _one_call).
+        extra["parentSpanId"] = span.parent_span_id
     conversation = attrs.get("gen_ai.conversation.id")
     if isinstance(conversation, str) and conversation:
         extra["conversationId"] = conversation
@@ -290,7 +304,8 @@ def _unseen_by_mcp_span(
 def _ancestors(
     span: SpanData, by_id: Mapping[str, SpanData]
 ) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    seen: set[str] = set()
+    # A span naming itself as its parent is a root, not one more layer of its own call.
+    seen: set[str] = {span.span_id}
     parent = span.parent_span_id
     while parent and parent not in seen and parent in by_id:
         seen.add(parent)

@@ -294,6 +294,39 @@ def _holder(session_id: str) -> Holder | None:
     return held[1] if held is not None and held[0] == os.getpid() else None
 
 
+def _readable(session_id: str) -> bool:
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are no UTF-8, read with surrogateescape
+        return False
+    return True
+
+
+def _refuse_unreadable_id(session_id: str, path: Path, what: str) -> None:
+    """A call made while the session's id in the environment is not UTF-8 text (bytes an
+    agent's process mangled): no entry can carry that id, so the call is refused, told to
+    the session (the test fails saying so), and never raised into the code under test."""
+    reason = (
+        f"{what} not recorded: {ENV_GRADE_ID}/{ENV_SESSION_ID} is not UTF-8 text "
+        f"({ascii(session_id)[:60]})"
+    )
+    held = _only_held()
+    holder = _holder(held[0]) if held is not None else None
+    if holder is not None:
+        holder.refuse(reason)
+    else:
+        # A child: the session's other variable may still name it readably.
+        from pytest_cleo_grade.capture._refusals import note_refusal
+
+        for name in (ENV_SESSION_ID, ENV_GRADE_ID):
+            other = os.environ.get(name)
+            if other and _readable(other):
+                note_refusal(path, other, reason)
+                break
+    with warnings_shown_not_raised():
+        warnings.warn(f"cleo-grade: {reason}", CleoGradeWarning, stacklevel=3)
+
+
 def refuse(reason: str) -> None:
     """Tell the session held in this process that one of its calls was not recorded.
 
@@ -303,6 +336,9 @@ def refuse(reason: str) -> None:
     """
     active = active_session()
     if active is None:
+        return
+    if not _readable(active[0]):
+        _refuse_unreadable_id(active[0], active[1], "a call")
         return
     holder = _holder(active[0])
     if holder is not None:
@@ -346,6 +382,9 @@ def record(
     session_id, path, grade_mode = active
     if not grade_mode and gateway not in MUTATE_GATEWAYS:
         return None
+    if not _readable(session_id):
+        _refuse_unreadable_id(session_id, path, f"{domain}.{operation}")
+        return None
     entry = make_entry(
         session_id,
         domain,
@@ -375,6 +414,9 @@ def record_entry(entry: AuditEntry) -> AuditEntry | None:
         return None
     session_id, path, grade_mode = active
     if not grade_mode and entry.metadata.gateway not in MUTATE_GATEWAYS:
+        return None
+    if not _readable(session_id):
+        _refuse_unreadable_id(session_id, path, f"{entry.domain}.{entry.operation}")
         return None
     if entry.session_id != session_id:
         entry = entry.model_copy(update={"session_id": session_id})

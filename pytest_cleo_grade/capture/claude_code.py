@@ -11,15 +11,17 @@ gateway), the start from the tool_use line, the duration up to the result's line
 code from the shared rules (an error saying "not found" is 4), the transcript's session id.
 
 CLEO agents run inside Claude Code, so this grades a real CLEO session after the fact with no
-instrumentation. Lines of other types are skipped, and so is a tool_result whose tool_use is
-not in the file; a tool_use with no result (an interrupted session) is recorded as a failure,
-exit 1, "no tool_result in the transcript"; a tool_use id written twice is one call. Streamed:
+instrumentation. Lines of other types are skipped; a tool_result whose tool_use is not in the
+file, and a tool_use reusing an id, are skipped too, each kind counted in a CleoGradeWarning
+naming its lines; a tool_use with no result (an interrupted session) is recorded as a
+failure, exit 1, "no tool_result in the transcript". Streamed:
 memory holds the entries (the import is all or nothing) and the calls waiting for a result.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,7 +36,11 @@ from pytest_cleo_grade.capture.mapping import (
     texts_envelope_failure,
 )
 from pytest_cleo_grade.core._files import iter_lines, open_regular, parse_json_strict
-from pytest_cleo_grade.core.errors import CleoGradeError
+from pytest_cleo_grade.core.errors import (
+    CleoGradeError,
+    CleoGradeWarning,
+    warnings_shown_not_raised,
+)
 from pytest_cleo_grade.core.models import AuditEntry
 from pytest_cleo_grade.store.sources import is_sqlite_file
 
@@ -196,6 +202,9 @@ def _file_entries(
     # Every id seen once: a tool_use written twice is one call, not a second unanswered one.
     seen: set[str] = set()
     entries: list[tuple[datetime, int, AuditEntry]] = []
+    # The lines of the blocks skipped, by why: each is counted in a warning, never dropped
+    # unsaid (a not-found call written under a reused id would vanish from the grade).
+    skipped: dict[str, list[int]] = {}
 
     def add(use: _Use, failure: Failure | None, ended: datetime | None, key: str) -> None:
         duration = None if ended is None else (ended - use.started).total_seconds() * 1000
@@ -230,6 +239,7 @@ def _file_entries(
                 if not isinstance(key, str) or not isinstance(name, str) or not name:
                     raise TranscriptError(f"{where}: a tool_use block needs an id and a name")
                 if key in seen:
+                    skipped.setdefault(_REUSED_ID, []).append(number)
                     continue
                 waiting[key] = _Use(
                     name,
@@ -245,6 +255,28 @@ def _file_entries(
                 use = waiting.pop(answered, None) if isinstance(answered, str) else None
                 if use is not None:
                     add(use, _failure(use.tool, block), stamp, str(answered))
+                else:
+                    skipped.setdefault(_NO_TOOL_USE, []).append(number)
     for key, use in waiting.items():
         add(use, Failure(tool=use.tool, message=UNANSWERED), None, key)
+    _warn_skipped(source, skipped)
     return entries
+
+
+_REUSED_ID: Final = "tool_use block reusing an id seen before (read as that call)"
+_NO_TOOL_USE: Final = "tool_result block answering no tool_use waiting in the file"
+
+
+def _warn_skipped(source: Path, skipped: Mapping[str, list[int]]) -> None:
+    """One CleoGradeWarning per kind of block skipped: how many, and their first lines."""
+    for why, lines in skipped.items():
+        count = len(lines)
+        shown = ", ".join(map(str, lines[:5])) + (", ..." if count > 5 else "")
+        kind = why if count == 1 else why.replace(" block ", " blocks ", 1)
+        with warnings_shown_not_raised():
+            warnings.warn(
+                CleoGradeWarning(
+                    f"{source}: {count} {kind} skipped (line{'s' if count > 1 else ''} {shown})"
+                ),
+                stacklevel=4,
+            )

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 try:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -272,6 +273,7 @@ def _record(
     begun: _Begun,
     source: str,
     mapping: ToolMapping | None,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
     started, clock, started_in = begun
     call = Call(
@@ -282,6 +284,7 @@ def _record(
         started=started,
         duration_ms=elapsed_ms(clock),
         source=source,
+        extra=extra or {},
     )
     # Into the session the call started in: a call a test left running is not the next one's.
     record_call_started_in(call, started_in, mapping=mapping)
@@ -391,6 +394,7 @@ class AuditMiddleware:
                     mapping=self.mapping,
                 )
                 return _error_result(fault)
+        caller = _caller(ctx.meta)
         _listen_for_crashes()
         crashes: list[BaseException] = []
         token = _crash.set(crashes)
@@ -407,7 +411,7 @@ class AuditMiddleware:
             else:
                 read_only = (self._hints or {}).get(name)
             raised = raised_failure(name, exc)
-            _record(name, arguments, raised, read_only, begun, self.source, self.mapping)
+            _record(name, arguments, raised, read_only, begun, self.source, self.mapping, caller)
             raise
         finally:
             _crash.reset(token)
@@ -419,8 +423,23 @@ class AuditMiddleware:
                 tool=name, exception=crashes[-1], payload=failure.payload, message=failure.message
             )
         read_only = await self._hint(name)
-        _record(name, arguments, failure, read_only, begun, self.source, self.mapping)
+        _record(name, arguments, failure, read_only, begun, self.source, self.mapping, caller)
         return result
+
+
+#: W3C trace context: version, trace id, parent (the caller's span) id, flags.
+_TRACEPARENT: Final = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+
+
+def _caller(meta: Any) -> dict[str, str]:
+    """The client's span a request was sent in, from the ``traceparent`` the MCP SDK puts in
+    the request's ``_meta``: the client's trace of this call, in another process, is then
+    known as this call (see ``_one_call``)."""
+    value = meta.get("traceparent") if isinstance(meta, Mapping) else None
+    found = _TRACEPARENT.fullmatch(value.strip().lower()) if isinstance(value, str) else None
+    if found is None or set(found[1]) == {"0"} or set(found[2]) == {"0"}:
+        return {}
+    return {"traceId": found[1], "callerSpanId": found[2]}
 
 
 #: The ready-made middleware: ``MCPServer("tasks", middleware=[audit_middleware])``.

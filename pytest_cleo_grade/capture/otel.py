@@ -9,6 +9,7 @@ in this process, mapped by :mod:`pytest_cleo_grade.capture.mapping`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import threading
 import weakref
@@ -142,6 +143,10 @@ class AuditSpanProcessor(SpanProcessor):
         #: Open spans around a direct call, not tool spans when it started, that are that call
         #: if they turn out to be tool spans of it (attributes set after the start).
         self._around_direct: dict[int, CallIdentity] = {}
+        #: The span ids of the layers folded into an open tool span (its call's MCP client
+        #: span, say), named on its entry: a server in another process that recorded the
+        #: call names the client's span as its caller (see _one_call).
+        self._layers: dict[int, list[str]] = {}
         direct.add_listener(self._direct_call_started)
         with _processors_lock:
             _processors.add(self)
@@ -213,6 +218,18 @@ class AuditSpanProcessor(SpanProcessor):
         # unless the adapter named another tool.
         return entry.inside is not None and same_call(identity, entry.inside.identity)
 
+    def _nearest_tool_span(self, entry: _Open) -> int | None:
+        """The id of the nearest open tool span around ``entry`` (the call it is a layer of)."""
+        parent_id = entry.parent
+        while parent_id is not None:
+            parent = self._open.get(parent_id)
+            if parent is None:
+                return None
+            if call_identity_of(*_facts(parent.span)) is not None:
+                return parent_id
+            parent_id = parent.parent
+        return None
+
     def on_start(self, span: Span, parent_context: context_api.Context | None = None) -> None:
         if not self.enabled:
             return
@@ -241,11 +258,20 @@ class AuditSpanProcessor(SpanProcessor):
             if around is not None and same_call(identity, around):
                 recorded_directly = True
             nested = entry is not None and self._same_call_as_around(entry, identity)
+            layers = self._layers.pop(context.span_id, [])
+            if nested and entry is not None:
+                owner = self._nearest_tool_span(entry)
+                if owner is not None:
+                    self._layers.setdefault(owner, []).extend(
+                        [format(context.span_id, "016x"), *layers]
+                    )
         if nested or recorded_directly or direct.is_expected_call(identity):
             return
         call = tool_call_of(span_data(span), source=self.source)
         if call is None:
             return
+        if layers:
+            call = dataclasses.replace(call, extra={**call.extra, "layerSpanIds": layers})
         if self._recorder is not None:
             self._recorder(call)
             return

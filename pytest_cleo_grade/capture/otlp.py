@@ -10,20 +10,33 @@ writes (``cleo-grade import --format otlp``).
 
 from __future__ import annotations
 
-import base64
-import gzip
+import contextlib
+import dataclasses
+import hmac
 import json
 import math
 import os
-import re
+import secrets
+import selectors
+import socket
 import threading
-import zlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
-from pytest_cleo_grade.capture._direct import same_call
+from pytest_cleo_grade.capture._direct import CallIdentity, same_call
+from pytest_cleo_grade.capture._otlp_body import BodyError, decode_body, read_body
+from pytest_cleo_grade.capture._otlp_values import (
+    OtlpError,
+    _attributes,
+    _hex_id,
+    _int,
+    _list,
+    _object,
+    _pb_value,
+)
 from pytest_cleo_grade.capture._spans import (
     ARGUMENT_KEYS,
     SpanData,
@@ -52,108 +65,6 @@ __all__ = [
 #: gRPC-style status codes of OTLP JSON (``2`` or ``"STATUS_CODE_ERROR"``).
 _ERROR_STATUS: Final = (2, "2", "STATUS_CODE_ERROR")
 _MAX_BODY: Final = 64 * 1024 * 1024
-
-
-class OtlpError(CleoGradeError):
-    """An OTLP payload or file is malformed (the message names the place)."""
-
-
-# -- decoding -------------------------------------------------------------------------------
-
-#: OTLP's integers are 64-bit (fixed64 times, int64 values); JSON spells them as text.
-_INTEGER_TEXT: Final = re.compile(r"-?[0-9]{1,20}")
-_INT_BOUND: Final = 2**64
-#: The proto3 JSON spellings of a double no JSON number holds.
-_NON_FINITE: Final = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def _object(value: Any, where: str) -> Mapping[str, Any]:
-    """An optional JSON object of the payload: absent or null reads as empty."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise OtlpError(f"{where}: expected an object")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    """An optional JSON array of the payload: absent or null reads as empty."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise OtlpError(f"{where}: expected a list")
-    return value
-
-
-def _any_value(value: Any, where: str) -> Any:
-    """An OTLP JSON AnyValue as a Python value."""
-    if not isinstance(value, Mapping):
-        raise OtlpError(f"{where}: expected an AnyValue object")
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "intValue" in value:
-        return _int(value["intValue"], where)
-    if "doubleValue" in value:
-        return _double(value["doubleValue"])
-    if "arrayValue" in value:
-        array = _object(value["arrayValue"], f"{where}.arrayValue")
-        items = _list(array.get("values"), f"{where}.arrayValue.values")
-        return [_any_value(item, f"{where}[{i}]") for i, item in enumerate(items)]
-    if "kvlistValue" in value:
-        kvlist = _object(value["kvlistValue"], f"{where}.kvlistValue")
-        return _attributes(kvlist.get("values"), where)
-    if "bytesValue" in value:
-        return value["bytesValue"]
-    return None
-
-
-def _double(value: Any) -> Any:
-    # OTLP allows NaN and infinities as doubles (JSON spells them "NaN", "Infinity"), but JSON
-    # and the entries have no such value: they are stored as null, never as the text "nan".
-    number = _NON_FINITE.get(value, value) if isinstance(value, str) else value
-    return None if isinstance(number, float) and not math.isfinite(number) else number
-
-
-def _int(value: Any, where: str) -> int:
-    # OTLP JSON writes 64-bit integers as strings; numbers are accepted too.
-    if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value.strip()):
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < _INT_BOUND:
-        return value
-    shown = repr(value)
-    shown = shown if len(shown) <= 40 else f"{shown[:40]}..."
-    raise OtlpError(f"{where}: expected a 64-bit integer, got {shown}")
-
-
-def _attributes(items: Any, where: str) -> dict[str, Any]:
-    if items is None:
-        return {}
-    if not isinstance(items, list):
-        raise OtlpError(f"{where}: attributes must be a list")
-    found: dict[str, Any] = {}
-    for index, item in enumerate(items):
-        place = f"{where}.attributes[{index}]"
-        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
-            raise OtlpError(f"{place}: expected {{'key': ..., 'value': ...}}")
-        found[item["key"]] = _any_value(item.get("value") or {}, f"{place}.value")
-    return found
-
-
-def _hex_id(value: Any, where: str) -> str:
-    # The OTLP JSON encoding writes ids as hex; tolerate base64 (protobuf's JSON mapping).
-    if value in (None, ""):
-        return ""
-    if not isinstance(value, str):
-        raise OtlpError(f"{where}: expected a hex id string")
-    text = value.strip()
-    if all(c in "0123456789abcdefABCDEF" for c in text) and len(text) in (16, 32):
-        return text.lower()
-    try:
-        return base64.b64decode(text, validate=True).hex()
-    except ValueError:
-        raise OtlpError(f"{where}: {value!r} is not a hex id") from None
 
 
 def spans_from_json(document: Any, where: str = "OTLP JSON") -> list[SpanData]:
@@ -248,18 +159,6 @@ def spans_from_protobuf(body: bytes) -> list[SpanData]:
                     )
                 )
     return spans
-
-
-def _pb_value(value: Any) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_pb_value(v) for v in value.array_value.values]
-    if kind == "kvlist_value":
-        return {kv.key: _pb_value(kv.value) for kv in value.kvlist_value.values}
-    if kind == "bytes_value":
-        return base64.b64encode(value.bytes_value).decode("ascii")
-    found = None if kind is None else getattr(value, kind)
-    return _double(found) if kind == "double_value" else found
 
 
 # -- spans to entries -----------------------------------------------------------------------
@@ -410,6 +309,18 @@ def _refuse_non_finite_arguments(span: SpanData, where: str) -> None:
 
 #: Both spellings: requests and httpx read either, the upper case first.
 _NO_PROXY: Final = ("NO_PROXY", "no_proxy")
+#: The request header that may carry the session's token (``OTEL_EXPORTER_OTLP_HEADERS``);
+#: the token can also open the path (``/<token>/v1/traces``), as :attr:`endpoint` has it.
+TOKEN_HEADER: Final = "x-cleo-grade-token"
+#: Connections waiting to be accepted: a suite's agents exporting all at once (200 in the
+#: tests) must never find the queue full and be reset (the standard library's default is 5).
+_QUEUE: Final = 1024
+#: An idle keep-alive connection is closed after this long (its thread ends with it).
+_IDLE_SECONDS: Final = 60
+#: How long :meth:`OtlpReceiver.stop` waits for requests being handled to finish.
+_STOP_WAIT_SECONDS: Final = 10.0
+#: The OTLP paths under the endpoint, by signal.
+_SIGNALS: Final = {"/v1/traces": "traces", "/v1/logs": "logs", "/v1/metrics": "metrics"}
 
 
 def _with_host(no_proxy: str, host: str) -> str:
@@ -417,14 +328,24 @@ def _with_host(no_proxy: str, host: str) -> str:
     return ",".join(hosts if host in hosts else [*hosts, host])
 
 
-class OtlpReceiver:
-    """A loopback OTLP/HTTP trace receiver feeding one graded session.
+class _Server(ThreadingHTTPServer):
+    request_queue_size = _QUEUE
+    daemon_threads = True
 
-    ``sink`` receives each request's new entries (all tagged ``session_id``), e.g. a
-    GradeSession's ``ingest``. Accepts ``POST /v1/traces`` in protobuf or JSON (gzip or
-    deflate encoded too); ``/v1/metrics`` and ``/v1/logs`` are accepted and ignored so an
-    agent exporting everything to one endpoint keeps working. A malformed payload gets
-    HTTP 400 with the reason, which is also kept in :attr:`problems`.
+
+class OtlpReceiver:
+    """A loopback OTLP/HTTP receiver feeding one graded session, for its holder's eyes only.
+
+    ``sink`` receives each request's new entries (all tagged ``session_id``). Every request
+    must carry the receiver's :attr:`token`, in the path (:attr:`endpoint` includes it) or
+    in the ``x-cleo-grade-token`` header (:meth:`env` sets ``OTEL_EXPORTER_OTLP_HEADERS``);
+    any other gets 401 and is counted in :attr:`unauthorized`, never read. Accepts
+    ``POST /v1/traces`` and ``/v1/logs`` in protobuf or JSON, gzip or deflate encoded,
+    fixed-length or chunked; ``/v1/metrics`` is accepted and ignored. An export the receiver
+    cannot take (malformed, too large, a path it does not know) is answered 4xx with the
+    reason, kept in :attr:`problems` and handed to ``refused``: a session told so is not
+    graded on the rest. ``replace(old, new)`` takes an entry amended afterwards (a tool's
+    exception logged after its span was exported).
     """
 
     def __init__(
@@ -434,45 +355,79 @@ class OtlpReceiver:
         *,
         mapping: ToolMapping | None = None,
         host: str = "127.0.0.1",
+        token: str | None = None,
+        refused: Callable[[str], object] | None = None,
+        replace: Callable[[AuditEntry, AuditEntry], object] | None = None,
+        max_body: int = _MAX_BODY,
     ) -> None:
         self.session_id = session_id
         self.mapping = mapping
+        #: The secret an export must carry (URL-safe text).
+        self.token = token or secrets.token_urlsafe(24)
+        #: Why exports were refused (4xx), in order.
         self.problems: list[str] = []
+        #: Exports refused for want of the token (401), counted by reason.
+        self.unauthorized: Counter[str] = Counter()
+        #: The largest body taken, compressed or decompressed.
+        self.max_body = max_body
         self._sink = sink
+        self._refused = refused
+        self._replace = replace
         self._host = host
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._wake: tuple[int, int] | None = None
         self._lock = threading.Lock()
-        # Across requests: each span's parent, the name and attributes of the tool and turn
-        # spans (what decides whether a tool span is another layer of the call around it) and
-        # which spans were recorded, so a call traced in two processes (exported in two
-        # requests) is recorded once.
+        # Requests being handled (stop() waits for them) and the open connections (stop()
+        # ends the idle ones, whose threads would wait for another request).
+        self._busy = threading.Condition()
+        self._in_flight = 0
+        self._stopping = False
+        self._connections: set[socket.socket] = set()
+        # Across requests: each span's parent and children, the name and attributes of the
+        # tool and turn spans (what decides whether a tool span is another layer of the call
+        # around it), and the recorded spans with their entries, so a call traced in two
+        # processes (exported in two requests) is recorded once.
         self._parent: dict[str, str | None] = {}
+        self._children: dict[str, list[str]] = {}
         self._facts: dict[str, tuple[str, Mapping[str, Any]]] = {}
-        self._recorded: set[str] = set()
+        self._recorded: dict[str, tuple[SpanData, AuditEntry] | None] = {}
+        #: Tool exceptions logged (``/v1/logs``) by the span they were emitted in.
+        self._exceptions: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+        #: The tool-call log records already recorded (an exporter retries a whole batch).
+        self._logged: set[Any] = set()
 
     @property
     def endpoint(self) -> str:
-        """The base URL to give exporters (``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+        """The base URL to give exporters (``OTEL_EXPORTER_OTLP_ENDPOINT``), token included."""
         if self._server is None:
             raise OtlpError("the OTLP receiver is not started")
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"http://{host!s}:{port}/{self.token}"
 
     @property
     def traces_endpoint(self) -> str:
         """The traces URL (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``)."""
         return f"{self.endpoint}/v1/traces"
 
+    @property
+    def logs_endpoint(self) -> str:
+        """The logs URL (``OTEL_EXPORTER_OTLP_LOGS_ENDPOINT``)."""
+        return f"{self.endpoint}/v1/logs"
+
     def env(self) -> dict[str, str]:
         """The variables that point an OpenTelemetry SDK's OTLP/HTTP exporter here.
 
-        ``NO_PROXY`` gains the receiver's host: an exporter honours the environment's
-        ``HTTP_PROXY``, and no proxy can reach this loopback port.
+        The token travels twice: in the endpoints' path and in ``OTEL_EXPORTER_OTLP_HEADERS``
+        (for an exporter given another URL). ``NO_PROXY`` gains the receiver's host: an
+        exporter honours the environment's ``HTTP_PROXY``, and no proxy can reach this
+        loopback port.
         """
         return {
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.traces_endpoint,
+            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": self.logs_endpoint,
+            "OTEL_EXPORTER_OTLP_HEADERS": f"{TOKEN_HEADER}={self.token}",
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             "OTEL_TRACES_EXPORTER": "otlp",
             **{name: _with_host(os.environ.get(name, ""), self._host) for name in _NO_PROXY},
@@ -487,24 +442,48 @@ class OtlpReceiver:
         class Handler(_Handler):
             owner = receiver
 
-        self._server = ThreadingHTTPServer((self._host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="cleo-grade-otlp", daemon=True
-        )
+        self._server = _Server((self._host, 0), Handler)
+        self._wake = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="cleo-grade-otlp", daemon=True)
         self._thread.start()
         return self
 
+    def _serve(self) -> None:
+        # serve_forever() looks for a stop every half second: a self-pipe ends the wait at
+        # once, so a test's teardown does not wait on it.
+        server, wake = self._server, self._wake
+        assert server is not None and wake is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(server.fileno(), selectors.EVENT_READ, "accept")
+            selector.register(wake[0], selectors.EVENT_READ, "stop")
+            while True:
+                ready = {key.data for key, _ in selector.select()}
+                if "stop" in ready:
+                    return
+                server.handle_request()
+
     def stop(self) -> None:
-        """Stop listening (requests in flight finish first)."""
+        """Stop listening; requests being handled finish first, idle connections are closed."""
         if self._server is None:
             return
-        self._server.shutdown()
-        self._server.server_close()
+        assert self._wake is not None
+        with self._busy:
+            self._stopping = True
+        os.write(self._wake[1], b"x")
         if self._thread is not None:
             self._thread.join()
+        self._server.server_close()
+        with self._busy:
+            self._busy.wait_for(lambda: self._in_flight == 0, timeout=_STOP_WAIT_SECONDS)
+            idle = list(self._connections)
+        for connection in idle:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        for fd in self._wake:
+            os.close(fd)
         self._server = None
         self._thread = None
+        self._wake = None
 
     def __enter__(self) -> OtlpReceiver:
         return self.start()
@@ -512,25 +491,135 @@ class OtlpReceiver:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    # -- what the handler tells the receiver ---------------------------------------------
+
+    @contextlib.contextmanager
+    def _request(self) -> Iterator[bool]:
+        """Count a request in flight; yields False once stop() began (the request is late)."""
+        with self._busy:
+            self._in_flight += 1
+            late = self._stopping
+        try:
+            yield not late
+        finally:
+            with self._busy:
+                self._in_flight -= 1
+                self._busy.notify_all()
+
+    def _opened(self, connection: socket.socket) -> None:
+        with self._busy:
+            self._connections.add(connection)
+
+    def _closed(self, connection: socket.socket) -> None:
+        with self._busy:
+            self._connections.discard(connection)
+
+    def refuse(self, reason: str) -> None:
+        """Note an export that was not taken (the session it feeds is then not graded)."""
+        with self._lock:
+            self.problems.append(reason)
+        if self._refused is not None:
+            self._refused(reason)
+
+    def _unauthorized(self, reason: str) -> None:
+        with self._lock:
+            self.unauthorized[reason] += 1
+
+    # -- spans and log records to entries ------------------------------------------------
+
     def receive(self, spans: Sequence[SpanData]) -> list[AuditEntry]:
         """Turn one request's spans into entries and hand the new ones to the sink."""
         with self._lock:
+            spans = [self._with_logged_exceptions(span) for span in spans]
             for span in spans:
+                if not span.span_id:
+                    continue
+                # A span naming itself as its parent is a root (a broken exporter's), never
+                # one more layer of itself.
+                parent = span.parent_span_id if span.parent_span_id != span.span_id else None
+                if span.span_id not in self._parent and parent:
+                    self._children.setdefault(parent, []).append(span.span_id)
+                self._parent[span.span_id] = parent
+                if is_tool_span(span.name, span.attributes) or is_turn_span(
+                    span.name, span.attributes
+                ):
+                    self._facts[span.span_id] = (span.name, span.attributes)
+            fresh = sorted(
+                (s for s in outermost_tool_spans(spans) if self._is_new_call(s)),
+                key=lambda s: s.start_ns,
+            )
+            # Built before anything is noted as recorded: a span that cannot become an
+            # entry refuses the whole export.
+            made = [
+                (span, entries_from_spans([span], session_id=self.session_id, mapping=self.mapping))
+                for span in fresh
+            ]
+            entries = [entry for _, built in made for entry in built]
+            for span, built in made:
                 if span.span_id:
-                    self._parent[span.span_id] = span.parent_span_id
-                    if is_tool_span(span.name, span.attributes) or is_turn_span(
-                        span.name, span.attributes
-                    ):
-                        self._facts[span.span_id] = (span.name, span.attributes)
-            fresh = [s for s in outermost_tool_spans(spans) if self._is_new_call(s)]
-            entries = entries_from_spans(fresh, session_id=self.session_id, mapping=self.mapping)
-            self._recorded.update(s.span_id for s in fresh if s.span_id)
+                    self._recorded[span.span_id] = (span, built[0]) if built else None
         if entries:
             self._sink(entries)
         return entries
 
+    def receive_logs(self, records: Sequence[Any]) -> list[AuditEntry]:
+        """Turn one logs request's tool records into entries (see ``_otlp_logs``)."""
+        from pytest_cleo_grade.capture._otlp_logs import TOOL_EXCEPTION, claude_code_call
+
+        entries: list[AuditEntry] = []
+        amended: list[tuple[AuditEntry, AuditEntry]] = []
+        with self._lock:
+            for record in records:
+                if record.event_name == TOOL_EXCEPTION and record.span_id:
+                    event = (TOOL_EXCEPTION, record.attributes)
+                    self._exceptions.setdefault(record.span_id, []).append(event)
+                    done = self._recorded.get(record.span_id)
+                    if done is not None:
+                        amended.append(self._amend(record.span_id, done, event))
+                    continue
+                call = claude_code_call(record)
+                if call is None:
+                    continue
+                key = call.extra.get("toolUseId") or (
+                    record.time_ns,
+                    call.tool,
+                    json.dumps(record.attributes, sort_keys=True, default=str),
+                )
+                if key in self._logged:
+                    continue
+                try:
+                    entry = build_entry(call, session_id=self.session_id, mapping=self.mapping)
+                except EntryError as exc:
+                    raise EntryError(f"log record of tool {call.tool}: {exc}") from exc
+                entries.append(entry)
+                self._logged.add(key)
+        if entries:
+            self._sink(entries)
+        for old, new in amended:
+            if self._replace is None:
+                self.refuse(
+                    f"a tool's exception was logged after its call {old.domain}.{old.operation} "
+                    "was recorded, and this receiver cannot amend the entry"
+                )
+            else:
+                self._replace(old, new)
+        return entries
+
+    def _amend(
+        self, span_id: str, done: tuple[SpanData, AuditEntry], event: tuple[str, Mapping[str, Any]]
+    ) -> tuple[AuditEntry, AuditEntry]:
+        span, old = done
+        span = dataclasses.replace(span, events=[*span.events, event])
+        [new] = entries_from_spans([span], session_id=self.session_id, mapping=self.mapping)
+        self._recorded[span_id] = (span, new)
+        return old, new
+
+    def _with_logged_exceptions(self, span: SpanData) -> SpanData:
+        logged = self._exceptions.get(span.span_id) if span.span_id else None
+        return span if not logged else dataclasses.replace(span, events=[*span.events, *logged])
+
     def _ancestors(self, span_id: str) -> Iterable[str]:
-        seen: set[str] = set()
+        seen: set[str] = {span_id}
         parent = self._parent.get(span_id)
         while parent and parent not in seen:
             yield parent
@@ -554,93 +643,183 @@ class OtlpReceiver:
             return False
         # A tool span that ends after one inside it was already recorded (exported earlier):
         # not new when that one is a layer of this call, but new when it is a sub-agent's.
-        return not any(self._layer_of(recorded, span.span_id) for recorded in self._recorded)
+        return not self._holds_recorded_layer(span.span_id, identity)
 
-    def _layer_of(self, inner_id: str, outer_id: str) -> bool:
-        """Whether the span ``inner_id`` is the call of ``outer_id`` seen at a deeper layer."""
-        facts = self._facts.get(inner_id)
-        identity = None if facts is None else call_identity_of(*facts)
-        if identity is None:
-            return False
-        for ancestor in self._ancestors(inner_id):
-            name, attributes = self._facts.get(ancestor, ("", {}))
+    def _holds_recorded_layer(self, outer_id: str, identity: CallIdentity) -> bool:
+        """Whether a recorded span below ``outer_id`` is its call seen at a deeper layer.
+
+        Walks down from the span, not over every recorded span: through spans that are
+        neither a tool nor a turn (or were never received), into tool spans of the same
+        call; a turn, or a tool span of another call, ends the way down (a sub-agent's calls
+        are calls of their own). Each span is visited at most once.
+        """
+        stack = [(child, identity) for child in self._children.get(outer_id, ())]
+        seen = {outer_id}
+        while stack:
+            span_id, around = stack.pop()
+            if span_id in seen:
+                continue
+            seen.add(span_id)
+            name, attributes = self._facts.get(span_id, ("", {}))
             if is_turn_span(name, attributes):
-                return False
-            around = call_identity_of(name, attributes)
-            if around is not None:
-                if not same_call(identity, around):
-                    return False
-                if ancestor == outer_id:
+                continue
+            inner = call_identity_of(name, attributes)
+            if inner is not None:
+                if not same_call(inner, around):
+                    continue
+                if span_id in self._recorded:
                     return True
-                identity = around
+                around = inner
+            stack.extend((child, around) for child in self._children.get(span_id, ()))
         return False
 
 
 class _Handler(BaseHTTPRequestHandler):
     owner: OtlpReceiver
     protocol_version = "HTTP/1.1"
+    # An answer is one small write: no waiting for the client's ACK of the headers.
+    disable_nagle_algorithm = True
+    timeout = _IDLE_SECONDS
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # a test run's output is no place for an access log
 
+    def setup(self) -> None:
+        super().setup()
+        self.owner._opened(self.connection)
+
+    def finish(self) -> None:
+        self.owner._closed(self.connection)
+        super().finish()
+
     def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        body = self._body()
+        owner = self.owner
+        with owner._request() as open_:
+            path, problem = self._authorized_path()
+            if path is not None and not open_:
+                # On a connection kept alive past the end of the test: its session is
+                # being closed, so the export cannot be graded, and the test is told.
+                if self._read(keep=False, refuse=False) is not None:
+                    owner.refuse("OTLP export refused (HTTP 503): it arrived after the test ended")
+                    self._reply(503, b"the test this receiver served has ended", "text/plain")
+                return
+            if path is None:
+                # Read (and drop) the body: closing on unread data resets the connection
+                # before the client can read why. Nothing of it reaches the session.
+                if self._read(keep=False, refuse=False) is None:
+                    return
+                owner._unauthorized(problem)
+                self._reply(
+                    401,
+                    b"cleo-grade: this OTLP receiver takes exports only with its session's "
+                    b"token (graded_session.subprocess_env() hands it out)",
+                    "text/plain",
+                )
+                return
+            self._handle(path.rstrip("/") or "/")
+
+    def _handle(self, path: str) -> None:
+        owner = self.owner
+        signal = _SIGNALS.get(path)
+        body = self._read(keep=signal in ("traces", "logs"))
         if body is None:
             return
-        if path in ("/v1/metrics", "/v1/logs"):
-            self._reply(200, b"", self._content_type())
-            return
-        if path != "/v1/traces":
-            self._reply(404, b"not an OTLP path (POST /v1/traces)", "text/plain")
+        if signal is None:
+            reason = f"POST {path[:80]} is not an OTLP path (/v1/traces, /v1/logs)"
+            owner.refuse(f"OTLP export refused (HTTP 404): {reason}")
+            self._reply(404, reason.encode(), "text/plain")
             return
         kind = self._content_type()
+        if signal == "metrics":
+            self._reply(200, b"{}" if kind == "application/json" else b"", kind)
+            return
         try:
-            if kind == "application/json":
-                try:
-                    document = parse_json_strict(body.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError) as exc:
-                    raise OtlpError(f"OTLP JSON: not valid JSON: {exc}") from None
-                spans = spans_from_json(document)
+            body = decode_body(body, self.headers.get("Content-Encoding"), limit=owner.max_body)
+            if signal == "traces":
+                owner.receive(_decoded_spans(body, kind))
             else:
-                spans = spans_from_protobuf(body)
-            where = "OTLP JSON" if kind == "application/json" else "OTLP protobuf"
-            for span in spans:
-                _refuse_non_finite_arguments(span, where)
-            self.owner.receive(spans)
+                owner.receive_logs(_decoded_logs(body, kind))
+        except BodyError as exc:
+            owner.refuse(f"OTLP export refused (HTTP {exc.status}): {exc}")
+            self._reply(exc.status, str(exc).encode("utf-8"), "text/plain")
+            return
         except CleoGradeError as exc:
-            self.owner.problems.append(str(exc))
+            owner.refuse(f"OTLP export refused (HTTP 400): {exc}")
             self._reply(400, str(exc).encode("utf-8"), "text/plain")
             return
         self._reply(200, b"{}" if kind == "application/json" else b"", kind)
+
+    def _authorized_path(self) -> tuple[str | None, str]:
+        """The path below the token when the request carries it; else None and why not."""
+        token = self.owner.token.encode("ascii")
+        path = self.path.split("?", 1)[0]
+        first, _, rest = path.lstrip("/").partition("/")
+        if hmac.compare_digest(first.encode("utf-8", "surrogateescape"), token):
+            return f"/{rest}", ""
+        given = self.headers.get(TOKEN_HEADER)
+        if given is None:
+            scheme, _, credentials = (self.headers.get("Authorization") or "").partition(" ")
+            given = credentials.strip() if scheme.lower() == "bearer" else None
+        if given is not None:
+            if hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"), token):
+                return path, ""
+            return None, "carried a wrong token"
+        if path.rstrip("/") not in _SIGNALS:
+            return None, "carried a wrong token in the path"
+        return None, "carried no token"
+
+    def _read(self, *, keep: bool, refuse: bool = True) -> bytes | None:
+        """The request's body (None: it could not be read, and was answered)."""
+        try:
+            return read_body(self.rfile, self.headers, limit=self.owner.max_body, keep=keep)
+        except BodyError as exc:
+            if refuse:
+                self.owner.refuse(f"OTLP export refused (HTTP {exc.status}): {exc}")
+            # What is left of the body is not read: this connection takes no other request.
+            self.close_connection = True
+            self._reply(exc.status, str(exc).encode("utf-8"), "text/plain", close=True)
+            return None
+        except OSError as exc:  # the client went away, or stalled past the idle time
+            if refuse:
+                self.owner.refuse(f"OTLP export could not be read: {exc}")
+            self.close_connection = True
+            return None
 
     def _content_type(self) -> str:
         value = self.headers.get("Content-Type") or "application/x-protobuf"
         return value.split(";", 1)[0].strip().lower()
 
-    def _body(self) -> bytes | None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > _MAX_BODY:
-            self._reply(400, b"bad Content-Length", "text/plain")
-            return None
-        body = self.rfile.read(length)
-        encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
-        try:
-            if encoding == "gzip":
-                body = gzip.decompress(body)
-            elif encoding == "deflate":
-                body = zlib.decompress(body)
-        except (OSError, zlib.error, EOFError):
-            self._reply(400, f"body is not valid {encoding}".encode(), "text/plain")
-            return None
-        return body
-
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+    def _reply(self, status: int, body: bytes, content_type: str, *, close: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
+
+
+def _decoded_spans(body: bytes, kind: str) -> list[SpanData]:
+    if kind == "application/json":
+        spans = spans_from_json(_json_document(body))
+    else:
+        spans = spans_from_protobuf(body)
+    where = "OTLP JSON" if kind == "application/json" else "OTLP protobuf"
+    for span in spans:
+        _refuse_non_finite_arguments(span, where)
+    return spans
+
+
+def _decoded_logs(body: bytes, kind: str) -> list[Any]:
+    from pytest_cleo_grade.capture._otlp_logs import logs_from_json, logs_from_protobuf
+
+    if kind == "application/json":
+        return logs_from_json(_json_document(body))
+    return logs_from_protobuf(body)
+
+
+def _json_document(body: bytes) -> Any:
+    try:
+        return parse_json_strict(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise OtlpError(f"OTLP JSON: not valid JSON: {exc}") from None

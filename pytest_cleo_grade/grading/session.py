@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from pytest_cleo_grade.capture import _faults as faults
 from pytest_cleo_grade.capture._faults import Fault
 from pytest_cleo_grade.capture._ingest import load_file
+from pytest_cleo_grade.capture._one_call import one_entry_per_call as _one_per_call
 from pytest_cleo_grade.capture.audit import (
     ENV_AUDIT_DB,
     ENV_GRADE,
@@ -170,6 +171,10 @@ class GradeSession:
         self.run_facts: Mapping[str, Any] | None = None
         #: The loopback OTLP receiver, started by the first use of ``otlp_endpoint``.
         self._receiver: OtlpReceiver | None = None
+        #: The receiver once stopped (what it refused is still told).
+        self._stopped_receiver: OtlpReceiver | None = None
+        #: How many refusals in this process the latest grade had seen (None: no grade yet).
+        self._graded_refused: int | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -244,7 +249,7 @@ class GradeSession:
         if self._receiver is not None:
             # Spans arriving after the flush would be held and never written.
             self._receiver.stop()
-            self._receiver = None
+            self._stopped_receiver, self._receiver = self._receiver, None
         try:
             if flush and self._store is not None:
                 self.flush()
@@ -292,17 +297,42 @@ class GradeSession:
 
     @property
     def otlp_endpoint(self) -> str:
-        """A loopback OTLP/HTTP endpoint (``http://127.0.0.1:PORT``) whose tool spans become
-        this session's entries; started on first use, stopped by :meth:`close`.
+        """A loopback OTLP/HTTP endpoint (``http://127.0.0.1:PORT/TOKEN``) whose tool spans
+        (and Claude Code's tool events) become this session's entries; started on first use,
+        stopped by :meth:`close`.
 
         Give it to an agent in another process as ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or use
-        :meth:`subprocess_env`); spans must be exported before the test body ends.
+        :meth:`subprocess_env`); spans must be exported before the test body ends. The path's
+        token is the session's secret: an export without it is refused (401) and counted in
+        a warning. An export the receiver refuses (malformed, too large) leaves the test
+        ungradable, with the reason.
         """
         if self._receiver is None:
             from pytest_cleo_grade.capture.otlp import OtlpReceiver
 
-            self._receiver = OtlpReceiver(self.id, self.ingest).start()
+            self._receiver = OtlpReceiver(
+                self.id, self._received, refused=self.refuse, replace=self._amended
+            ).start()
         return self._receiver.endpoint
+
+    def _received(self, entries: list[AuditEntry]) -> None:
+        """Take the entries the OTLP receiver made (tagged with this session already)."""
+        self._held.extend(entries)
+
+    def _amended(self, old: AuditEntry, new: AuditEntry) -> None:
+        """Put ``new`` in the place of the received entry ``old`` (a tool's exception was
+        logged after its span was exported)."""
+        for index, held in enumerate(self._held):
+            if held is old:
+                self._held[index] = new
+                return
+        self.refuse(f"{old.domain}.{old.operation}: its failure arrived after it was stored")
+
+    def otlp_unauthorized(self) -> dict[str, int]:
+        """Exports the OTLP receiver refused for want of the session's token, by reason
+        (``{"carried no token": 3}``); empty when none was, or no receiver was started."""
+        receiver = self._receiver or self._stopped_receiver
+        return dict(receiver.unauthorized) if receiver is not None else {}
 
     def subprocess_env(self, *, otlp: bool = False) -> dict[str, str]:
         """The variables a child process needs to record into this session: CLEO's four,
@@ -469,16 +499,16 @@ class GradeSession:
             # record a call with its own start time when it ends, so concurrent calls can
             # be held out of order: session order costs one linear check when they are not.
             self._read = (version, 0, len(self._held))
-            return order_entries(self._held)
+            return _one_per_call(order_entries(self._held))
         stored = store.session_entries(self.id)
         # One SELECT: a commit after the version was read is either in it, and counted
         # here, or after it, and then the version differs (see recorded_since_graded).
         self._read = (version, len(stored), len(self._held))
         if not self._held:
-            return stored
+            return _one_per_call(stored)
         if not stored:
-            return order_entries(self._held)
-        return order_entries([*stored, *self._held])
+            return _one_per_call(order_entries(self._held))
+        return _one_per_call(order_entries([*stored, *self._held]))
 
     def grade(self, *, now: datetime | None = None) -> GradeResult:
         """Grade the session's entries now with the session's grader; writes nothing."""
@@ -493,6 +523,7 @@ class GradeSession:
         """Make ``result`` the session's latest grade (over the entries held until now)."""
         self.result = result
         self._graded_held = len(self._held)
+        self._graded_refused = len(self.refused)
         self._graded_version = None
         store = self._store
         read, self._read = self._read, None
@@ -509,6 +540,13 @@ class GradeSession:
             except StoreError:
                 self._graded_version = None  # then nothing can be told of later calls
         return result
+
+    def refused_since_graded(self) -> list[str]:
+        """Refusals in this process after the latest grade (an OTLP export refused while the
+        test was being decided): the grade stands, but it did not know of them."""
+        if self._graded_refused is None:
+            return []
+        return self.refused[self._graded_refused :]
 
     def recorded_since_graded(self) -> int:
         """Calls recorded after the latest grade, stored (by :meth:`flush`, or by another

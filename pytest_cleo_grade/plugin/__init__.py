@@ -351,6 +351,8 @@ def graded_session(
         _warn_unused_faults(item.nodeid, session.id)
         _flush(session)
         session.close(flush=False)
+        _warn_unauthorized_exports(item.nodeid, session)
+        _warn_refused_after_grade(item.nodeid, session)
         test.session = None
         if session.env_before is not None:
             test.env_before = session.env_before
@@ -368,6 +370,40 @@ def _warn_runs_not_applied(request: pytest.FixtureRequest) -> None:
                 "asks for graded_session with request.getfixturevalue, after its runs were "
                 "made; take it as an argument to run it "
                 f"{runs} times"
+            )
+
+
+def _warn_unauthorized_exports(nodeid: str, session: GradeSession) -> None:
+    """Exports the session's OTLP receiver refused for want of its token: never graded, but
+    an agent misconfigured (or another process trying its luck) must not go unnoticed."""
+    refused = session.otlp_unauthorized()
+    total = sum(refused.values())
+    if not total:
+        return
+    why = ", ".join(f"{count} {reason}" for reason, count in sorted(refused.items()))
+    exports = "1 export" if total == 1 else f"{total} exports"
+    with warnings_shown_not_raised():
+        _warn(
+            f"cleo-grade: {nodeid}: the OTLP receiver refused {exports} (HTTP 401, not "
+            f"graded): {why}; only a process given graded_session.subprocess_env() (or the "
+            "otlp_endpoint URL, which holds the session's token) can export into this test"
+        )
+
+
+def _warn_refused_after_grade(nodeid: str, session: GradeSession) -> None:
+    """A call or export refused after the test was decided (an export still arriving while
+    the test was graded): the grade stands, but must not seem to have seen it."""
+    late = session.refused_since_graded()
+    if late:
+        from pytest_cleo_grade.core._text import terminal_text
+
+        more = f" (and {len(late) - 1} more)" if len(late) > 1 else ""
+        with warnings_shown_not_raised():
+            _warn(
+                terminal_text(
+                    f"cleo-grade: {nodeid}: refused after the test was graded, so not in its "
+                    f"grade: {late[0]}{more}"
+                )
             )
 
 

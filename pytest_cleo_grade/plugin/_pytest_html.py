@@ -47,6 +47,23 @@ def _percent_key(percent: float) -> str:
     return f"<!--{max(0.0, min(percent, 100.0)):07.3f}-->"
 
 
+_TEST_ID_CELL = ('<td class="col-testId">', "</td>")
+
+
+def _escape_test_id(report: Any, cells: list[str]) -> None:
+    """pytest-html (4.x) writes the test id into its cell as markup: a parametrize id an
+    agent chose (``test[<img src=x onerror=...>]``) would run in the report. The cell is
+    rewritten escaped, only while it holds the raw id (a pytest-html that escapes it itself
+    is left alone)."""
+    test_id = report.nodeid if report.when == "call" else f"{report.nodeid}::{report.when}"
+    start, end = _TEST_ID_CELL
+    raw = f"{start}{test_id}{end}"
+    for index, cell in enumerate(cells):
+        if cell == raw:
+            cells[index] = f"{start}{html.escape(test_id)}{end}"
+            return
+
+
 class HtmlColumns:
     """pytest-html's grade columns and summary, from the controller's grades and verdicts."""
 
@@ -68,6 +85,7 @@ class HtmlColumns:
         ]
 
     def row(self, report: Any, cells: list[str]) -> None:
+        _escape_test_id(report, cells)
         graded = self.graded.get(report.nodeid) if report.when == "call" else None
         if graded is None:
             cells[_AT:_AT] = [

@@ -10,7 +10,9 @@ the script only makes the table sortable.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -270,6 +272,7 @@ def render_html(report: HtmlReport) -> str:
     parts = [
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>\n",
+        f'<meta http-equiv="Content-Security-Policy" content="{content_security_policy()}">\n',
         f"<title>{_e(report.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n",
         f"<h1>{_e(report.title)}</h1>\n",
     ]
@@ -709,3 +712,18 @@ window.addEventListener('beforeprint',function(){
 table.dataset.sortable='on';
 })();
 """
+
+
+def _sha256(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return f"'sha256-{base64.b64encode(digest).decode('ascii')}'"
+
+
+def content_security_policy() -> str:
+    """The page's Content-Security-Policy: nothing loads or runs but its own style and
+    script (by hash), so markup an agent's text smuggled past the escaping still cannot run,
+    fetch or send anything; SVG is inline, images none."""
+    return (
+        f"default-src 'none'; style-src {_sha256(_CSS)}; script-src {_sha256(_SCRIPT)}; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )

@@ -351,6 +351,8 @@ def plan(result: GradeResult) -> list[ScoreSpec]:
 #: Pages of score configs read at most (100 each): a server that says it has more, or never
 #: runs out, would otherwise keep the export (and the pytest run) waiting for ever.
 _MAX_CONFIG_PAGES: Final = 100
+#: The longest reply read (a page of 100 score configs is a few tens of KB).
+MAX_REPLY_BYTES: Final = 4 * 1024 * 1024
 
 
 def _existing(api: Any) -> dict[str, Any]:
@@ -436,8 +438,15 @@ def _export(
             raise httpx.RequestError("the export's deadline passed", request=request)
 
     public_key, secret_key, base_url = keys
-    # Our own HTTP client, closed when done; no request leaves it once the deadline passed.
-    with httpx.Client(timeout=timeout, event_hooks={"request": [refuse_when_stopped]}) as http:
+    # Our own HTTP client, closed when done; no request leaves it once the deadline passed,
+    # and no reply is read past MAX_REPLY_BYTES.
+    from pytest_cleo_grade.reports._capped_httpx import CappedTransport
+
+    with httpx.Client(
+        timeout=timeout,
+        event_hooks={"request": [refuse_when_stopped]},
+        transport=CappedTransport(MAX_REPLY_BYTES),
+    ) as http:
         api = LangfuseAPI(
             base_url=base_url,
             username=public_key,

@@ -62,6 +62,9 @@ DEFAULT_MODE: Final[TrajectoryMode] = "in_order"
 #: The most (expected x actual) pairs an ordered alignment may compare: its table takes
 #: 4 bytes a pair, so 10 million pairs is 40 MB (1,000 expected calls against 10,000).
 MAX_PAIRS: Final = 10_000_000
+#: The most steps (candidate pairs looked at) the unordered modes' matching may take: each
+#: expected call looks for a free actual call, or for one to free, among its candidates.
+MAX_MATCH_STEPS: Final = 20_000_000
 #: The most diff lines a result keeps (a history line carries them).
 MAX_DIFF_LINES: Final = 200
 EMPTY_FLAG: Final = "No audit entries found for session"
@@ -158,26 +161,58 @@ def _lcs(match: list[bytearray], columns: list[int]) -> list[tuple[str, int | No
     return ops
 
 
-def _matching(match: list[bytearray], n: int) -> dict[int, int]:
-    """A maximum matching expected -> actual (augmenting paths, iterative)."""
+def _candidates(expected: Sequence[Call], actual: Sequence[_Actual]) -> list[list[int]]:
+    """For each expected call, the actual calls it matches (sparse: only same-named ones are
+    compared, and their number is bounded before any predicate runs)."""
+    by_name: dict[str, list[int]] = {}
+    for j, (name, _) in enumerate(actual):
+        by_name.setdefault(name, []).append(j)
+    pairs = sum(len(by_name.get(call.name, ())) for call in expected)
+    if pairs > MAX_PAIRS:
+        raise RubricError(
+            f"trajectory too large to match: {len(expected)} expected x {len(actual)} actual "
+            f"calls make {pairs:,} pairs of the same name, over {MAX_PAIRS:,}; expect fewer calls"
+        )
+    return [
+        [j for j in by_name.get(call.name, ()) if _matches(call, i, j, actual[j])]
+        for i, call in enumerate(expected)
+    ]
+
+
+def _matching(candidates: list[list[int]]) -> dict[int, int]:
+    """A maximum matching expected -> actual (augmenting paths, iterative), its work bounded
+    by MAX_MATCH_STEPS (RubricError past it)."""
     owner: dict[int, int] = {}  # actual -> expected
-    for start in range(len(match)):
+    steps = 0
+    for start, first in enumerate(candidates):
+        # Most calls find a free candidate at once: no search.
+        free = next((j for j in first if j not in owner), None)
+        steps += len(first)
+        if free is not None:
+            owner[free] = start
+            continue
         seen: set[int] = set()
-        # Depth-first search for an augmenting path; each frame: (expected, next actual).
+        # Depth-first search for an augmenting path; each frame: (expected, next candidate).
         stack: list[tuple[int, int]] = [(start, 0)]
         path: list[tuple[int, int]] = []
         while stack:
-            i, j0 = stack.pop()
-            row = match[i]
-            j = row.find(1, j0) if j0 < n else -1
-            while j != -1 and j in seen:
-                j = row.find(1, j + 1)
-            if j == -1:
+            i, k = stack.pop()
+            row = candidates[i]
+            while k < len(row) and row[k] in seen:
+                k += 1
+            steps += k + 1
+            if steps > MAX_MATCH_STEPS:
+                raise RubricError(
+                    f"trajectory too large to match: matching {len(candidates)} expected "
+                    f"calls took over {MAX_MATCH_STEPS:,} steps; expect fewer calls"
+                )
+            if k >= len(row):
                 if path:
                     path.pop()
                 continue
+            j = row[k]
             seen.add(j)
-            stack.append((i, j + 1))
+            stack.append((i, k + 1))
             path.append((i, j))
             if j not in owner:
                 for ei, aj in path:
@@ -200,8 +235,7 @@ def align(expected: Sequence[Call], actual: Sequence[_Actual], mode: TrajectoryM
         rows = _out_of_order(_merge_ignored(ops, ignored), match)
         matched = sum(op == "=" for op, _, _ in rows)
         return Alignment(rows, matched, m, len(counted))
-    match = _match_rows(expected, actual)
-    pairs = _matching(match, n)
+    pairs = _matching(_candidates(expected, actual))
     by_actual = {a: e for e, a in pairs.items()}
     rows = [("=", by_actual[j], j) if j in by_actual else ("+", None, j) for j in range(n)]
     rows += [("-", i, None) for i in range(m) if i not in pairs]

@@ -293,12 +293,32 @@ def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:
         # No rubric scores past its maximum: an edited or corrupted line, which ranked first.
         _skip(target, number, "not a usable grade: totalScore is above maxScore")
         return None
+    problem = _out_of_range(result)
+    if problem is not None:
+        # A baseline saved from it would hold a percentage no baseline reader accepts.
+        _skip(target, number, f"not a usable grade: {problem}")
+        return None
     try:
         result.session_id.encode("utf-8")
     except UnicodeEncodeError:
         _skip(target, number, _NOT_UNICODE_ID)
         return None
     return result
+
+
+def _out_of_range(result: GradeResult) -> str | None:
+    """Why a grade's scores cannot be (a score below 0, a dimension outside 0..its max), or
+    None: every rubric scores within its ranges."""
+    if result.total_score < 0:
+        return "totalScore is below 0"
+    for name, dimension in result.dimensions.items():
+        if dimension.max < 0 or not 0 <= dimension.score <= dimension.max:
+            shown = name if len(name) <= 40 else f"{name[:40]}..."
+            return (
+                f"dimension {shown!r} scores {dimension.score:g} out of {dimension.max:g} "
+                "(a score is 0 to its max)"
+            )
+    return None
 
 
 def _parse_json(text: str) -> object:

@@ -471,3 +471,60 @@ def test_an_adapters_call_the_store_cannot_hold_is_a_warning_and_a_refusal_never
     assert [r.split(":")[0] for r in refusals_for(grade_env, "session-1-abcdef")] == [
         "tasks.add not stored"
     ]
+
+
+NOT_UTF8_TEST = """
+from pytest_cleo_grade import record
+
+def test_agent(graded_session, monkeypatch):
+    graded_session.record("session", "list", gateway="cleo_query")
+    # An agent's process that mangled the variable: bytes that are no UTF-8.
+    monkeypatch.setenv("CLEO_SESSION_GRADE_ID", "s\\udcff")
+    assert record("tasks", "find", gateway="cleo_query") is None  # never an exception
+"""
+
+
+def test_a_session_id_that_is_not_utf8_is_a_refusal_the_test_fails_on_not_an_exception(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(NOT_UTF8_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--cleo-grade-fail-under=F")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_agent: not every call of the test could be recorded*: tasks.find not "
+            "recorded: CLEO_SESSION_GRADE_ID/CLEO_SESSION_ID is not UTF-8 text ('s\\udcff')*"
+        ]
+    )
+
+
+@pytest.mark.e2e
+def test_a_child_whose_session_id_is_not_utf8_tells_the_session_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    from pytest_cleo_grade.grading.session import GradeSession, SessionSettings
+
+    with GradeSession(SessionSettings(db_path=tmp_path / "audit.db")) as session:
+        env = {**os.environ, **session.env, "CLEO_SESSION_GRADE_ID": "s\udcff"}
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-W",
+                "error",
+                "-c",
+                "from pytest_cleo_grade import record; print(record('tasks', 'find'))",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (0, "None\n")
+        assert "tasks.find not recorded: CLEO_SESSION_GRADE_ID" in done.stderr
+        [reason] = session.refusals()
+    assert reason == (
+        "tasks.find not recorded: CLEO_SESSION_GRADE_ID/CLEO_SESSION_ID is not UTF-8 text "
+        "('s\\udcff')"
+    )

@@ -23,6 +23,7 @@ import pytest
 from pytest_cleo_grade import grade_entries
 from pytest_cleo_grade.capture.claude_code import UNANSWERED, TranscriptError, load_transcript
 from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.core.errors import CleoGradeWarning
 from pytest_cleo_grade.grading.session import GradeSession, SessionSettings
 from pytest_cleo_grade.store import AuditStore
 
@@ -262,11 +263,42 @@ def test_other_lines_are_skipped_and_parallel_calls_pair_by_id(tmp_path: Path) -
         result("stranger", "a result for a call this file never made"),
         result("a", "text", at="2026-03-01T12:00:03Z"),
     )
-    entries = load_transcript(path)
+    with pytest.warns(CleoGradeWarning) as said:
+        entries = load_transcript(path)
     assert [(e.domain, e.operation, e.result.duration) for e in entries] == [
         ("tool", "Read", 3000.0),
         ("tool", "Grep", 1000.0),
     ]
+    # Nothing skipped unsaid: the repeated line's two blocks, the stranger's result.
+    assert [str(w.message) for w in said] == [
+        f"{path}: 2 tool_use blocks reusing an id seen before (read as that call) skipped "
+        "(lines 7, 7)",
+        f"{path}: 1 tool_result block answering no tool_use waiting in the file skipped (line 8)",
+    ]
+
+
+def test_every_skipped_block_is_counted_in_a_warning_the_cli_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A not-found written under a reused id, and a result whose call is not in the file:
+    # both out of the grade, neither unsaid.
+    path = write(
+        tmp_path,
+        use("a", "mcp__cleo__tasks_find"),
+        result("a", "[]", at="2026-03-01T12:00:01Z"),
+        use("a", "mcp__cleo__tasks_show"),
+        result("a", "Task T9 not found", at="2026-03-01T12:00:02Z"),
+        *[result(f"gone{n}", "ok") for n in range(7)],
+    )
+    db = tmp_path / "audit.db"
+    code = main(["import", "--format", "claude-code", "--db", str(db), str(path)])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "1 tool_use block reusing an id seen before (read as that call) skipped (line 3)" in err
+    assert (
+        "8 tool_result blocks answering no tool_use waiting in the file skipped "
+        "(lines 4, 5, 6, 7, 8, ...)"
+    ) in err
 
 
 def test_a_big_transcript_streams_in_linear_time(tmp_path: Path) -> None:

@@ -255,6 +255,97 @@ def test_a_stdio_server_without_the_sessions_variables_records_nothing(
     assert session.entries == []
 
 
+def run_stdio_server(session: GradeSession, *flags: str, otlp: bool = False) -> None:
+    """The scenario's agent (a plain client, traced by --cleo-grade-capture=otel's processor
+    in this process) against the tasks server in a child process."""
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(Path(mcp_tasks.__file__)), *flags],
+        env={**session.subprocess_env(otlp=otlp), "PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+    async def main() -> None:
+        async with Client(params) as client:
+            await agent(client)
+
+    uninstall = otel.install_otel_capture()
+    try:
+        anyio.run(main)
+    finally:
+        uninstall()
+
+
+@pytest.mark.e2e
+def test_a_stdio_servers_middleware_and_the_clients_spans_are_one_entry_per_call(
+    session: GradeSession,
+) -> None:
+    # The documented recipe with --cleo-grade-capture=otel on: the client's tools/call span
+    # (here) and the server's middleware (there) see each call; the trace context the SDK
+    # sends with the request ties them.
+    with pytest.warns(Warning):  # the client's spans alone would lack the arguments: said
+        run_stdio_server(session, "--audited", "--crash")
+    entries = session.entries
+    assert [e.metadata.source for e in entries] == ["mcp"] * len(CALLS)
+    assert_same_grade(entries, grade_by_hand(session.id, HINTED))
+
+
+@pytest.mark.e2e
+def test_an_agents_tool_span_around_a_stdio_call_and_the_servers_middleware_are_one_entry(
+    session: GradeSession,
+) -> None:
+    # An instrumented agent framework: its execute_tool span holds the MCP client's span
+    # (a layer of the same call, folded into it here); the server's middleware names the
+    # client's span as its caller.
+    otel = pytest.importorskip("pytest_cleo_grade.capture.otel", reason="needs the otel extra")
+    from opentelemetry import trace
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(Path(mcp_tasks.__file__)), "--audited"],
+        env={**session.subprocess_env(), "PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+    async def main() -> None:
+        tracer = trace.get_tracer("agent")
+        async with Client(params) as client:
+            for name, arguments in CALLS:
+                attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name}
+                with tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes):
+                    await client.call_tool(name, arguments)
+
+    uninstall = otel.install_otel_capture()
+    try:
+        anyio.run(main)
+    finally:
+        uninstall()
+    entries = session.entries
+    assert [e.metadata.source for e in entries] == ["mcp"] * len(CALLS)
+    assert [e.result.exit_code for e in entries] == [
+        4 if n == "tasks_show" else 0 for n, _ in CALLS
+    ]
+
+
+@pytest.mark.e2e
+def test_a_stdio_servers_failure_reaches_the_grade_from_its_own_spans(
+    session: GradeSession,
+) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs the otel extra")
+    # No adapter in the server: its MCP SDK spans go to the session's receiver, the client's
+    # spans to the processor here. The client's span of tasks_show says nothing of the
+    # isError result; the server's says tool_error: one entry per call, and that one failed.
+    with pytest.warns(Warning):  # the SDK's spans carry no arguments: said, not hidden
+        run_stdio_server(session, "--otel", otlp=True)
+    entries = session.entries
+    assert session.refusals() == []
+    assert [(e.domain, e.operation) for e in entries] == [
+        tuple(name.split("_", 1)) for name, _ in CALLS
+    ]
+    assert [e.result.success for e in entries] == [name != "tasks_show" for name, _ in CALLS]
+
+
 @pytest.mark.parametrize(
     ("result", "expected"),
     [

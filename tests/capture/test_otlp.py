@@ -189,7 +189,8 @@ def test_a_malformed_payload_gets_400_with_the_reason(session: GradeSession) -> 
     assert b"spans[0].startTimeUnixNano: expected a 64-bit integer, got 'soon'" in reply
     assert status_pb == 400
     assert (status_other, status_logs) == (404, 200)
-    assert len(receiver.problems) == 2
+    # A path the receiver does not know is an export lost too: refused, with the others.
+    assert len(receiver.problems) == 3
     assert session.entries == []
 
 

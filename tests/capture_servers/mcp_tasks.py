@@ -55,5 +55,20 @@ def build(*, audited: bool = False, crash: bool = False) -> MCPServer:
     return server
 
 
+def export_spans() -> None:
+    """Trace the server with the OpenTelemetry SDK, each span exported as it ends (OTLP/HTTP
+    to what the OTEL_EXPORTER_OTLP_* variables name): the MCP SDK's own server spans."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
 if __name__ == "__main__":
+    if "--otel" in sys.argv:
+        export_spans()
     build(audited="--audited" in sys.argv, crash="--crash" in sys.argv).run("stdio")

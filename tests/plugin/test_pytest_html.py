@@ -98,6 +98,30 @@ def test_each_graded_test_gets_grade_score_and_flag_columns(pytester: pytest.Pyt
     ]
 
 
+def test_a_test_id_an_agent_chose_is_escaped_in_pytest_htmls_own_cell(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_agent="""
+import pytest
+
+@pytest.mark.parametrize("task", ["<img src=x onerror=alert(1)>"])
+def test_agent(graded_session, task):
+    graded_session.record("session", "list", gateway="cleo_query")
+"""
+    )
+    pytester.runpytest("--html=report.html", "--self-contained-html", "--cleo-grade-fail-under=F")
+    page = (pytester.path / "report.html").read_text(encoding="utf-8")
+    blob = re.search(r'data-jsonblob="([^"]*)"', page)
+    assert blob is not None
+    data = json.loads(html.unescape(blob.group(1)))
+    [tests] = data["tests"].values()
+    cell = tests[0]["resultsTableRow"][1]
+    assert cell == (
+        '<td class="col-testId">test_agent.py::test_agent[&lt;img src=x onerror=alert(1)&gt;]</td>'
+    )
+
+
 def test_a_failed_gate_is_the_first_thing_the_summary_says(pytester: pytest.Pytester) -> None:
     status, page, _ = report(pytester, "--cleo-grade-gate=A")
     assert status == 1  # no test failed: only the gate

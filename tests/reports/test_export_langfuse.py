@@ -4,12 +4,15 @@ once from the rubric, one score per dimension and the overall score per graded s
 from __future__ import annotations
 
 import base64
+import contextlib
+import gzip
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -347,25 +350,26 @@ def test_long_names_sharing_their_start_stay_two_scores(fake: FakeLangfuse) -> N
 def test_rejected_scores_say_why_in_one_safe_line_each(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Eight dimensions scored above their maximum: Langfuse refuses each against its config.
-    dimensions = {f"d{i}": DimensionScore(score=12, max=10) for i in range(8)}
-    over = GRADE.model_copy(update={"dimensions": dimensions, "total_score": 72, "max_score": 80})
+    # Langfuse refuses each of the grade's seven scores (a project's quota, say). (A grade
+    # whose dimensions score above their maximum never gets this far: the history skips it.)
+    names = [score.config.candidate_names()[0] for score in plan(GRADE)]
     history = tmp_path / "GRADES.jsonl"
-    append_grade(over, history)
-    with FakeLangfuse(detail=" \x1b[2J\nforged line") as fake:
+    append_grade(GRADE, history)
+    refuse = dict.fromkeys(names, "over the project's score quota")
+    with FakeLangfuse(detail=" \x1b[2J\nforged line", refuse=refuse) as fake:
         for key, value in fake.env().items():
             monkeypatch.setenv(key, value)
         assert main(["export", "langfuse", "--history", str(history)]) == 1
     out, err = capsys.readouterr()
-    assert ", 8 rejected (" in out
+    assert ", 7 rejected (" in out
     # One stderr line each, without Python's "file:line: Category:" and source line.
     warned = err.splitlines()
     assert len(warned) == 6  # the first five reasons, then the rest counted
     assert warned[0] == (
-        "cleo-grade: warning: langfuse rejected a score: score 'd0': value 12.0 exceeds the "
-        "config's maximum 10.0 \\x1b[2J forged line"
+        f"cleo-grade: warning: langfuse rejected a score: score '{names[0]}': over the "
+        "project's score quota \\x1b[2J forged line"
     )
-    assert warned[5] == "cleo-grade: warning: langfuse rejected 3 more scores"
+    assert warned[5] == "cleo-grade: warning: langfuse rejected 2 more scores"
     assert "\x1b" not in err
 
 
@@ -583,3 +587,43 @@ def test_a_weighted_grade_carrying_its_dimensions_shapes_gets_the_designs_config
     assert shown(result)["shipped"] == ("NUMERIC", 25.0, (0.0, 50.0))
     assert shown(result)["speed"] == ("NUMERIC", 15.0, (0.0, 20.0))
     assert shown(result)["care"] == ("NUMERIC", 15.0, (0.0, 30.0))
+
+
+def huge_reply(*, declared: bool, gzipped: bool = False) -> Any:
+    """A 200 answer of 6 MiB of JSON whitespace (or its few KB gzip'd), with or without a
+    Content-Length: a server (or a proxy) that never stops talking."""
+
+    def answer(handler: BaseHTTPRequestHandler) -> None:
+        body = b"{" + b" " * (6 * 1024 * 1024) + b"}"
+        if gzipped:
+            body = gzip.compress(body)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if gzipped:
+            handler.send_header("Content-Encoding", "gzip")
+        if declared:
+            handler.send_header("Content-Length", str(len(body)))
+        else:
+            handler.send_header("Connection", "close")
+        handler.end_headers()
+        with contextlib.suppress(OSError):  # the client hangs up at its cap
+            handler.wfile.write(body)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("declared", "gzipped"),
+    [(True, False), (False, False), (True, True)],
+    ids=["content-length", "until-close", "gzip"],
+)
+def test_a_reply_over_the_size_cap_is_never_read_whole(declared: bool, gzipped: bool) -> None:
+    from pytest_cleo_grade.reports.langfuse import MAX_REPLY_BYTES, failure_line
+
+    with (
+        ScriptedServer(huge_reply(declared=declared, gzipped=gzipped)) as server,
+        pytest.raises(Exception) as raised,
+    ):
+        export_grades([GRADE], public_key="pk", secret_key="sk", base_url=server.base_url)
+    line = failure_line(raised.value, server.base_url, "sk", "pk")
+    assert f"ReplyTooLarge: the reply is over {MAX_REPLY_BYTES} bytes" in line

@@ -103,6 +103,21 @@ def test_with_scripts_on_the_table_sorts_and_nothing_agent_written_runs(
     assert rows(ascending) == ["1", "2", "0"]  # t::<script>..., t::low, t::middle
 
 
+def test_markup_that_got_past_the_escaping_still_cannot_run(page: Path, tmp_path: Path) -> None:
+    # Were an agent's text ever written unescaped, the page's policy runs only the page's
+    # own script (by its hash): an injected one, inline or fetched, is not run.
+    html = page.read_text(encoding="utf-8")
+    injected = (
+        "<script>document.title='pwned'</script>"
+        "<img src='https://example.invalid/x.png' onerror=\"document.title='pwned'\">"
+    )
+    hostile = tmp_path / "hostile.html"
+    hostile.write_text(html.replace("<body>", "<body>" + injected, 1), encoding="utf-8")
+    dom = chromium(tmp_path, "--dump-dom", hostile.as_uri() + "#sort=-score")
+    assert "<title>cleo-grade report</title>" in dom
+    assert 'data-sorted-by="-score"' in dom  # while the page's own script did run
+
+
 def test_with_scripts_blocked_everything_is_there_in_server_order(
     page: Path, tmp_path: Path
 ) -> None:
@@ -147,6 +162,8 @@ def test_a_long_test_id_and_flag_wrap_inside_the_window(tmp_path: Path) -> None:
         "document.body.setAttribute('data-overflow',String(Math.round(far-w)));</script>"
     )
     path = tmp_path / "report.html"
+    # The page's own policy runs no script but its own: the probe goes in without it.
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)
     write_report(path, html.replace("</body>", probe + "</body>"))
     dom = chromium(tmp_path, "--window-size=1000,900", "--dump-dom", path.as_uri())
     overflow = re.search(r'data-overflow="(-?\d+)"', dom)

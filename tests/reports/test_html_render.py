@@ -318,8 +318,31 @@ def test_the_page_loads_nothing_from_anywhere() -> None:
     result = grade("t::a", 60)
     page = render_html(build_report(run_of(result), [result]))
     assert not re.search(r"(src|href)=['\"](?!#)", page)
-    assert "@import" not in page and "url(" not in page and "http" not in page
+    assert "@import" not in page and "url(" not in page and not re.search("https?:", page)
     assert "@media print" in page
+
+
+def test_the_page_carries_a_policy_that_runs_only_its_own_style_and_script() -> None:
+    import base64
+    import hashlib
+
+    from pytest_cleo_grade.reports._html_page import _CSS, _SCRIPT
+
+    result = grade("t::a", 60)
+    page = render_html(build_report(run_of(result), [result]))
+    [policy] = re.findall(r'<meta http-equiv="Content-Security-Policy" content="([^"]*)">', page)
+    head = page[: page.index("</head>")]
+    assert head.index("Content-Security-Policy") < head.index("<style>")
+    directives = dict(part.strip().split(" ", 1) for part in policy.split(";"))
+    assert directives["default-src"] == "'none'"
+
+    def sha(text: str) -> str:
+        digest = base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+        return f"'sha256-{digest}'"
+
+    assert directives["script-src"] == sha(_SCRIPT)
+    assert directives["style-src"] == sha(_CSS)
+    assert f"<script>{_SCRIPT}</script>" in page and f"<style>{_CSS}</style>" in page
 
 
 def test_radar_labels_fit_their_box_and_one_or_two_dimensions_are_bars() -> None:

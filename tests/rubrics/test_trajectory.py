@@ -192,6 +192,32 @@ def test_an_alignment_over_the_pair_limit_is_refused() -> None:
         align(expected, actual, "exact")
 
 
+@pytest.mark.parametrize("mode", ["any_order", "subset", "superset"])
+def test_an_unordered_match_over_the_pair_limit_is_refused_before_any_work(mode: str) -> None:
+    # 1,000 expected calls of one name against 20,000 made: 20 million pairs to compare.
+    asked = 0
+
+    def where(params: object) -> bool:
+        nonlocal asked
+        asked += 1
+        return True
+
+    expected = [Call("tool.x", where=where)] * 1000
+    actual = [("tool.x", {})] * 20_000
+    with pytest.raises(RubricError, match="trajectory too large to match: 1000 expected x 20000"):
+        align(expected, actual, mode)  # type: ignore[arg-type]
+    assert asked == 0
+
+
+def test_an_unordered_match_compares_only_calls_of_the_same_name() -> None:
+    # 3,000 expected calls, each of its own name, against 30,000 made: 90 million pairs if
+    # every one were compared with every one, 3,000 by name.
+    expected = [Call(f"tool.t{i}") for i in range(3000)]
+    actual = [(f"tool.t{j % 3000}", {}) for j in range(30_000)]
+    alignment = align(expected, actual, "subset")
+    assert alignment.matched == 3000
+
+
 def test_hostile_call_names_stay_on_their_line_in_the_failure_message(
     pytester: pytest.Pytester,
 ) -> None:

@@ -40,7 +40,35 @@ CORRUPT_LINES = {
     "deep-object-in-a-grade": json.dumps({**GOOD, "flags": [{"a": 1}]}).replace(
         '{"a": 1}', "[" * 500 + "]" * 500
     ),
+    "dimension-above-its-max": json.dumps(
+        {**GOOD, "dimensions": {"taskHygiene": {"score": 40, "max": 20, "evidence": []}}}
+    ),
+    "negative-dimension": json.dumps(
+        {**GOOD, "dimensions": {"taskHygiene": {"score": -5, "max": 20, "evidence": []}}}
+    ),
+    "negative-total": json.dumps({**GOOD, "totalScore": -10}),
 }
+
+
+def test_a_dimension_out_of_its_range_is_skipped_and_a_baseline_from_the_rest_reads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = {
+        **GOOD,
+        "testId": "t::a",
+        "dimensions": {"taskHygiene": {"score": 20, "max": 20, "evidence": []}},
+    }
+    bad = {**line, "dimensions": {"taskHygiene": {"score": 400, "max": 20, "evidence": []}}}
+    history = tmp_path / "GRADES.jsonl"
+    history.write_text("".join(json.dumps(item) + "\n" for item in (line, bad)))
+    baseline = tmp_path / "baseline.json"
+    assert main(["baseline", "save", str(baseline), "--history", str(history)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"{history}:2: skipped corrupt grade line: not a usable grade: dimension 'taskHygiene' "
+        "scores 400 out of 20 (a score is 0 to its max)"
+    ) in err
+    assert main(["baseline", "show", str(baseline)]) == 0
 
 
 def write_history(path: Path, bad: str) -> None:
