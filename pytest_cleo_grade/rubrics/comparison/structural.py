@@ -16,10 +16,10 @@ from pytest_cleo_grade.rubrics.comparison.scores import Mode
 __all__ = [
     "CHECKS",
     "DISPATCH_LIMITS",
-    "SHELL_TOOLS",
-    "SHELL_WRITES",
     "FINDING_SECTIONS",
     "SECTIONS",
+    "SHELL_TOOLS",
+    "SHELL_WRITES",
     "TOKEN_BUDGETS",
     "StructuralCheck",
     "StructuralConfig",
