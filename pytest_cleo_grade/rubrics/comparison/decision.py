@@ -42,7 +42,15 @@ __all__ = [
 DecideOn = Literal["mean", "worst"]
 
 #: Extra keys a comparison grade carries in GRADES.jsonl (besides rubric = "comparison").
-COMPARISON_KEYS = ("variant", "query", "mode", "substantive", "structural", "operational")
+COMPARISON_KEYS = (
+    "variant",
+    "query",
+    "mode",
+    "substantive",
+    "structural",
+    "operational",
+    "round",
+)
 
 
 class QueryComparison(BaseModel):
@@ -105,6 +113,7 @@ class Comparison(BaseModel):
                 "candidate": runs(item.candidate),
                 "difference": number(verdict.difference),
                 "verdict": verdict.label,
+                "round": "follow-up" if verdict.follow_up else "original",
                 "unstable": verdict.unstable,
                 "interval": None,
             }
@@ -131,6 +140,8 @@ class Comparison(BaseModel):
                 "rule": self.decision.rule,
                 "reason": self.decision.reason,
                 "action": self.decision.action,
+                "round": self.decision.round,
+                "final": self.decision.kind != "CONDITIONAL",
             },
             "unstable": self.unstable,
             "decideOn": self.decide_on,
@@ -141,6 +152,7 @@ class Comparison(BaseModel):
                 "kind": self.worst_case.kind,
                 "rule": self.worst_case.rule,
                 "reason": self.worst_case.reason,
+                "round": self.worst_case.round,
             },
         }
 
@@ -241,6 +253,7 @@ def compare_records(
             )
     runs: dict[str, dict[str, list[ComparisonRecord]]] = {}
     modes: dict[str, Mode] = {}
+    rounds: dict[str, str] = {}
     for record in records:
         if record.variant not in (baseline, candidate):
             continue
@@ -248,6 +261,13 @@ def compare_records(
         if mode != record.mode:
             raise ComparisonError(
                 f"query {record.query!r} is scored in both {mode} and {record.mode} mode"
+                + (f" ({record.source})" if record.source else "")
+            )
+        # A query belongs to one round: counted in both, it would settle its own CONDITIONAL.
+        round_ = rounds.setdefault(record.query, record.round)
+        if round_ != record.round:
+            raise ComparisonError(
+                f"query {record.query!r} is in both the {round_} and the {record.round} round"
                 + (f" ({record.source})" if record.source else "")
             )
         runs.setdefault(record.query, {baseline: [], candidate: []})[record.variant].append(record)
@@ -274,6 +294,7 @@ def compare_records(
             candidate_average=cand.mean,
             verdict=point,
             unstable=stable is not None and stable.unstable,
+            follow_up=rounds[query] == "follow-up",
         )
         queries.append(
             QueryComparison(verdict=verdict, baseline=base, candidate=cand, stability=stable)

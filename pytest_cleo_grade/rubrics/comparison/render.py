@@ -29,7 +29,10 @@ def _runs(item: QueryComparison) -> bool:
 
 def _rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     repeated = any(_runs(item) for item in comparison.queries)
+    follow_up = any(item.verdict.follow_up for item in comparison.queries)
     header = ["Query", "Mode", comparison.baseline, comparison.candidate, "Diff", "Verdict"]
+    if follow_up:
+        header.append("Round")
     if repeated:
         header += ["Runs", "95% CI of diff", "Stable"]
     rows = []
@@ -43,6 +46,8 @@ def _rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
             format_average(verdict.difference, signed=True),
             verdict.label,
         ]
+        if follow_up:
+            row.append("follow-up" if verdict.follow_up else "original")
         if repeated:
             row.append(f"{item.baseline.runs}/{item.candidate.runs}")
             if item.stability is None:
@@ -77,8 +82,26 @@ def render_text(comparison: Comparison) -> str:
         f"Reason:   {terminal_text(decision.reason)}",
         f"Action:   {decision.action}",
     ]
+    rests = _rests_on(comparison)
+    if rests:
+        lines.append(f"Round:    {terminal_text(rests)}")
     lines += _worst_case(comparison)
     return "\n".join(lines)
+
+
+def _rests_on(comparison: Comparison) -> str | None:
+    """Which round the decision rests on, said only when there is a follow-up round."""
+    follow_up = [q.verdict.query for q in comparison.queries if q.verdict.follow_up]
+    if not follow_up:
+        return None
+    decision = comparison.decision
+    where = {
+        "follow-up": "the decision rests on the follow-up round",
+        "original + follow-up": "the decision rests on the original and the follow-up round",
+        "original": "the decision rests on the original round",
+    }[decision.round]
+    state = "final" if decision.kind != "CONDITIONAL" else "not final"
+    return f"{where} ({', '.join(follow_up)}); {state}"
 
 
 def _worst_case(comparison: Comparison) -> list[str]:
@@ -114,6 +137,9 @@ def render_markdown(comparison: Comparison) -> str:
         "",
         f"Action: {decision.action}",
     ]
+    rests = _rests_on(comparison)
+    if rests:
+        lines += ["", f"Round: {markdown_cell(rests)}"]
     notes = _worst_case(comparison)
     if notes:
         lines += ["", "_" + markdown_cell(notes[0].removeprefix("Note:").strip()) + "_"]
