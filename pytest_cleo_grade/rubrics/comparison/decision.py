@@ -5,12 +5,17 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Sequence
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_cleo_grade.core.models import GradeResult, format_validation_error
-from pytest_cleo_grade.rubrics.comparison.scores import ComparisonError, ComparisonRecord, Mode
+from pytest_cleo_grade.rubrics.comparison.scores import (
+    METRIC_IDS,
+    ComparisonError,
+    ComparisonRecord,
+    Mode,
+)
 from pytest_cleo_grade.rubrics.comparison.stats import (
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
@@ -32,7 +37,9 @@ __all__ = [
     "COMPARISON_KEYS",
     "BadComparisonGrade",
     "Comparison",
+    "MEANINGFUL_GAP",
     "DecideOn",
+    "MetricGap",
     "QueryComparison",
     "compare_grades",
     "compare_records",
@@ -53,6 +60,25 @@ COMPARISON_KEYS = (
 )
 
 
+#: The Scoring Rubric's non-determinism mitigation: "Require 2+ point differences for
+#: 'meaningful' gaps".
+MEANINGFUL_GAP: Final = Fraction(2)
+
+
+class MetricGap(BaseModel):
+    """One substantive metric of one query: both variants' mean scores and their gap."""
+
+    model_config = ConfigDict(frozen=True)
+
+    metric: str = Field(description="Q-01..Q-06.")
+    baseline: Fraction = Field(description="The baseline's mean score of the metric (exact).")
+    candidate: Fraction = Field(description="The candidate's mean score of the metric (exact).")
+
+    @property
+    def difference(self) -> Fraction:
+        return self.candidate - self.baseline
+
+
 class QueryComparison(BaseModel):
     """One query: both variants' runs, the verdict, and its stability over repeated runs."""
 
@@ -63,6 +89,9 @@ class QueryComparison(BaseModel):
     candidate: RunSummary
     stability: Stability | None = Field(
         description="Null unless both variants have 2+ runs (single runs are directional)."
+    )
+    metrics: tuple[MetricGap, ...] = Field(
+        (), description="Per-metric mean scores of both variants, Q-01..Q-06."
     )
 
 
@@ -82,6 +111,24 @@ class Comparison(BaseModel):
         None,
         description="The decision with every unstable verdict at its worst; null when none is.",
     )
+    meaningful_gap: Fraction | None = Field(
+        None,
+        description="With a value, per-metric differences under it are marked not meaningful "
+        "in the report (the rubric's 2+ points); the decision does not change.",
+    )
+
+    def meaningful(self, gap: MetricGap) -> bool:
+        """Whether a per-metric difference is a meaningful gap (|difference| >= the option)."""
+        return self.meaningful_gap is not None and abs(gap.difference) >= self.meaningful_gap
+
+    def meaningful_gaps(self) -> list[tuple[str, MetricGap]]:
+        """(query, gap) of every meaningful per-metric gap, in query then metric order."""
+        return [
+            (item.verdict.query, gap)
+            for item in self.queries
+            for gap in item.metrics
+            if self.meaningful(gap)
+        ]
 
     @property
     def unstable(self) -> list[str]:
@@ -117,6 +164,16 @@ class Comparison(BaseModel):
                 "unstable": verdict.unstable,
                 "interval": None,
             }
+            if self.meaningful_gap is not None:
+                entry["metrics"] = {
+                    gap.metric: {
+                        "baseline": number(gap.baseline),
+                        "candidate": number(gap.candidate),
+                        "difference": number(gap.difference),
+                        "meaningful": self.meaningful(gap),
+                    }
+                    for gap in item.metrics
+                }
             if item.stability is not None:
                 interval = item.stability.difference
                 entry["interval"] = {
@@ -144,6 +201,11 @@ class Comparison(BaseModel):
                 "final": self.decision.kind != "CONDITIONAL",
             },
             "unstable": self.unstable,
+            **(
+                {"meaningfulGap": number(self.meaningful_gap)}
+                if self.meaningful_gap is not None
+                else {}
+            ),
             "decideOn": self.decide_on,
             "worstCase": None
             if self.worst_case is None
@@ -229,6 +291,7 @@ def compare_records(
     resamples: int = DEFAULT_RESAMPLES,
     level: Fraction = DEFAULT_LEVEL,
     decide_on: DecideOn = "mean",
+    meaningful_gap: Fraction | int | None = None,
 ) -> Comparison:
     """Compare ``candidate`` with ``baseline`` over the queries both were scored on.
 
@@ -241,7 +304,13 @@ def compare_records(
     ``decide_on="worst"`` makes the decision treat each unstable verdict as the worst verdict
     within its intervals (the conservative gate); the default decides on the means and
     reports that worst case beside it.
+
+    ``meaningful_gap`` (the rubric's 2 points: :data:`MEANINGFUL_GAP`) marks per-metric
+    differences smaller than it as not meaningful in the report; verdicts and the decision
+    stay on the averages, as the rubric's verdict scale says.
     """
+    if meaningful_gap is not None and Fraction(meaningful_gap) <= 0:
+        raise ComparisonError(f"meaningful_gap must be positive, not {meaningful_gap}")
     if baseline == candidate:
         raise ComparisonError(f"baseline and candidate are the same variant ({baseline!r})")
     known = sorted({record.variant for record in records})
@@ -297,7 +366,13 @@ def compare_records(
             follow_up=rounds[query] == "follow-up",
         )
         queries.append(
-            QueryComparison(verdict=verdict, baseline=base, candidate=cand, stability=stable)
+            QueryComparison(
+                verdict=verdict,
+                baseline=base,
+                candidate=cand,
+                stability=stable,
+                metrics=_metric_gaps(by_variant[baseline], by_variant[candidate]),
+            )
         )
     by_mean = decide([q.verdict for q in queries])
     worst_case = None
@@ -310,6 +385,19 @@ def compare_records(
         decision=worst_case if decide_on == "worst" and worst_case is not None else by_mean,
         decide_on=decide_on,
         worst_case=worst_case,
+        meaningful_gap=None if meaningful_gap is None else Fraction(meaningful_gap),
+    )
+
+
+def _metric_gaps(
+    baseline: Sequence[ComparisonRecord], candidate: Sequence[ComparisonRecord]
+) -> tuple[MetricGap, ...]:
+    def mean(side: Sequence[ComparisonRecord], metric: str) -> Fraction:
+        return Fraction(sum(r.substantive.as_dict()[metric] for r in side), len(side))
+
+    return tuple(
+        MetricGap(metric=metric, baseline=mean(baseline, metric), candidate=mean(candidate, metric))
+        for metric in METRIC_IDS
     )
 
 
@@ -328,6 +416,7 @@ def compare_grades(
     resamples: int = DEFAULT_RESAMPLES,
     level: Fraction = DEFAULT_LEVEL,
     decide_on: DecideOn = "mean",
+    meaningful_gap: Fraction | int | None = None,
 ) -> Comparison:
     """:func:`compare_records` over the comparison grades of a history (``read_grades``)."""
     return compare_records(
@@ -338,4 +427,5 @@ def compare_grades(
         resamples=resamples,
         level=level,
         decide_on=decide_on,
+        meaningful_gap=meaningful_gap,
     )

@@ -10,6 +10,7 @@ from typing import Any
 from pytest_cleo_grade.core._text import markdown_cell, terminal_text
 from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.rubrics.comparison.decision import Comparison, QueryComparison
+from pytest_cleo_grade.rubrics.comparison.scores import METRICS
 
 __all__ = ["comparison_properties", "format_average", "render_markdown", "render_text"]
 
@@ -86,7 +87,53 @@ def render_text(comparison: Comparison) -> str:
     if rests:
         lines.append(f"Round:    {terminal_text(rests)}")
     lines += _worst_case(comparison)
+    gaps = _gap_rows(comparison)
+    if gaps is not None:
+        header, rows = gaps
+        header = [terminal_text(cell) for cell in header]
+        rows = [[terminal_text(cell) for cell in row] for row in rows]
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+        lines += ["", _gap_title(comparison), ""]
+        for row in (header, *rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines += ["", terminal_text(_gap_summary(comparison))]
     return "\n".join(lines)
+
+
+def _gap_title(comparison: Comparison) -> str:
+    assert comparison.meaningful_gap is not None
+    gap = format_average(comparison.meaningful_gap)
+    return (
+        f"Per-metric differences (candidate - baseline); under {gap} points is not meaningful, "
+        "shown in parentheses:"
+    )
+
+
+def _gap_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]] | None:
+    """The per-metric differences, those under the meaningful gap in parentheses; None
+    without the option."""
+    if comparison.meaningful_gap is None:
+        return None
+    header = ["Query", *(metric for metric, _ in METRICS)]
+    rows = []
+    for item in comparison.queries:
+        row = [item.verdict.query]
+        for gap in item.metrics:
+            text = format_average(gap.difference, signed=True)
+            row.append(text if comparison.meaningful(gap) else f"({text})")
+        rows.append(row)
+    return header, rows
+
+
+def _gap_summary(comparison: Comparison) -> str:
+    found = comparison.meaningful_gaps()
+    if not found:
+        return "Meaningful gaps: none"
+    listed = ", ".join(
+        f"{query} {gap.metric} {format_average(gap.difference, signed=True)}"
+        for query, gap in found
+    )
+    return f"Meaningful gaps: {listed}"
 
 
 def _rests_on(comparison: Comparison) -> str | None:
@@ -143,6 +190,19 @@ def render_markdown(comparison: Comparison) -> str:
     notes = _worst_case(comparison)
     if notes:
         lines += ["", "_" + markdown_cell(notes[0].removeprefix("Note:").strip()) + "_"]
+    gaps = _gap_rows(comparison)
+    if gaps is not None:
+        header, rows = gaps
+        lines += [
+            "",
+            markdown_cell(_gap_title(comparison)),
+            "",
+            "| " + " | ".join(markdown_cell(cell) for cell in header) + " |",
+            "|" + "|".join(" --- " for _ in header) + "|",
+            *("| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows),
+            "",
+            markdown_cell(_gap_summary(comparison)),
+        ]
     return "\n".join(lines) + "\n"
 
 
