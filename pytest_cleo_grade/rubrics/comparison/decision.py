@@ -35,9 +35,9 @@ from pytest_cleo_grade.rubrics.comparison.verdicts import (
 
 __all__ = [
     "COMPARISON_KEYS",
+    "MEANINGFUL_GAP",
     "BadComparisonGrade",
     "Comparison",
-    "MEANINGFUL_GAP",
     "DecideOn",
     "MetricGap",
     "QueryComparison",
