@@ -212,7 +212,7 @@ def audited_client(
         if rounds.pending(result, begun):
             return result
         failure = result_failure(name, result)
-        _record(name, arguments, failure, hints.get(name), begun, source, mapping)
+        _record(name, arguments, failure, hints.get(name), begun, source, mapping, result)
         return result
 
     for attribute, value in (
@@ -272,6 +272,7 @@ def _record(
     begun: _Begun,
     source: str,
     mapping: ToolMapping | None,
+    result: Any = None,
 ) -> None:
     started, clock, started_in = begun
     call = Call(
@@ -282,6 +283,7 @@ def _record(
         started=started,
         duration_ms=elapsed_ms(clock),
         source=source,
+        result=result,
     )
     # Into the session the call started in: a call a test left running is not the next one's.
     record_call_started_in(call, started_in, mapping=mapping)
@@ -419,7 +421,7 @@ class AuditMiddleware:
                 tool=name, exception=crashes[-1], payload=failure.payload, message=failure.message
             )
         read_only = await self._hint(name)
-        _record(name, arguments, failure, read_only, begun, self.source, self.mapping)
+        _record(name, arguments, failure, read_only, begun, self.source, self.mapping, result)
         return result
 
 
