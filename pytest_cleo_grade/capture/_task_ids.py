@@ -21,6 +21,8 @@ _NESTED: Final = ("data", "task", "result")
 #: A tool answer as text is parsed only up to this size (a page of text names no task id).
 _MAX_TEXT: Final = 100_000
 _MAX_DEPTH: Final = 4
+#: Content blocks of one answer read for an id (an answer is a few blocks).
+_MAX_BLOCKS: Final = 20
 
 
 def task_id_from_result(domain: str, operation: str, result: Any) -> str | None:
@@ -30,7 +32,8 @@ def task_id_from_result(domain: str, operation: str, result: Any) -> str | None:
     at the top of the result or under ``data``, ``task`` or ``result`` (CLEO's envelope
     ``{"success": true, "data": {"task": {"id": "T123"}}}``); the result may be a mapping, its
     JSON text, a pydantic model, an MCP tool result (its structured content or a text block
-    holding JSON) or a LangChain ``ToolMessage`` (its content). Other operations' results
+    holding JSON, as an object or as Claude's ``tool_response`` dict or block list) or a
+    LangChain ``ToolMessage`` (its content). Other operations' results
     are not read: an id in a ``session.start`` answer is a session's, not a task's.
     """
     if (domain, operation) not in _CREATES:
@@ -51,6 +54,20 @@ def _find(value: Any, depth: int) -> str | None:
         for key in _NESTED:
             if isinstance(value.get(key), Mapping | str):
                 found = _find(value[key], depth + 1)
+                if found is not None:
+                    return found
+        # An MCP tool result as JSON (Claude's tool_response): structured content, text blocks.
+        for key in ("structuredContent", "content"):
+            if isinstance(value.get(key), Mapping | list | tuple):
+                found = _find(value[key], depth + 1)
+                if found is not None:
+                    return found
+        return None
+    if isinstance(value, list | tuple):
+        for block in value[:_MAX_BLOCKS]:
+            text = block.get("text") if isinstance(block, Mapping) else getattr(block, "text", None)
+            if isinstance(text, str):
+                found = _find(text, depth + 1)
                 if found is not None:
                     return found
         return None

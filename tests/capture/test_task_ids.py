@@ -172,3 +172,44 @@ def test_the_langchain_middleware_names_the_task_from_the_tool_message(
 
     AuditMiddleware().wrap_tool_call(Request(), handler)
     assert hygiene_flags(session) == ["tasks.add without description (taskId: T33)"]
+
+
+def test_the_claude_hooks_name_the_task_from_the_tool_response(session: GradeSession) -> None:
+    pytest.importorskip("claude_agent_sdk", reason="needs the claude extra")
+    import asyncio
+
+    from pytest_cleo_grade.capture.claude import audit_hooks
+    from tests.capture.test_claude import Claude
+
+    answer = {"content": [{"type": "text", "text": json.dumps({"id": "T34"})}]}
+    claude = Claude(audit_hooks())
+    asyncio.run(claude.call(0, "mcp__tasks__tasks_add", {"title": "Fix login"}, answer))
+    assert hygiene_flags(session) == ["tasks.add without description (taskId: T34)"]
+
+
+def test_the_openai_agents_processor_names_the_task_from_the_function_spans_output(
+    session: GradeSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("agents", reason="needs the openai-agents extra")
+    import asyncio
+
+    from agents import Agent, Runner, function_tool, set_trace_processors
+
+    from pytest_cleo_grade.capture.openai_agents import AuditTracingProcessor
+    from tests.capture.test_openai_agents import ScriptedModel
+
+    @function_tool
+    def tasks_add(title: str, description: str = "") -> dict[str, str]:
+        """Add a task."""
+        return {"taskId": "T35"}
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    set_trace_processors([AuditTracingProcessor()])
+    try:
+        agent = Agent(
+            name="filer", model=ScriptedModel([("tasks_add", {"title": "x"})]), tools=[tasks_add]
+        )
+        asyncio.run(Runner.run(agent, "file it"))
+    finally:
+        set_trace_processors([])
+    assert hygiene_flags(session) == ["tasks.add without description (taskId: T35)"]
