@@ -197,7 +197,9 @@ def _file_entries(
     seen: set[str] = set()
     entries: list[tuple[datetime, int, AuditEntry]] = []
 
-    def add(use: _Use, failure: Failure | None, ended: datetime | None, key: str) -> None:
+    def add(
+        use: _Use, failure: Failure | None, ended: datetime | None, key: str, result: Any = None
+    ) -> None:
         duration = None if ended is None else (ended - use.started).total_seconds() * 1000
         call = Call(
             tool=use.tool,
@@ -207,6 +209,8 @@ def _file_entries(
             duration_ms=duration,
             source=SOURCE,
             extra={"toolUseId": key},
+            # The tool_result's content: the id of the task a tasks.add created, if it says.
+            result=result,
         )
         try:
             entry = build_entry(call, session_id=session_id or use.session_id, mapping=mapping)
@@ -244,7 +248,7 @@ def _file_entries(
                 answered = block.get("tool_use_id")
                 use = waiting.pop(answered, None) if isinstance(answered, str) else None
                 if use is not None:
-                    add(use, _failure(use.tool, block), stamp, str(answered))
+                    add(use, _failure(use.tool, block), stamp, str(answered), block.get("content"))
     for key, use in waiting.items():
         add(use, Failure(tool=use.tool, message=UNANSWERED), None, key)
     return entries

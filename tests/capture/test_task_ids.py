@@ -213,3 +213,17 @@ def test_the_openai_agents_processor_names_the_task_from_the_function_spans_outp
     finally:
         set_trace_processors([])
     assert hygiene_flags(session) == ["tasks.add without description (taskId: T35)"]
+
+
+def test_a_claude_code_transcript_names_the_task_from_its_tool_result(tmp_path: Path) -> None:
+    from pytest_cleo_grade import grade_entries
+    from pytest_cleo_grade.capture.claude_code import load_transcript
+    from tests.capture.test_claude_code_import import result, text_blocks, use, write
+
+    path = write(
+        tmp_path,
+        use("t1", "mcp__tasks__tasks_add"),
+        result("t1", text_blocks(json.dumps({"success": True, "data": {"id": "T36"}}))),
+    )
+    graded = grade_entries(load_transcript(path), session_id="s")
+    assert "tasks.add without description (taskId: T36)" in graded.flags
