@@ -39,7 +39,8 @@ from pytest_cleo_grade.store.history import read_grades
 __all__ = ["register"]
 
 _EPILOG = (
-    "exit status: 0 GO (also with the monitoring note), 1 NO-GO, 3 CONDITIONAL, "
+    "exit status: 0 GO (also with the monitoring note), 1 NO-GO, 3 CONDITIONAL (not final: "
+    "score 3 follow-up queries, sheet round = \"follow-up\" or marker follow_up=True), "
     "2 usage or input error"
 )
 
