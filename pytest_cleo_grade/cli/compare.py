@@ -40,7 +40,7 @@ __all__ = ["register"]
 
 _EPILOG = (
     "exit status: 0 GO (also with the monitoring note), 1 NO-GO, 3 CONDITIONAL (not final: "
-    "score 3 follow-up queries, sheet round = \"follow-up\" or marker follow_up=True), "
+    'score 3 follow-up queries, sheet round = "follow-up" or marker follow_up=True), '
     "2 usage or input error"
 )
 
