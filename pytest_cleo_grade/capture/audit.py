@@ -17,6 +17,7 @@ from typing import Any, Final, ParamSpec, Protocol, TypeVar
 from pydantic import ValidationError
 
 from pytest_cleo_grade.capture import _faults as faults
+from pytest_cleo_grade.capture._task_ids import TaskIdExtractor, task_id_from_result
 from pytest_cleo_grade.core._not_found import exception_exit_code
 from pytest_cleo_grade.core.errors import (
     CleoGradeError,
@@ -601,10 +602,14 @@ class AuditedDispatcher:
         recorder: Recorder | None = None,
         source: str = "mcp",
         session_id: str | None = None,
+        task_id_from: TaskIdExtractor | None = task_id_from_result,
     ) -> None:
         self._handlers: dict[tuple[str, str], Handler] = {}
         self._recorder = recorder
         self.source = source
+        #: ``(domain, operation, result) -> id``: the task a call that names none in its
+        #: params concerns (by default the id a ``tasks.add`` result carries); None: never.
+        self._task_id_from = task_id_from
         #: Whose injected faults apply (None: the session the environment names).
         self._session_id = session_id
 
@@ -655,7 +660,7 @@ class AuditedDispatcher:
         except Exception as exc:
             self._emit(gateway, domain, operation, call_params, started, exc)
             raise
-        self._emit(gateway, domain, operation, call_params, started, None)
+        self._emit(gateway, domain, operation, call_params, started, None, value)
         return value
 
     def _emit(
@@ -666,8 +671,22 @@ class AuditedDispatcher:
         params: dict[str, Any],
         started: float,
         failure: Exception | None,
+        value: Any = None,
     ) -> None:
         task_id = params.get("taskId")
+        if not isinstance(task_id, str) and failure is None and self._task_id_from is not None:
+            # The id the call's answer names (tasks.add returns the task it created): S3's
+            # per-task flag names it, as the specification's does.
+            try:
+                task_id = self._task_id_from(domain, operation, value)
+            except Exception as exc:
+                # The user's extractor failing must not lose the call: recorded without an id.
+                warnings.warn(
+                    f"cleo-grade: task_id_from failed for {domain}.{operation}: {exc!r}",
+                    CleoGradeWarning,
+                    stacklevel=4,
+                )
+                task_id = None
         (self._recorder or record)(
             domain,
             operation,

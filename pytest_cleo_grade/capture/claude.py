@@ -127,6 +127,8 @@ def audit_hooks(
                 duration_ms=elapsed_ms(clock) if duration is None else duration,
                 source=source,
                 extra={"toolUseId": key} if key else {},
+                # PostToolUse's answer: the id of the task a tasks.add created (if it says).
+                result=data.get("tool_response"),
             ),
             started_in,
             mapping=mapping,

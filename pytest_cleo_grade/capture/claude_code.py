@@ -206,7 +206,9 @@ def _file_entries(
     # unsaid (a not-found call written under a reused id would vanish from the grade).
     skipped: dict[str, list[int]] = {}
 
-    def add(use: _Use, failure: Failure | None, ended: datetime | None, key: str) -> None:
+    def add(
+        use: _Use, failure: Failure | None, ended: datetime | None, key: str, result: Any = None
+    ) -> None:
         duration = None if ended is None else (ended - use.started).total_seconds() * 1000
         call = Call(
             tool=use.tool,
@@ -216,6 +218,8 @@ def _file_entries(
             duration_ms=duration,
             source=SOURCE,
             extra={"toolUseId": key},
+            # The tool_result's content: the id of the task a tasks.add created, if it says.
+            result=result,
         )
         try:
             entry = build_entry(call, session_id=session_id or use.session_id, mapping=mapping)
@@ -254,7 +258,7 @@ def _file_entries(
                 answered = block.get("tool_use_id")
                 use = waiting.pop(answered, None) if isinstance(answered, str) else None
                 if use is not None:
-                    add(use, _failure(use.tool, block), stamp, str(answered))
+                    add(use, _failure(use.tool, block), stamp, str(answered), block.get("content"))
                 else:
                     skipped.setdefault(_NO_TOOL_USE, []).append(number)
     for key, use in waiting.items():

@@ -188,7 +188,7 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         self.mapping = mapping
         self.source = source
 
-    def _record(self, started: _Started, failure: Failure | None) -> None:
+    def _record(self, started: _Started, failure: Failure | None, result: Any = None) -> None:
         record_call_started_in(
             Call(
                 tool=started.tool,
@@ -197,6 +197,7 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
                 started=started.started,
                 duration_ms=elapsed_ms(started.clock),
                 source=self.source,
+                result=result,
             ),
             started.session,
             mapping=self.mapping,
@@ -235,7 +236,7 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         except Exception as exc:
             self._record(begun, Failure(tool=begun.tool, exception=exc))
             raise
-        self._record(begun, _result_failure(begun.tool, result, watch))
+        self._record(begun, _result_failure(begun.tool, result, watch), result)
         return result
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -253,7 +254,7 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         except Exception as exc:
             self._record(begun, Failure(tool=begun.tool, exception=exc))
             raise
-        self._record(begun, _result_failure(begun.tool, result, watch))
+        self._record(begun, _result_failure(begun.tool, result, watch), result)
         return result
 
 
@@ -305,7 +306,9 @@ class AuditCallbackHandler(BaseCallbackHandler):
                 str(name), arguments, datetime.now(UTC), time.perf_counter_ns(), session_at_start()
             )
 
-    def _finish(self, run_id: UUID, failure_of: Callable[[str], Failure | None]) -> None:
+    def _finish(
+        self, run_id: UUID, failure_of: Callable[[str], Failure | None], result: Any = None
+    ) -> None:
         with self._lock:
             begun = self._runs.pop(run_id, None)
             own = self._own.pop(run_id, None)
@@ -321,13 +324,14 @@ class AuditCallbackHandler(BaseCallbackHandler):
                 started=begun.started,
                 duration_ms=elapsed_ms(begun.clock),
                 source=self.source,
+                result=result,
             ),
             begun.session,
             mapping=self.mapping,
         )
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._finish(run_id, lambda tool: message_failure(tool, output))
+        self._finish(run_id, lambda tool: message_failure(tool, output), output)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         if isinstance(error, _CONTROL_FLOW):

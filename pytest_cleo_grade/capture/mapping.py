@@ -44,6 +44,7 @@ from pydantic import ValidationError
 
 from pytest_cleo_grade.capture import _faults as faults
 from pytest_cleo_grade.capture import audit
+from pytest_cleo_grade.capture._task_ids import task_id_from_result
 from pytest_cleo_grade.core._files import MAX_NESTING
 from pytest_cleo_grade.core._not_found import (
     E_NOT_FOUND,
@@ -200,6 +201,9 @@ class Call:
     #: What the call's source could not see (its arguments, its error's text), said in a
     #: warning when the call is recorded: its entry is graded on part of the call.
     unseen: str | None = None
+    #: The tool's answer, when the adapter sees it: the id of the task a ``tasks.add``
+    #: created is read from it (capture/_task_ids.py) when the arguments name none.
+    result: Any = None
 
 
 @dataclass(frozen=True)
@@ -614,6 +618,8 @@ def build_entry(
     target = chosen.target(call.tool, call.arguments, read_only=call.read_only)
     failure = call.failure
     task_id = target.params.get("taskId")
+    if not isinstance(task_id, str) and failure is None:
+        task_id = task_id_from_result(target.domain, target.operation, call.result)
     metadata: dict[str, Any] = {
         "source": call.source,
         "gateway": target.gateway,

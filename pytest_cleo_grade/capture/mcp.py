@@ -213,7 +213,7 @@ def audited_client(
         if rounds.pending(result, begun):
             return result
         failure = result_failure(name, result)
-        _record(name, arguments, failure, hints.get(name), begun, source, mapping)
+        _record(name, arguments, failure, hints.get(name), begun, source, mapping, result=result)
         return result
 
     for attribute, value in (
@@ -274,6 +274,7 @@ def _record(
     source: str,
     mapping: ToolMapping | None,
     extra: Mapping[str, Any] | None = None,
+    result: Any = None,
 ) -> None:
     started, clock, started_in = begun
     call = Call(
@@ -285,6 +286,7 @@ def _record(
         duration_ms=elapsed_ms(clock),
         source=source,
         extra=extra or {},
+        result=result,
     )
     # Into the session the call started in: a call a test left running is not the next one's.
     record_call_started_in(call, started_in, mapping=mapping)
@@ -423,7 +425,9 @@ class AuditMiddleware:
                 tool=name, exception=crashes[-1], payload=failure.payload, message=failure.message
             )
         read_only = await self._hint(name)
-        _record(name, arguments, failure, read_only, begun, self.source, self.mapping, caller)
+        _record(
+            name, arguments, failure, read_only, begun, self.source, self.mapping, caller, result
+        )
         return result
 
 

@@ -254,6 +254,7 @@ class AuditTracingProcessor(TracingProcessor):
             source=self.source,
             extra=extra,
             unseen=_unseen(data, span.error),
+            result=data.output,
         )
         if not known:
             # Started before this processor was registered: where it started is not known.

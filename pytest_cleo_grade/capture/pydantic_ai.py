@@ -114,6 +114,7 @@ class AuditHooks(AbstractCapability[Any]):
         started: datetime,
         clock: int,
         started_in: StartedIn,
+        result: Any = None,
     ) -> None:
         # The session the call started in: one a test left running (in a thread) that ends
         # during the next test is still the first test's call.
@@ -126,6 +127,7 @@ class AuditHooks(AbstractCapability[Any]):
                 duration_ms=elapsed_ms(clock),
                 source=self.source,
                 extra={"toolCallId": call.tool_call_id} if call.tool_call_id else {},
+                result=result,
             ),
             started_in,
             mapping=self.mapping,
@@ -179,7 +181,7 @@ class AuditHooks(AbstractCapability[Any]):
             self._record(call, args, _failure(ctx, call, exc), started, clock, started_in)
             raise
         failure = envelope_failure(call.tool_name, result)
-        self._record(call, args, failure, started, clock, started_in)
+        self._record(call, args, failure, started, clock, started_in, result)
         return result
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ from pytest_cleo_grade.store.history import read_grades
 __all__ = ["register"]
 
 _EPILOG = (
-    "exit status: 0 GO (also with the monitoring note), 1 NO-GO, 3 CONDITIONAL, "
+    "exit status: 0 GO (also with the monitoring note), 1 NO-GO, 3 CONDITIONAL (not final: "
+    'score 3 follow-up queries, sheet round = "follow-up" or marker follow_up=True), '
     "2 usage or input error"
 )
 
@@ -55,6 +57,16 @@ def _resamples(value: str) -> int:
             f"expected an integer of at least {MIN_RESAMPLES}, got {value!r}"
         )
     return number
+
+
+def _gap(value: str) -> Fraction:
+    try:
+        gap = Fraction(value)
+    except (ValueError, ZeroDivisionError):
+        gap = Fraction(0)
+    if gap <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of points, got {value!r}")
+    return gap
 
 
 def _seed(value: str) -> int:
@@ -112,6 +124,17 @@ def register(subparsers: Any) -> None:
         help="mean: decide on the mean verdicts (default); worst: treat every unstable verdict "
         "as the worst within its interval",
     )
+    parser.add_argument(
+        "--meaningful-gap",
+        nargs="?",
+        const="2",
+        default=None,
+        type=_gap,
+        metavar="POINTS",
+        help="show per-metric differences, marking those under POINTS (default 2, the "
+        "rubric's '2+ point differences for meaningful gaps') as not meaningful; the "
+        "decision does not change",
+    )
     parser.set_defaults(handler=run_compare)
 
 
@@ -167,6 +190,7 @@ def run_compare(args: argparse.Namespace) -> int:
         seed=args.seed,
         resamples=args.resamples,
         decide_on=args.decide_on,
+        meaningful_gap=args.meaningful_gap,
     )
     if args.json:
         print_json(comparison.to_json_dict())

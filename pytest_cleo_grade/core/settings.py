@@ -149,6 +149,8 @@ class MarkerOptions:
     #: Trajectory expectations (the trajectory rubric): the calls expected, and how compared.
     expect: tuple[Expected, ...] | None = None
     expect_mode: TrajectoryMode | None = None
+    #: A comparison test that is one of the additional queries after a CONDITIONAL decision.
+    follow_up: bool | None = None
 
 
 def parse_runs(value: object) -> int:
@@ -377,6 +379,7 @@ MARKER_KWARGS: Final[Mapping[str, Callable[[object], Any]]] = {
     "judge_cache_across_runs": _marker_flag,
     "expect": parse_expectations,
     "expect_mode": parse_trajectory_mode,
+    "follow_up": _marker_flag,
 }
 
 

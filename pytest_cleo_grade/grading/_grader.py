@@ -93,6 +93,8 @@ class GradingPlan:
     variant: str | None = None
     query: str | None = None
     thoroughness: str | None = None
+    #: A comparison test of the follow-up round (marker ``follow_up=True``).
+    follow_up: bool = False
     #: Keeps judge replies apart in the cache (a repeated test's run index), or None.
     cache_scope: str | None = None
     #: The trajectory rubric's expected calls and mode (the marker's expect=, mode=).
@@ -164,6 +166,8 @@ def _grade_comparison(
         "query": plan.query,
         **(session.run_facts or {}),
     }
+    if plan.follow_up:
+        extra["round"] = "follow-up"
     if plan.cache_scope:
         extra["cacheScope"] = plan.cache_scope  # a repeated test's runs are judged apart
     judge = None
@@ -313,6 +317,7 @@ def plan_for(
         variant=marker.variant,
         query=marker.query or name,
         thoroughness=marker.thoroughness,
+        follow_up=bool(marker.follow_up),
         expect=marker.expect,
         expect_mode=marker.expect_mode,
     )

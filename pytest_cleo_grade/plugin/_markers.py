@@ -145,7 +145,7 @@ def check_marker(item: pytest.Item, marker: MarkerOptions) -> None:
                 "rubric={'cleo': 0.7, 'trajectory': 0.3}"
             )
     if marker.variant is None:
-        for name in ("query", "thoroughness"):
+        for name in ("query", "thoroughness", "follow_up"):
             if getattr(marker, name) is not None:
                 raise pytest.UsageError(
                     f"{where}: {name}= belongs to a comparison test; add variant=NAME"

@@ -40,11 +40,12 @@ MARKER_DOC: Final = (
     "cleo_grade(fail_under=GRADE, mode='fail'|'report', rubric=NAME, task=TEXT, variant=NAME, "
     "query=NAME, thoroughness='quick'|'medium'|'thorough', allow_empty=True, runs=N, "
     "min_pass_rate=RATE, pass_k=(K, RATE), judge_cache_across_runs=True, expect=[CALL, ...], "
-    "expect_mode='exact'|'in_order'|'any_order'|'subset'|'superset'): how a test using the "
-    "graded_session fixture is graded (GRADE: letter A, B, C, D or F, or a percentage such "
-    "as 85 or '85%'; mode= also accepts a thoroughness or a trajectory mode; expect= grades "
-    "with the trajectory rubric; runs=N runs it N times, decided over its runs by the mean, "
-    "the pass rate or pass^k)"
+    "expect_mode='exact'|'in_order'|'any_order'|'subset'|'superset', follow_up=True): how a "
+    "test using the graded_session fixture is graded (GRADE: letter A, B, C, D or F, or a "
+    "percentage such as 85 or '85%'; mode= also accepts a thoroughness or a trajectory mode; "
+    "expect= grades with the trajectory rubric; runs=N runs it N times, decided over its runs "
+    "by the mean, the pass rate or pass^k; follow_up=True marks a comparison test as one of "
+    "the additional queries after a CONDITIONAL decision)"
 )
 
 

@@ -214,7 +214,7 @@ def _check(work: int, n: int, limit: int) -> None:
 
 
 #: A maximum bipartite matching: rows of 0/1 per step over the actual calls -> {row: call}.
-Matching = Callable[[list[bytearray], int], dict[int, int]]
+Matching = Callable[[list[list[int]]], dict[int, int]]
 
 
 def align_patterns(
@@ -418,14 +418,14 @@ def _unordered_mode(
     # Required steps first: augmenting paths never unmatch a step, so optional steps
     # cannot take a call a required one needs.
     order = sorted(range(len(steps)), key=lambda s: not steps[s].required)
-    match = []
+    # Each step's candidate calls (the matching's input): only calls of the step's names.
+    candidates = []
     for s in order:
-        row = bytearray(n)
-        for j, made in enumerate(actual):
-            if made[0] in {call.name for call in steps[s].calls} and steps[s].matches(made):
-                row[j] = 1
-        match.append(row)
-    pairs = {order[i]: j for i, j in matching(match, n).items()}
+        names = {call.name for call in steps[s].calls}
+        candidates.append(
+            [j for j, made in enumerate(actual) if made[0] in names and steps[s].matches(made)]
+        )
+    pairs = {order[i]: j for i, j in matching(candidates).items()}
     by_actual = {j: s for s, j in pairs.items()}
     looped: dict[int, int] = {}
     for j in range(n):

@@ -31,7 +31,7 @@ from pytest_cleo_grade.rubrics.comparison.render import comparison_properties
 from pytest_cleo_grade.rubrics.comparison.scores import Mode
 from pytest_cleo_grade.store.history import append_grade, read_grades
 from tests.entries import NOW, entry
-from tests.rubrics.test_comparison_structural import GOOD_OUTPUT
+from tests.rubrics.test_comparison_structural import MEDIUM_OUTPUT
 
 FOURS = {"Q-01": 4, "Q-02": 4, "Q-03": 4, "Q-04": 4, "Q-05": 4, "Q-06": 4}
 
@@ -296,7 +296,7 @@ ENTRIES = [
 def grade(variant: str, query: str, mode: Mode, scores: Any, session: str = "s1") -> GradeResult:
     return comparison_grade(
         ENTRIES,
-        GOOD_OUTPUT,
+        MEDIUM_OUTPUT,
         mode,
         scores,
         session_id=session,
@@ -354,12 +354,14 @@ def test_failed_structural_checks_become_flags() -> None:
     assert result.flags == [
         "S-01 Section completeness failed: missing sections: Codebase, Patterns, Dispatched, "
         "Gaps, Recommendation",
+        "S-02 Output size compliance failed: ~6.5 tokens = 26 characters / 4; quick budget "
+        "500, allowed 400-600",
         "S-03 Evidence citations failed: 1 of 1 findings cite no path:line or memory id",
         "S-04 Memory-first protocol failed: no memory tool call",
         "S-06 Read-only compliance failed: 1 mutation call: tools.Write",
     ]
     assert result.model_extra is not None
-    assert result.model_extra["structural"]["S-02"] is True
+    assert result.model_extra["structural"]["S-02"] is False
 
 
 def test_a_comparison_grade_can_ask_a_judge_for_the_scores() -> None:

@@ -17,14 +17,14 @@ from pytest_cleo_grade.rubrics.protocol import (
     stamp_rubric,
 )
 from tests.entries import NOW, entry
-from tests.rubrics.test_comparison_structural import GOOD_OUTPUT
+from tests.rubrics.test_comparison_structural import QUICK_OUTPUT
 
 FOURS = {"Q-01": 4, "Q-02": 4, "Q-03": 4, "Q-04": 4, "Q-05": 4, "Q-06": 4}
 ENTRIES = [entry("memory", "find", at=0), entry("tools", "Read", at=3)]
 
 
 def context(**extra: Any) -> GradeContext:
-    base = {"output": GOOD_OUTPUT, "mode": "quick", "variant": "haiku", "query": "TQ-1"}
+    base = {"output": QUICK_OUTPUT, "mode": "quick", "variant": "haiku", "query": "TQ-1"}
     return GradeContext(task_id="T42", extra={**base, **extra})
 
 

@@ -39,6 +39,11 @@ No dispatches were needed.
 ## Recommendation
 Extend `login.py` first.
 """
+#: GOOD_OUTPUT padded into the medium band (400-2400 tokens x 4 characters): S-02 is a band,
+#: so a well-formed package must also be of the thoroughness level's size.
+MEDIUM_OUTPUT = GOOD_OUTPUT + "The rationale, written out at medium length.\n" * 160
+#: The same in the quick band (400-600 tokens).
+QUICK_OUTPUT = GOOD_OUTPUT + "The rationale, written out at quick length.\n" * 32
 
 
 def make(domain: str, operation: str, at: int = 0, **kwargs: Any) -> AuditEntry:
@@ -59,7 +64,7 @@ def checks(
 
 
 def test_a_well_formed_context_package_passes_every_check() -> None:
-    result = checks()
+    result = checks(MEDIUM_OUTPUT)
     assert [check.id for check in result.values()] == [f"S-0{i}" for i in range(1, 7)]
     assert {check_id: check.passed for check_id, check in result.items()} == dict.fromkeys(
         result, True
@@ -126,7 +131,7 @@ def test_a_missing_section_fails_s01_and_names_it() -> None:
         pytest.param("medium", 9604, False, id="medium-2401-tokens"),
         pytest.param("thorough", 19200, True, id="thorough-exactly-4800-tokens"),
         pytest.param("thorough", 19201, False, id="thorough-just-over"),
-        pytest.param("thorough", 40, True, id="short-output-passes-a-ceiling"),
+        pytest.param("thorough", 40, False, id="a-short-thorough-output-fails-the-band"),
     ],
 )
 def test_output_size_is_within_budget_plus_twenty_percent(
@@ -346,3 +351,76 @@ def test_a_different_fence_inside_a_finding_does_not_end_its_code_block() -> Non
         "see the snippet\n~~~\n```\n- a.py:1 (not an item)\n~~~",
         "b.py:2",
     ]
+
+
+def test_a_sixty_token_thorough_report_fails_s02_as_far_under_the_budget() -> None:
+    # The rubric: "thorough: ~4K tokens (20% tolerance)"; 240 characters are 60 tokens.
+    result = checks("x" * 240, mode="thorough")["S-02"]
+    assert not result.passed
+    assert result.evidence == (
+        "~60 tokens = 240 characters / 4; thorough budget 4000, allowed 3200-4800",
+        "far under the thorough budget (below 3200 tokens)",
+    )
+
+
+def test_under_the_ceiling_policy_a_far_under_output_passes_but_is_named() -> None:
+    result = checks("x" * 240, mode="thorough", config=StructuralConfig(size_policy="ceiling"))
+    assert result["S-02"].passed
+    assert result["S-02"].evidence[-1] == (
+        "far under the thorough budget (below 3200 tokens); passes only because size_policy "
+        "is 'ceiling'"
+    )
+
+
+def bash(command: str, at: int = 3) -> AuditEntry:
+    return make("tool", "Bash", at, params={"command": command})
+
+
+@pytest.mark.parametrize(
+    ("command", "write"),
+    [
+        pytest.param("rm -rf build/", "rm", id="rm"),
+        pytest.param("sed -i 's/a/b/' src/app.py", "sed -i", id="sed-i"),
+        pytest.param("echo done > notes.txt", "redirection", id="redirect"),
+        pytest.param("date >> log.txt", "redirection", id="append"),
+        pytest.param("git commit -am wip", "git write", id="git-commit"),
+        pytest.param("mv a.py b.py", "mv", id="mv"),
+        pytest.param("cp a.py b.py", "cp", id="cp"),
+        pytest.param("cat a | tee b", "tee", id="tee"),
+        pytest.param("pip install requests", "package install", id="pip-install"),
+        pytest.param("find . -name '*.pyc' -delete", "rm", id="find-delete"),
+    ],
+)
+def test_a_shell_command_that_writes_fails_read_only_compliance(command: str, write: str) -> None:
+    result = checks(entries=[*MEMORY_FIRST, bash(command)])["S-06"]
+    assert not result.passed
+    assert result.evidence == (f"1 mutation call: tool.Bash ({write})",)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "grep -rn 'rm -rf' src 2>&1 | head",
+        "cat src/app.py",
+        "git log --oneline -5",
+        "git diff HEAD~1",
+        "ls 2>/dev/null",
+        "sed -n 1,20p src/app.py",
+        'echo "a > b"',
+        "python -c 'print(1 > 2)'",
+    ],
+)
+def test_a_shell_command_that_only_reads_stays_read_only(command: str) -> None:
+    assert checks(entries=[*MEMORY_FIRST, bash(command)])["S-06"].passed
+
+
+def test_the_shell_write_list_is_extendable() -> None:
+    from pytest_cleo_grade.rubrics.comparison.structural import SHELL_WRITES
+
+    config = StructuralConfig(shell_writes=(*SHELL_WRITES, ("deploy", r"\bmake\s+deploy\b")))
+    entries = [*MEMORY_FIRST, bash("make deploy")]
+    assert checks(entries=entries)["S-06"].passed
+    result = checks(entries=entries, config=config)["S-06"]
+    assert result.evidence == ("1 mutation call: tool.Bash (deploy)",)
+    with pytest.raises(ValueError, match="shell_writes: 'bad': invalid pattern"):
+        StructuralConfig(shell_writes=(("bad", "("),))

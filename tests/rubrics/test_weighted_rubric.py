@@ -51,10 +51,13 @@ def grade(judge: Any, entries: list[dict[str, Any]] | None = None, **kwargs: Any
     result = rubric.grade(
         ENTRIES if entries is None else entries, session_id="s1", now=NOW, **kwargs
     )
-    # Every judged point is explained: one item per dimension, its score.
-    assert [(p.dimension, p.points) for p in result.points] == [
+    # Every judged point is explained: one item per dimension, its score; the automatic
+    # signals beside them (rule DIMENSION.signal.NAME) carry no points.
+    judged = [p for p in result.points if ".signal." not in p.rule]
+    assert [(p.dimension, p.points) for p in judged] == [
         (name, dimension.score) for name, dimension in result.dimensions.items()
     ]
+    assert all(p.points == 0 for p in result.points if ".signal." in p.rule)
     return result
 
 
@@ -200,6 +203,8 @@ def test_evidence_is_the_judges_observations_then_its_rationale() -> None:
     assert result.dimensions["tool_efficiency"].evidence == [
         "tool_efficiency observed",
         "rationale: tool_efficiency because",
+        # Then the automatic signal beside it (session.list and tasks.find in ENTRIES).
+        "auto-signal: 1 list call, 1 find call",
     ]
 
 

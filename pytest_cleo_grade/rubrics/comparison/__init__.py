@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pytest_cleo_grade.rubrics.comparison.decision import (
     COMPARISON_KEYS,
+    MEANINGFUL_GAP,
     Comparison,
     DecideOn,
+    MetricGap,
     QueryComparison,
     compare_grades,
     compare_records,
@@ -43,16 +45,21 @@ from pytest_cleo_grade.rubrics.comparison.scores import (
 from pytest_cleo_grade.rubrics.comparison.sheets import load_score_sheet, parse_score_sheet
 from pytest_cleo_grade.rubrics.comparison.stats import Interval, RunSummary, Stability, bootstrap
 from pytest_cleo_grade.rubrics.comparison.structural import (
+    SHELL_TOOLS,
+    SHELL_WRITES,
     StructuralCheck,
     StructuralConfig,
     check_structure,
 )
 from pytest_cleo_grade.rubrics.comparison.verdicts import (
+    FOLLOW_UP_QUERIES,
     Decision,
     DecisionKind,
     QueryVerdict,
+    Round,
     Verdict,
     decide,
+    decide_matrix,
     decision_exit_status,
     verdict_for,
 )
@@ -60,8 +67,12 @@ from pytest_cleo_grade.rubrics.comparison.verdicts import (
 __all__ = [
     "COMPARISON_DIMENSIONS",
     "COMPARISON_KEYS",
+    "FOLLOW_UP_QUERIES",
+    "MEANINGFUL_GAP",
     "METRICS",
     "MODES",
+    "SHELL_TOOLS",
+    "SHELL_WRITES",
     "Comparison",
     "ComparisonError",
     "ComparisonRecord",
@@ -71,10 +82,12 @@ __all__ = [
     "DecisionKind",
     "Interval",
     "Judge",
+    "MetricGap",
     "Mode",
     "OperationalMetrics",
     "QueryComparison",
     "QueryVerdict",
+    "Round",
     "RunSummary",
     "Stability",
     "StructuralCheck",
@@ -88,6 +101,7 @@ __all__ = [
     "comparison_grade",
     "comparison_properties",
     "decide",
+    "decide_matrix",
     "decision_exit_status",
     "judge_prompt",
     "load_score_sheet",

@@ -5,12 +5,17 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Sequence
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_cleo_grade.core.models import GradeResult, format_validation_error
-from pytest_cleo_grade.rubrics.comparison.scores import ComparisonError, ComparisonRecord, Mode
+from pytest_cleo_grade.rubrics.comparison.scores import (
+    METRIC_IDS,
+    ComparisonError,
+    ComparisonRecord,
+    Mode,
+)
 from pytest_cleo_grade.rubrics.comparison.stats import (
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
@@ -30,9 +35,11 @@ from pytest_cleo_grade.rubrics.comparison.verdicts import (
 
 __all__ = [
     "COMPARISON_KEYS",
+    "MEANINGFUL_GAP",
     "BadComparisonGrade",
     "Comparison",
     "DecideOn",
+    "MetricGap",
     "QueryComparison",
     "compare_grades",
     "compare_records",
@@ -42,7 +49,34 @@ __all__ = [
 DecideOn = Literal["mean", "worst"]
 
 #: Extra keys a comparison grade carries in GRADES.jsonl (besides rubric = "comparison").
-COMPARISON_KEYS = ("variant", "query", "mode", "substantive", "structural", "operational")
+COMPARISON_KEYS = (
+    "variant",
+    "query",
+    "mode",
+    "substantive",
+    "structural",
+    "operational",
+    "round",
+)
+
+
+#: The Scoring Rubric's non-determinism mitigation: "Require 2+ point differences for
+#: 'meaningful' gaps".
+MEANINGFUL_GAP: Final = Fraction(2)
+
+
+class MetricGap(BaseModel):
+    """One substantive metric of one query: both variants' mean scores and their gap."""
+
+    model_config = ConfigDict(frozen=True)
+
+    metric: str = Field(description="Q-01..Q-06.")
+    baseline: Fraction = Field(description="The baseline's mean score of the metric (exact).")
+    candidate: Fraction = Field(description="The candidate's mean score of the metric (exact).")
+
+    @property
+    def difference(self) -> Fraction:
+        return self.candidate - self.baseline
 
 
 class QueryComparison(BaseModel):
@@ -55,6 +89,9 @@ class QueryComparison(BaseModel):
     candidate: RunSummary
     stability: Stability | None = Field(
         description="Null unless both variants have 2+ runs (single runs are directional)."
+    )
+    metrics: tuple[MetricGap, ...] = Field(
+        (), description="Per-metric mean scores of both variants, Q-01..Q-06."
     )
 
 
@@ -74,6 +111,24 @@ class Comparison(BaseModel):
         None,
         description="The decision with every unstable verdict at its worst; null when none is.",
     )
+    meaningful_gap: Fraction | None = Field(
+        None,
+        description="With a value, per-metric differences under it are marked not meaningful "
+        "in the report (the rubric's 2+ points); the decision does not change.",
+    )
+
+    def meaningful(self, gap: MetricGap) -> bool:
+        """Whether a per-metric difference is a meaningful gap (|difference| >= the option)."""
+        return self.meaningful_gap is not None and abs(gap.difference) >= self.meaningful_gap
+
+    def meaningful_gaps(self) -> list[tuple[str, MetricGap]]:
+        """(query, gap) of every meaningful per-metric gap, in query then metric order."""
+        return [
+            (item.verdict.query, gap)
+            for item in self.queries
+            for gap in item.metrics
+            if self.meaningful(gap)
+        ]
 
     @property
     def unstable(self) -> list[str]:
@@ -105,9 +160,20 @@ class Comparison(BaseModel):
                 "candidate": runs(item.candidate),
                 "difference": number(verdict.difference),
                 "verdict": verdict.label,
+                "round": "follow-up" if verdict.follow_up else "original",
                 "unstable": verdict.unstable,
                 "interval": None,
             }
+            if self.meaningful_gap is not None:
+                entry["metrics"] = {
+                    gap.metric: {
+                        "baseline": number(gap.baseline),
+                        "candidate": number(gap.candidate),
+                        "difference": number(gap.difference),
+                        "meaningful": self.meaningful(gap),
+                    }
+                    for gap in item.metrics
+                }
             if item.stability is not None:
                 interval = item.stability.difference
                 entry["interval"] = {
@@ -131,8 +197,15 @@ class Comparison(BaseModel):
                 "rule": self.decision.rule,
                 "reason": self.decision.reason,
                 "action": self.decision.action,
+                "round": self.decision.round,
+                "final": self.decision.kind != "CONDITIONAL",
             },
             "unstable": self.unstable,
+            **(
+                {"meaningfulGap": number(self.meaningful_gap)}
+                if self.meaningful_gap is not None
+                else {}
+            ),
             "decideOn": self.decide_on,
             "worstCase": None
             if self.worst_case is None
@@ -141,6 +214,7 @@ class Comparison(BaseModel):
                 "kind": self.worst_case.kind,
                 "rule": self.worst_case.rule,
                 "reason": self.worst_case.reason,
+                "round": self.worst_case.round,
             },
         }
 
@@ -217,6 +291,7 @@ def compare_records(
     resamples: int = DEFAULT_RESAMPLES,
     level: Fraction = DEFAULT_LEVEL,
     decide_on: DecideOn = "mean",
+    meaningful_gap: Fraction | int | None = None,
 ) -> Comparison:
     """Compare ``candidate`` with ``baseline`` over the queries both were scored on.
 
@@ -229,7 +304,13 @@ def compare_records(
     ``decide_on="worst"`` makes the decision treat each unstable verdict as the worst verdict
     within its intervals (the conservative gate); the default decides on the means and
     reports that worst case beside it.
+
+    ``meaningful_gap`` (the rubric's 2 points: :data:`MEANINGFUL_GAP`) marks per-metric
+    differences smaller than it as not meaningful in the report; verdicts and the decision
+    stay on the averages, as the rubric's verdict scale says.
     """
+    if meaningful_gap is not None and Fraction(meaningful_gap) <= 0:
+        raise ComparisonError(f"meaningful_gap must be positive, not {meaningful_gap}")
     if baseline == candidate:
         raise ComparisonError(f"baseline and candidate are the same variant ({baseline!r})")
     known = sorted({record.variant for record in records})
@@ -241,6 +322,7 @@ def compare_records(
             )
     runs: dict[str, dict[str, list[ComparisonRecord]]] = {}
     modes: dict[str, Mode] = {}
+    rounds: dict[str, str] = {}
     for record in records:
         if record.variant not in (baseline, candidate):
             continue
@@ -248,6 +330,13 @@ def compare_records(
         if mode != record.mode:
             raise ComparisonError(
                 f"query {record.query!r} is scored in both {mode} and {record.mode} mode"
+                + (f" ({record.source})" if record.source else "")
+            )
+        # A query belongs to one round: counted in both, it would settle its own CONDITIONAL.
+        round_ = rounds.setdefault(record.query, record.round)
+        if round_ != record.round:
+            raise ComparisonError(
+                f"query {record.query!r} is in both the {round_} and the {record.round} round"
                 + (f" ({record.source})" if record.source else "")
             )
         runs.setdefault(record.query, {baseline: [], candidate: []})[record.variant].append(record)
@@ -274,9 +363,16 @@ def compare_records(
             candidate_average=cand.mean,
             verdict=point,
             unstable=stable is not None and stable.unstable,
+            follow_up=rounds[query] == "follow-up",
         )
         queries.append(
-            QueryComparison(verdict=verdict, baseline=base, candidate=cand, stability=stable)
+            QueryComparison(
+                verdict=verdict,
+                baseline=base,
+                candidate=cand,
+                stability=stable,
+                metrics=_metric_gaps(by_variant[baseline], by_variant[candidate]),
+            )
         )
     by_mean = decide([q.verdict for q in queries])
     worst_case = None
@@ -289,6 +385,19 @@ def compare_records(
         decision=worst_case if decide_on == "worst" and worst_case is not None else by_mean,
         decide_on=decide_on,
         worst_case=worst_case,
+        meaningful_gap=None if meaningful_gap is None else Fraction(meaningful_gap),
+    )
+
+
+def _metric_gaps(
+    baseline: Sequence[ComparisonRecord], candidate: Sequence[ComparisonRecord]
+) -> tuple[MetricGap, ...]:
+    def mean(side: Sequence[ComparisonRecord], metric: str) -> Fraction:
+        return Fraction(sum(r.substantive.as_dict()[metric] for r in side), len(side))
+
+    return tuple(
+        MetricGap(metric=metric, baseline=mean(baseline, metric), candidate=mean(candidate, metric))
+        for metric in METRIC_IDS
     )
 
 
@@ -307,6 +416,7 @@ def compare_grades(
     resamples: int = DEFAULT_RESAMPLES,
     level: Fraction = DEFAULT_LEVEL,
     decide_on: DecideOn = "mean",
+    meaningful_gap: Fraction | int | None = None,
 ) -> Comparison:
     """:func:`compare_records` over the comparison grades of a history (``read_grades``)."""
     return compare_records(
@@ -317,4 +427,5 @@ def compare_grades(
         resamples=resamples,
         level=level,
         decide_on=decide_on,
+        meaningful_gap=meaningful_gap,
     )

@@ -10,6 +10,7 @@ from typing import Any
 from pytest_cleo_grade.core._text import markdown_cell, terminal_text
 from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.rubrics.comparison.decision import Comparison, QueryComparison
+from pytest_cleo_grade.rubrics.comparison.scores import METRICS
 
 __all__ = ["comparison_properties", "format_average", "render_markdown", "render_text"]
 
@@ -29,7 +30,10 @@ def _runs(item: QueryComparison) -> bool:
 
 def _rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     repeated = any(_runs(item) for item in comparison.queries)
+    follow_up = any(item.verdict.follow_up for item in comparison.queries)
     header = ["Query", "Mode", comparison.baseline, comparison.candidate, "Diff", "Verdict"]
+    if follow_up:
+        header.append("Round")
     if repeated:
         header += ["Runs", "95% CI of diff", "Stable"]
     rows = []
@@ -43,6 +47,8 @@ def _rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
             format_average(verdict.difference, signed=True),
             verdict.label,
         ]
+        if follow_up:
+            row.append("follow-up" if verdict.follow_up else "original")
         if repeated:
             row.append(f"{item.baseline.runs}/{item.candidate.runs}")
             if item.stability is None:
@@ -77,8 +83,72 @@ def render_text(comparison: Comparison) -> str:
         f"Reason:   {terminal_text(decision.reason)}",
         f"Action:   {decision.action}",
     ]
+    rests = _rests_on(comparison)
+    if rests:
+        lines.append(f"Round:    {terminal_text(rests)}")
     lines += _worst_case(comparison)
+    gaps = _gap_rows(comparison)
+    if gaps is not None:
+        header, rows = gaps
+        header = [terminal_text(cell) for cell in header]
+        rows = [[terminal_text(cell) for cell in row] for row in rows]
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+        lines += ["", _gap_title(comparison), ""]
+        for row in (header, *rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines += ["", terminal_text(_gap_summary(comparison))]
     return "\n".join(lines)
+
+
+def _gap_title(comparison: Comparison) -> str:
+    assert comparison.meaningful_gap is not None
+    gap = format_average(comparison.meaningful_gap)
+    return (
+        f"Per-metric differences (candidate - baseline); under {gap} points is not meaningful, "
+        "shown in parentheses:"
+    )
+
+
+def _gap_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]] | None:
+    """The per-metric differences, those under the meaningful gap in parentheses; None
+    without the option."""
+    if comparison.meaningful_gap is None:
+        return None
+    header = ["Query", *(metric for metric, _ in METRICS)]
+    rows = []
+    for item in comparison.queries:
+        row = [item.verdict.query]
+        for gap in item.metrics:
+            text = format_average(gap.difference, signed=True)
+            row.append(text if comparison.meaningful(gap) else f"({text})")
+        rows.append(row)
+    return header, rows
+
+
+def _gap_summary(comparison: Comparison) -> str:
+    found = comparison.meaningful_gaps()
+    if not found:
+        return "Meaningful gaps: none"
+    listed = ", ".join(
+        f"{query} {gap.metric} {format_average(gap.difference, signed=True)}"
+        for query, gap in found
+    )
+    return f"Meaningful gaps: {listed}"
+
+
+def _rests_on(comparison: Comparison) -> str | None:
+    """Which round the decision rests on, said only when there is a follow-up round."""
+    follow_up = [q.verdict.query for q in comparison.queries if q.verdict.follow_up]
+    if not follow_up:
+        return None
+    decision = comparison.decision
+    where = {
+        "follow-up": "the decision rests on the follow-up round",
+        "original + follow-up": "the decision rests on the original and the follow-up round",
+        "original": "the decision rests on the original round",
+    }[decision.round]
+    state = "final" if decision.kind != "CONDITIONAL" else "not final"
+    return f"{where} ({', '.join(follow_up)}); {state}"
 
 
 def _worst_case(comparison: Comparison) -> list[str]:
@@ -114,9 +184,25 @@ def render_markdown(comparison: Comparison) -> str:
         "",
         f"Action: {decision.action}",
     ]
+    rests = _rests_on(comparison)
+    if rests:
+        lines += ["", f"Round: {markdown_cell(rests)}"]
     notes = _worst_case(comparison)
     if notes:
         lines += ["", "_" + markdown_cell(notes[0].removeprefix("Note:").strip()) + "_"]
+    gaps = _gap_rows(comparison)
+    if gaps is not None:
+        header, rows = gaps
+        lines += [
+            "",
+            markdown_cell(_gap_title(comparison)),
+            "",
+            "| " + " | ".join(markdown_cell(cell) for cell in header) + " |",
+            "|" + "|".join(" --- " for _ in header) + "|",
+            *("| " + " | ".join(markdown_cell(cell) for cell in row) + " |" for row in rows),
+            "",
+            markdown_cell(_gap_summary(comparison)),
+        ]
     return "\n".join(lines) + "\n"
 
 

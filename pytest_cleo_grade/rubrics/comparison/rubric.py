@@ -80,6 +80,7 @@ def comparison_grade(
     note: str | None = None,
     now: datetime | None = None,
     evaluator: Literal["auto", "manual"] = "auto",
+    round: Literal["original", "follow-up"] = "original",
 ) -> GradeResult:
     """Grade one variant's run on one query with the model-comparison rubric's rubric.
 
@@ -87,8 +88,12 @@ def comparison_grade(
     (prompt in, JSON text out). The GradeResult has two dimensions, ``structural`` (checks
     passed of 6) and ``substantive`` (Q total of 30), so its total is out of 36; failed checks
     become flags. The extras ``rubric``, ``variant``, ``query``, ``mode``, ``substantive``,
-    ``structural`` and ``operational`` are what ``cleo-grade compare`` reads back.
+    ``structural`` and ``operational`` are what ``cleo-grade compare`` reads back, and
+    ``round`` = ``"follow-up"`` for one of the additional queries run after a CONDITIONAL
+    decision (absent for the original round).
     """
+    if round not in ("original", "follow-up"):
+        raise ComparisonError(f"round must be 'original' or 'follow-up', not {round!r}")
     if mode not in ("quick", "medium", "thorough"):
         raise ComparisonError(f"mode must be quick, medium or thorough, not {mode!r}")
     # What cleo-grade compare reads back must validate there: refuse here what it would refuse.
@@ -143,6 +148,7 @@ def comparison_grade(
             "substantive": values,
             "structural": {check.id: check.passed for check in checks},
             "operational": operational.as_dict(),
+            **({"round": round} if round == "follow-up" else {}),
             "points": [
                 *(
                     point(
@@ -176,7 +182,8 @@ class ComparisonRubric:
 
     Required keys: ``output`` (the agent's output text), ``mode`` (quick/medium/thorough),
     ``variant`` and ``query``. Optional: ``scores`` (``{"Q-01": 4, ...}``; without them the
-    configured judge is asked), ``latency_seconds``, ``tokens``, ``note``.
+    configured judge is asked), ``latency_seconds``, ``tokens``, ``note``, ``round``
+    (``"follow-up"`` for an additional query after a CONDITIONAL decision).
     """
 
     def __init__(
@@ -262,6 +269,7 @@ class ComparisonRubric:
             tokens=extra.get("tokens"),
             note=extra.get("note"),
             now=now,
+            round=extra.get("round") or "original",
         )
         if context is not None and context.task_id and result.task_id is None:
             result = result.model_copy(update={"task_id": context.task_id})

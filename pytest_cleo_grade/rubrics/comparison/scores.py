@@ -231,6 +231,11 @@ class ComparisonRecord(BaseModel):
     operational: OperationalMetrics = Field(
         default_factory=OperationalMetrics, description="OP-01..OP-05."
     )
+    round: Literal["original", "follow-up"] = Field(
+        "original",
+        description="follow-up: one of the additional queries run after a CONDITIONAL decision "
+        '(the rubric\'s "run 3 additional queries before final decision").',
+    )
     source: str = Field("", description="Where the record came from (file and row, or session).")
     test_id: str = Field(
         "",

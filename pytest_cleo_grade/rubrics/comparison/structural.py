@@ -18,6 +18,8 @@ __all__ = [
     "DISPATCH_LIMITS",
     "FINDING_SECTIONS",
     "SECTIONS",
+    "SHELL_TOOLS",
+    "SHELL_WRITES",
     "TOKEN_BUDGETS",
     "StructuralCheck",
     "StructuralConfig",
@@ -51,6 +53,63 @@ FINDING_SECTIONS: Final = ("Memory", "Codebase", "Patterns")
 TOKEN_BUDGETS: Final[dict[Mode, int]] = {"quick": 500, "medium": 2000, "thorough": 4000}
 #: The model-comparison rubric's dispatch limits per mode.
 DISPATCH_LIMITS: Final[dict[Mode, int]] = {"quick": 0, "medium": 1, "thorough": 2}
+
+#: Tools that run a shell command (Claude Code's Bash, MCP shell servers, agent frameworks'
+#: terminal tools): S-06 reads their command for writes.
+SHELL_TOOLS: Final = frozenset(
+    {
+        "bash",
+        "shell",
+        "sh",
+        "zsh",
+        "run_shell_command",
+        "execute_command",
+        "run_command",
+        "terminal",
+    }
+)
+#: Params keys that hold a shell tool's command.
+SHELL_COMMAND_KEYS: Final = ("command", "cmd", "script", "commands")
+#: What makes a shell command a write (S-06), as (name, regular expression) pairs matched on
+#: the command with its quoted strings blanked (``echo "a > b"`` writes nothing). Extend it
+#: with ``StructuralConfig(shell_writes=(*SHELL_WRITES, ("deploy", r"\bdeploy\b")))``.
+SHELL_WRITES: Final[tuple[tuple[str, str], ...]] = (
+    ("rm", r"\b(?:rm|rmdir|unlink|shred)\b|\s-delete\b"),
+    ("mv", r"\bmv\b"),
+    ("cp", r"\bcp\b"),
+    ("tee", r"\btee\b"),
+    ("touch/mkdir", r"\b(?:touch|mkdir|ln|truncate)\b"),
+    ("chmod/chown", r"\b(?:chmod|chown|chgrp)\b"),
+    ("dd", r"\bdd\b[^|;&]*\bof="),
+    ("sed -i", r"\bsed\b[^|;&]*\s-[A-Za-z]*i"),
+    ("perl -i", r"\bperl\b[^|;&]*\s-[A-Za-z]*i"),
+    # >, >> or &> to anything but /dev/null (2>&1 and >&2 only join streams)
+    ("redirection", r"(?<![<>=\-])\d?>>?(?![&=>(])\s*(?!/dev/(?:null|stdout|stderr)\b)[^\s&|;]"),
+    (
+        "git write",
+        r"\bgit\s+(?:-C\s+\S+\s+)?(?:commit|push|add|rm|mv|checkout|switch|reset|merge|"
+        r"rebase|apply|am|stash|tag|cherry-pick|revert|restore|clean|init|clone|pull)\b",
+    ),
+    ("patch", r"\bpatch\b"),
+    (
+        "package install",
+        r"\b(?:pip3?|npm|pnpm|yarn|uv|poetry|cargo|gem|apt(?:-get)?|brew)\s+"
+        r"(?:install|uninstall|add|remove)\b",
+    ),
+)
+_QUOTED: Final = re.compile(r"'[^']*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def shell_command(entry: AuditEntry) -> str | None:
+    """The command text of a shell tool call (``params.command`` and the like), if any."""
+    for key in SHELL_COMMAND_KEYS:
+        value = entry.params.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and all(isinstance(part, str) for part in value):
+            return " ; ".join(value)
+    return None
+
 
 # Default memory id: CLEO BRAIN's prefixes (O- observations, D- decisions, P- patterns,
 # L- learnings, CM- imported claude-mem) or MEM-/OBS-, a dash and an id (O-abc, D-42,
@@ -107,12 +166,21 @@ class StructuralConfig:
         {"write", "edit", "multiedit", "notebookedit", "create"}
     )
     mutation_gateways: frozenset[str] = frozenset({"cleo_mutate", "mutate"})
+    #: Tools whose command S-06 reads (see SHELL_TOOLS).
+    shell_tools: frozenset[str] = SHELL_TOOLS
+    #: (name, pattern) pairs that make a shell command a write (see SHELL_WRITES).
+    shell_writes: tuple[tuple[str, str], ...] = SHELL_WRITES
+    _shell_patterns: tuple[tuple[str, re.Pattern[str]], ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
     token_budgets: Mapping[Mode, int] = field(default_factory=lambda: dict(TOKEN_BUDGETS))
     dispatch_limits: Mapping[Mode, int] = field(default_factory=lambda: dict(DISPATCH_LIMITS))
     #: S-02 tolerance: 20 % by the model-comparison rubric.
     size_tolerance: Fraction = Fraction(1, 5)
-    #: "ceiling": only too long fails (a budget is a maximum); "band": too short fails too.
-    size_policy: Literal["ceiling", "band"] = "ceiling"
+    #: "band" (default): budget x (1 - tolerance) to budget x (1 + tolerance), as the rubric's
+    #: "~500 tokens (20 % tolerance)" reads: a budget is a size, so too short fails as too
+    #: long does. "ceiling": only too long fails (a far-under output passes, said in evidence).
+    size_policy: Literal["ceiling", "band"] = "band"
     memory_id_pattern: str = DEFAULT_MEMORY_ID
 
     def __post_init__(self) -> None:
@@ -124,8 +192,16 @@ class StructuralConfig:
             "dispatch_tools",
             "mutation_tools",
             "mutation_gateways",
+            "shell_tools",
         ):
             object.__setattr__(self, name, frozenset(v.lower() for v in getattr(self, name)))
+        compiled = []
+        for label, pattern in self.shell_writes:
+            try:
+                compiled.append((label, re.compile(pattern)))
+            except re.error as exc:
+                raise ValueError(f"shell_writes: {label!r}: invalid pattern: {exc}") from exc
+        object.__setattr__(self, "_shell_patterns", tuple(compiled))
 
     def names(self, entry: AuditEntry) -> set[str]:
         operation = entry.operation.lower()
@@ -145,7 +221,24 @@ class StructuralConfig:
 
     def is_mutation(self, entry: AuditEntry) -> bool:
         gateway = (entry.metadata.gateway or "").lower()
-        return gateway in self.mutation_gateways or bool(self.names(entry) & self.mutation_tools)
+        return (
+            gateway in self.mutation_gateways
+            or bool(self.names(entry) & self.mutation_tools)
+            or self.shell_write(entry) is not None
+        )
+
+    def shell_write(self, entry: AuditEntry) -> str | None:
+        """The name of the first write a shell tool call's command makes (``rm``, ``sed -i``,
+        ``redirection``...), or None: not a shell call, or one that only reads."""
+        if not self.names(entry) & self.shell_tools:
+            return None
+        command = shell_command(entry)
+        if command is None:
+            return None
+        bare = _QUOTED.sub("''", command)
+        return next(
+            (label for label, pattern in self._shell_patterns if pattern.search(bare)), None
+        )
 
 
 def estimate_tokens(text: str) -> Fraction:
@@ -281,15 +374,24 @@ def check_structure(
     tokens = estimate_tokens(output_text)
     budget = cfg.token_budgets[mode]
     upper = budget * (1 + cfg.size_tolerance)
-    lower = budget * (1 - cfg.size_tolerance) if cfg.size_policy == "band" else Fraction(0)
+    floor = budget * (1 - cfg.size_tolerance)
+    lower = floor if cfg.size_policy == "band" else Fraction(0)
     size_ok = lower <= tokens <= upper
     allowed = f"<= {float(upper):g}" if not lower else f"{float(lower):g}-{float(upper):g}"
-    s02 = check(
-        "S-02",
-        size_ok,
+    size_evidence = [
         f"~{float(tokens):g} tokens = {len(output_text)} characters / 4; {mode} budget "
-        f"{budget}, allowed {allowed}",
-    )
+        f"{budget}, allowed {allowed}"
+    ]
+    if tokens < floor:
+        # Far under the level's size: a "thorough" report of 60 tokens did not do the work.
+        # Under a ceiling it passes, but the reader is still told.
+        size_evidence.append(
+            f"far under the {mode} budget (below {float(floor):g} tokens)"
+            + ("; passes only because size_policy is 'ceiling'" if not lower else "")
+        )
+    elif tokens > upper:
+        size_evidence.append(f"over the {mode} budget (above {float(upper):g} tokens)")
+    s02 = check("S-02", size_ok, *size_evidence)
 
     memory_id = re.compile(cfg.memory_id_pattern)
     items = [
@@ -341,15 +443,16 @@ def check_structure(
     )
 
     mutations = [entry for entry in entries if cfg.is_mutation(entry)]
+
+    def named(entry: AuditEntry) -> str:
+        write = cfg.shell_write(entry)
+        return f"{entry.domain}.{entry.operation}" + (f" ({write})" if write else "")
+
     s06 = check(
         "S-06",
         not mutations,
         f"{len(mutations)} mutation call{'' if len(mutations) == 1 else 's'}"
-        + (
-            ": " + ", ".join(f"{e.domain}.{e.operation}" for e in mutations[:5])
-            if mutations
-            else ""
-        ),
+        + (": " + ", ".join(named(e) for e in mutations[:5]) if mutations else ""),
     )
     return (s01, s02, s03, s04, s05, s06)
 

@@ -12,14 +12,17 @@ from pytest_cleo_grade.rubrics.comparison.scores import ComparisonError, Mode
 
 __all__ = [
     "DECISION_LABELS",
+    "FOLLOW_UP_QUERIES",
     "OK_VERDICTS",
     "VERDICT_LABELS",
     "VERDICT_ORDER",
     "Decision",
     "DecisionKind",
     "QueryVerdict",
+    "Round",
     "Verdict",
     "decide",
+    "decide_matrix",
     "decision_exit_status",
     "verdict_for",
     "verdict_from_difference",
@@ -27,6 +30,12 @@ __all__ = [
 
 Verdict = Literal["equivalent", "acceptable", "degraded", "superior"]
 DecisionKind = Literal["GO", "GO_MONITOR", "CONDITIONAL", "NO_GO"]
+#: Which queries a decision rests on: the original round only, both rounds, or the follow-up
+#: round (the additional queries that settle a CONDITIONAL).
+Round = Literal["original", "original + follow-up", "follow-up"]
+
+#: "If CONDITIONAL, run 3 additional queries before final decision."
+FOLLOW_UP_QUERIES: Final = 3
 
 VERDICT_LABELS: Final[dict[Verdict, str]] = {
     "equivalent": "Equivalent",
@@ -108,6 +117,9 @@ class QueryVerdict(BaseModel):
     unstable: bool = Field(
         False, description="Repeated runs: the interval of the difference crosses a threshold."
     )
+    follow_up: bool = Field(
+        False, description="One of the additional queries run after a CONDITIONAL decision."
+    )
 
     @property
     def difference(self) -> Fraction:
@@ -124,9 +136,14 @@ class Decision(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     kind: DecisionKind = Field(description="GO, GO_MONITOR, CONDITIONAL or NO_GO.")
-    rule: str = Field(description="The matrix row that decided (M1..M7, see docs).")
+    rule: str = Field(
+        description="The matrix row that decided (M1..M7), or the follow-up rule (F1, F2)."
+    )
     reason: str = Field(description="Why, in one sentence.")
     action: str = Field(description="The model-comparison rubric's action for the decision.")
+    round: Round = Field(
+        "original", description="Which queries the decision rests on (see docs: follow-up)."
+    )
 
     @property
     def label(self) -> str:
@@ -144,6 +161,68 @@ def _names(verdicts: Sequence[QueryVerdict]) -> str:
 
 
 def decide(verdicts: Sequence[QueryVerdict]) -> Decision:
+    """The go/no-go decision: the matrix (:func:`decide_matrix`) over the queries, and, when
+    some are follow-up queries (``follow_up``), the final decision over both rounds.
+
+    Without follow-up queries this is the matrix over the original round: a CONDITIONAL asks
+    for 3 additional queries. With them (the rubric's "If CONDITIONAL, run 3 additional
+    queries before final decision"), the matrix decides over original + follow-up queries:
+
+    - NO-GO, GO or GO with monitoring over both rounds stands (``round`` "original +
+      follow-up").
+    - CONDITIONAL again, with fewer than 3 follow-up queries: still CONDITIONAL, asking for the
+      rest (no final decision on part of the round).
+    - CONDITIONAL again, with 3 or more follow-up queries, is settled by the follow-up round
+      (``round`` "follow-up"): F1 no follow-up query Degraded -> GO with monitoring (the
+      original Degraded queries were not confirmed, and stay noted); F2 any follow-up query
+      Degraded -> NO-GO (the degradation repeats: the conservative tie-break).
+    """
+    if not verdicts:
+        raise ComparisonError("no queries to decide on")
+    follow_up = [v for v in verdicts if v.follow_up]
+    matrix = decide_matrix(verdicts)
+    if not follow_up:
+        return matrix
+    original = len(verdicts) - len(follow_up)
+    rounds = f"{original} original + {len(follow_up)} follow-up queries"
+    if matrix.kind != "CONDITIONAL":
+        return matrix.model_copy(
+            update={"round": "original + follow-up", "reason": f"{rounds}: {matrix.reason}"}
+        )
+    if len(follow_up) < FOLLOW_UP_QUERIES:
+        missing = FOLLOW_UP_QUERIES - len(follow_up)
+        return matrix.model_copy(
+            update={
+                "round": "original + follow-up",
+                "reason": f"{rounds}: {matrix.reason}",
+                "action": "Keep the candidate but evaluate hybrid routing (option C); run "
+                f"{missing} more follow-up quer{'y' if missing == 1 else 'ies'} before the "
+                "final decision.",
+            }
+        )
+    degraded = [v for v in follow_up if v.verdict == "degraded"]
+    unstable = [v for v in verdicts if v.unstable]
+    tail = f"; unstable over repeated runs: {_names(unstable)}" if unstable else ""
+    if degraded:
+        return Decision(
+            kind="NO_GO",
+            rule="F2",
+            reason=f"{rounds}: CONDITIONAL over both rounds ({matrix.reason}); the follow-up "
+            f"round has {len(degraded)} Degraded: {_names(degraded)}{tail}",
+            action=_ACTIONS["NO_GO"],
+            round="follow-up",
+        )
+    return Decision(
+        kind="GO_MONITOR",
+        rule="F1",
+        reason=f"{rounds}: CONDITIONAL over both rounds ({matrix.reason}); the follow-up "
+        f"round has no Degraded query{tail}",
+        action=_ACTIONS["GO_MONITOR"],
+        round="follow-up",
+    )
+
+
+def decide_matrix(verdicts: Sequence[QueryVerdict]) -> Decision:
     """The comparison rubric's go/no-go matrix over any number of queries; first matching row wins.
 
     M1 any Degraded in quick mode -> NO-GO. M2 two or more Degraded in medium mode -> NO-GO.

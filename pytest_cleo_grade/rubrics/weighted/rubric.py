@@ -53,6 +53,15 @@ from pytest_cleo_grade.judges.protocol import (
 from pytest_cleo_grade.rubrics._points import point
 from pytest_cleo_grade.rubrics.cleo import EMPTY_SESSION_FLAG
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
+from pytest_cleo_grade.rubrics.weighted._signals import (
+    SIGNALS_KEY,
+    AutoSignals,
+    auto_signals,
+    contradictions,
+    facts_block,
+    signal_evidence,
+    signal_points,
+)
 from pytest_cleo_grade.rubrics.weighted.spec import (
     DEFAULT_SPEC,
     WEIGHTED_RUBRIC,
@@ -198,6 +207,7 @@ def build_prompt(
     log_lines: Sequence[str],
     total_entries: int,
     chunk: tuple[int, int] = (1, 1),
+    facts: Sequence[str] = (),
 ) -> str:
     """The judge's prompt: the task, the log (or one chunk of it), the dimensions, the format."""
     number, count = chunk
@@ -229,6 +239,7 @@ def build_prompt(
         *log_lines,
         LOG_FENCE_CLOSE,
         "",
+        *([*facts, ""] if facts else []),
         "Dimensions:",
     ]
     for index, dimension in enumerate(spec.dimensions, start=1):
@@ -528,7 +539,7 @@ class WeightedJudgeRubric:
                 [EMPTY_SESSION_FLAG],
                 0,
                 usage,
-                {},
+                {SIGNALS_KEY: AutoSignals().counts()},
             )
         budget = self.spec.budget
         lines = [
@@ -536,8 +547,10 @@ class WeightedJudgeRubric:
             # Numbered from #0, as `cleo-grade show`, the points and the report number them.
             for position, entry in enumerate(mine)
         ]
-        prompts = self._prompts(session_id, context.task, lines)
-        keys = self._key_texts(mine, context, prompts)
+        signals = auto_signals(mine)
+        facts = facts_block(signals)
+        prompts = self._prompts(session_id, context.task, lines, facts)
+        keys = self._key_texts(mine, context, prompts, facts)
         judge = self.judge if self.judge is not None else self._connected_judge()
         per_chunk = [
             self._judge_chunk(judge, prompt, session_id, (i, len(prompts)), usage, keys[i - 1])
@@ -556,7 +569,11 @@ class WeightedJudgeRubric:
             dimensions[dimension.name] = DimensionScore(
                 score=hundredths_half_up(share * 100), max=_max_points(dimension), evidence=evidence
             )
+        judged = {d.name: normalise(d, verdicts[d.name].value) for d in self.spec.dimensions}
+        for name, dimension_score in dimensions.items():
+            dimension_score.evidence.extend(signal_evidence(signals, name))
         extra: dict[str, Any] = {
+            SIGNALS_KEY: signals.counts(),
             "judgeScores": {name: v.raw for name, v in verdicts.items()},
             # Each dimension's shape travels with the grade, so an export (Langfuse's score
             # configs) knows a file's categories and ranges without the file.
@@ -566,22 +583,35 @@ class WeightedJudgeRubric:
             extra["chunkScores"] = [
                 {name: v.raw for name, v in chunk.items()} for chunk in per_chunk
             ]
-        return self._result(
+        result = self._result(
             session_id,
             context,
             timestamp,
             dimensions,
             sum(shares, Fraction(0)),
-            [],
+            contradictions(signals, judged),
             len(mine),
             usage,
             extra,
         )
+        # The signals beside the judge's points: zero points each, naming the calls.
+        explained = [
+            *(result.model_extra or {}).get("points", []),
+            *signal_points(signals, list(dimensions)),
+        ]
+        return result.model_copy(update={"points": explained})
 
-    def _prompts(self, session_id: str, task: str | None, lines: list[str]) -> list[str]:
+    def _prompts(
+        self, session_id: str, task: str | None, lines: list[str], facts: Sequence[str] = ()
+    ) -> list[str]:
         budget = self.spec.budget
         whole = build_prompt(
-            self.spec, session_id=session_id, task=task, log_lines=lines, total_entries=len(lines)
+            self.spec,
+            session_id=session_id,
+            task=task,
+            log_lines=lines,
+            total_entries=len(lines),
+            facts=facts,
         )
         if estimate_tokens(whole, budget.chars_per_token) <= budget.max_prompt_tokens:
             return [whole]
@@ -596,12 +626,17 @@ class WeightedJudgeRubric:
                 log_lines=chunk,
                 total_entries=len(lines),
                 chunk=(i, len(chunks)),
+                facts=facts,
             )
             for i, chunk in enumerate(chunks, start=1)
         ]
 
     def _key_texts(
-        self, entries: list[AuditEntry], context: GradeContext, prompts: list[str]
+        self,
+        entries: list[AuditEntry],
+        context: GradeContext,
+        prompts: list[str],
+        facts: Sequence[str] = (),
     ) -> list[str]:
         """What the cache key hashes for each prompt: the same prompt built from a normalised
         session (no session id, times relative to the first call), so an unchanged agent
@@ -620,7 +655,7 @@ class WeightedJudgeRubric:
             )
             for position, entry in enumerate(entries)
         ]
-        texts = self._prompts("-", context.task, normalised)
+        texts = self._prompts("-", context.task, normalised, facts)
         if len(texts) != len(prompts):
             texts = prompts  # chunked differently: key on the real prompts, never mismatch
         scope = context.extra.get("cacheScope")
