@@ -47,11 +47,13 @@ __all__ = [
     "active_session",
     "audited",
     "exit_code_for",
+    "held_by",
     "hold_in_process",
     "make_entry",
     "record",
     "record_entry",
     "refuse",
+    "store_for",
 ]
 
 ENV_GRADE: Final = "CLEO_SESSION_GRADE"
@@ -292,6 +294,16 @@ def hold_in_process(session_id: str, holder: Holder | None) -> None:
 def _holder(session_id: str) -> Holder | None:
     held = _holders.get(session_id)
     return held[1] if held is not None and held[0] == os.getpid() else None
+
+
+def held_by(session_id: str) -> Holder | None:
+    """What holds ``session_id`` in this process (its GradeSession), or None."""
+    return _holder(session_id)
+
+
+def store_for(path: Path) -> AuditStore:
+    """This process's open store at ``path`` (opened, or reopened, as needed)."""
+    return _store_for(path)
 
 
 def refuse(reason: str) -> None:

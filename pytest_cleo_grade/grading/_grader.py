@@ -175,7 +175,7 @@ def _grade_comparison(
         session.entries,
         session_id=session.id,
         now=now,
-        context=GradeContext(task=plan.task, extra=extra),
+        context=GradeContext(task=plan.task, extra=extra, conversation=session.conversation),
         config=dataclasses.replace(plan.config, judge=judge),
         manager=manager,
     )
@@ -204,7 +204,9 @@ class TestGrader:
             session_id=session.id,
             now=now,
             config=plan.config,
-            context=GradeContext(task=plan.task, extra=plan.context_extra()),
+            context=GradeContext(
+                task=plan.task, extra=plan.context_extra(), conversation=session.conversation
+            ),
             manager=self.manager,
         )
 

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from pytest_cleo_grade.capture import _faults as faults
 from pytest_cleo_grade.capture._faults import Fault
-from pytest_cleo_grade.capture._ingest import load_file
+from pytest_cleo_grade.capture._ingest import load_conversation, load_file
 from pytest_cleo_grade.capture.audit import (
     ENV_AUDIT_DB,
     ENV_GRADE,
@@ -31,6 +31,14 @@ from pytest_cleo_grade.capture.audit import (
     AuditedDispatcher,
     hold_in_process,
     make_entry,
+)
+from pytest_cleo_grade.core._conversation import (
+    MAX_ITEMS,
+    Conversation,
+    Message,
+    ModelCall,
+    merge,
+    new_call_id,
 )
 from pytest_cleo_grade.core.errors import CleoGradeError, EntryError, StoreError
 from pytest_cleo_grade.core.models import AuditEntry, GradeResult, coerce_entries, order_entries
@@ -78,6 +86,15 @@ def new_session_id() -> str:
             suffix = secrets.token_hex(3)
         taken.add(suffix)
     return f"session-{millis}-{suffix}"
+
+
+def _first_problem(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "value"
+        return f"{field}: {str(first['msg']).removeprefix('Value error, ')}"
+    return str(exc)
 
 
 class SessionSettings(BaseModel):
@@ -170,6 +187,14 @@ class GradeSession:
         self.run_facts: Mapping[str, Any] | None = None
         #: The loopback OTLP receiver, started by the first use of ``otlp_endpoint``.
         self._receiver: OtlpReceiver | None = None
+        #: The conversation captured in this process and not yet stored (see flush()):
+        #: messages, model calls, an output an adapter saw, and what the cap left out.
+        self._messages: list[Message] = []
+        self._model_calls: list[ModelCall] = []
+        self._captured_output: str | None = None
+        self._dropped = 0
+        #: Whether the output (set_output's or an adapter's) is stored as it is now.
+        self._output_stored: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -197,6 +222,7 @@ class GradeSession:
         All or none: on StoreError the entries stay held (and graded); returns how many
         were written.
         """
+        self._flush_conversation()
         if not self._held:
             return 0
         try:
@@ -206,6 +232,23 @@ class GradeSession:
         self._held.clear()
         self._flushed = True
         return written
+
+    def _flush_conversation(self) -> None:
+        """Write the conversation held in this process (one transaction; kept on failure)."""
+        output = self.output if self.output is not None else self._captured_output
+        pending_output = output if output != self._output_stored else None
+        if not (self._messages or self._model_calls or self._dropped or pending_output):
+            return
+        part = Conversation(
+            messages=self._messages,
+            model_calls=self._model_calls,
+            output=pending_output,
+            dropped=self._dropped,
+        )
+        self.store.append_conversation(self.id, part)
+        self._messages, self._model_calls, self._dropped = [], [], 0
+        self._output_stored = output
+        self._flushed = True
 
     def _flush_each(self) -> int:
         """After the store refused an entry of the batch (text that is not Unicode, say):
@@ -301,7 +344,9 @@ class GradeSession:
         if self._receiver is None:
             from pytest_cleo_grade.capture.otlp import OtlpReceiver
 
-            self._receiver = OtlpReceiver(self.id, self.ingest).start()
+            receiver = OtlpReceiver(self.id, self.ingest)
+            receiver.conversation_sink = self.hold_conversation
+            self._receiver = receiver.start()
         return self._receiver.endpoint
 
     def subprocess_env(self, *, otlp: bool = False) -> dict[str, str]:
@@ -378,6 +423,112 @@ class GradeSession:
         """Take an entry :func:`~pytest_cleo_grade.capture.audit.record` made in this process."""
         self._held.append(entry)
 
+    # -- the conversation ------------------------------------------------------------------
+
+    def add_message(
+        self,
+        role: str,
+        text: str,
+        *,
+        timestamp: datetime | None = None,
+        model_call: str | None = None,
+    ) -> Message:
+        """Add one message of the conversation: ``role`` is ``user``, ``assistant``,
+        ``system`` or ``tool`` (``human`` and ``ai`` are taken too), ``text`` what was said
+        (cut at 32,000 characters), ``timestamp`` when (default: now), ``model_call`` the id
+        :meth:`add_model_call` returned for the request an assistant message came from.
+
+        The first user message is the goal the weighted judge is told; the messages reach
+        it interleaved with the calls. Raises EntryError for invalid arguments.
+        """
+        if not isinstance(text, str):
+            raise EntryError(f"add_message() takes the text, not {type(text).__name__}")
+        try:
+            message = Message(
+                timestamp=timestamp or datetime.now(UTC),
+                role=role,
+                text=text,
+                model_call=model_call,
+            )
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise EntryError(f"add_message(): {_first_problem(exc)}") from None
+        self.hold_message(message)
+        return message
+
+    def add_model_call(
+        self,
+        model: str | None = None,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cached_tokens: int | None = None,
+        duration: float | None = None,
+        timestamp: datetime | None = None,
+        call_id: str | None = None,
+    ) -> ModelCall:
+        """Add one model request with its token usage; returns it (its ``id`` is what
+        :meth:`add_message`'s ``model_call`` names). Raises EntryError for invalid arguments."""
+        try:
+            call = ModelCall(
+                id=call_id or new_call_id(),
+                timestamp=timestamp or datetime.now(UTC),
+                model=model,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cached_tokens=cached_tokens,
+                duration=duration or 0,
+            )
+        except ValueError as exc:
+            raise EntryError(f"add_model_call(): {_first_problem(exc)}") from None
+        self.hold_model_call(call)
+        return call
+
+    def hold_message(self, message: Message) -> None:
+        """Take a message an adapter captured in this process (the cap applies)."""
+        if len(self._messages) >= MAX_ITEMS:
+            self._dropped += 1
+        else:
+            self._messages.append(message)
+
+    def hold_model_call(self, call: ModelCall) -> None:
+        """Take a model call an adapter captured in this process (the cap applies)."""
+        if len(self._model_calls) >= MAX_ITEMS:
+            self._dropped += 1
+        else:
+            self._model_calls.append(call)
+
+    def hold_output(self, text: str) -> None:
+        """Take the final output an adapter saw (:meth:`set_output`'s text wins over it)."""
+        self._captured_output = text
+
+    def hold_conversation(self, conversation: Conversation) -> None:
+        """Take a whole conversation (an ingested transcript's, an OTLP export's)."""
+        for message in conversation.messages:
+            self.hold_message(message)
+        for call in conversation.model_calls:
+            self.hold_model_call(call)
+        self._dropped += conversation.dropped
+        if conversation.output is not None:
+            self.hold_output(conversation.output)
+
+    @property
+    def conversation(self) -> Conversation:
+        """The session's conversation: what this process holds and what other processes
+        (a child, an OTLP export) stored, in time order, with the final output."""
+        stored = Conversation()
+        if self._flushed or (
+            self._store is not None and self._store.data_version() != self._version
+        ):
+            stored = self.store.session_conversation(self.id)
+        output = self.output if self.output is not None else self._captured_output
+        held = Conversation(
+            messages=self._messages,
+            model_calls=self._model_calls,
+            output=output,
+            dropped=self._dropped,
+        )
+        return merge([stored, held])
+
     def refuse(self, reason: str) -> None:
         """Note a call that could not be recorded (the test then cannot be graded)."""
         self.refused.append(reason)
@@ -436,9 +587,11 @@ class GradeSession:
         graded (as for a refused :meth:`record`), even if the error was caught. Returns the
         number of entries added (held like recorded ones until :meth:`flush`).
         """
+        conversation = None
         try:
             if isinstance(source, str | os.PathLike):
                 entries = load_file(source, format, session_id)
+                conversation = load_conversation(source, format)
             else:
                 entries = coerce_entries(source)
         except CleoGradeError as exc:
@@ -446,6 +599,8 @@ class GradeSession:
             raise
         mine = [e.model_copy(update={"session_id": self.id}) for e in entries]
         self._held.extend(mine)
+        if conversation is not None:
+            self.hold_conversation(conversation)
         return len(mine)
 
     # -- grading -------------------------------------------------------------------------
