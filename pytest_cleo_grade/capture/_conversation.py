@@ -29,12 +29,17 @@ __all__ = [
     "model_call",
     "record_conversation",
     "text_of",
+    "warn_not_recorded",
 ]
 
 
-def _warn(what: str, exc: Exception) -> None:
+def warn_not_recorded(what: str, exc: Exception) -> None:
+    """Warn (never raise into the code under test) that ``what`` was not recorded."""
     with warnings_shown_not_raised():
         warnings.warn(f"cleo-grade: {what} not recorded: {exc}", CleoGradeWarning, stacklevel=3)
+
+
+_warn = warn_not_recorded
 
 
 def message(

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -86,6 +86,10 @@ def new_session_id() -> str:
             suffix = secrets.token_hex(3)
         taken.add(suffix)
     return f"session-{millis}-{suffix}"
+
+
+#: Within this time, the same message (role and text) seen twice is one message.
+_SAME_MESSAGE_WINDOW = timedelta(seconds=5)
 
 
 def _first_problem(exc: Exception) -> str:
@@ -195,6 +199,9 @@ class GradeSession:
         self._dropped = 0
         #: Whether the output (set_output's or an adapter's) is stored as it is now.
         self._output_stored: str | None = None
+        #: What was held already, to keep a message two adapters saw once (hold_message).
+        self._said: dict[tuple[str, str, str | None], datetime] = {}
+        self._call_ids: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -452,7 +459,7 @@ class GradeSession:
             )
         except ValueError as exc:  # pydantic's ValidationError is one
             raise EntryError(f"add_message(): {_first_problem(exc)}") from None
-        self.hold_message(message)
+        self._keep_message(message)  # said twice on purpose is said twice
         return message
 
     def add_model_call(
@@ -484,14 +491,33 @@ class GradeSession:
         return call
 
     def hold_message(self, message: Message) -> None:
-        """Take a message an adapter captured in this process (the cap applies)."""
+        """Take a message an adapter captured in this process (the cap applies).
+
+        Two adapters may see one message (pydantic-ai's hooks and its spans, LangChain's
+        middleware and its callbacks): the same role and text from the same model call, or
+        within :data:`_SAME_MESSAGE_WINDOW` of each other, is kept once.
+        """
+        key = (message.role, message.text, message.model_call)
+        last = self._said.get(key)
+        if last is not None and (
+            message.model_call is not None or abs(message.timestamp - last) <= _SAME_MESSAGE_WINDOW
+        ):
+            return
+        self._said[key] = message.timestamp
+        self._keep_message(message)
+
+    def _keep_message(self, message: Message) -> None:
         if len(self._messages) >= MAX_ITEMS:
             self._dropped += 1
         else:
             self._messages.append(message)
 
     def hold_model_call(self, call: ModelCall) -> None:
-        """Take a model call an adapter captured in this process (the cap applies)."""
+        """Take a model call an adapter captured in this process (the cap applies; an id
+        already held is not taken again)."""
+        if call.id in self._call_ids:
+            return
+        self._call_ids.add(call.id)
         if len(self._model_calls) >= MAX_ITEMS:
             self._dropped += 1
         else:
