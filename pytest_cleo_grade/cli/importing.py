@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import CommandError, add_db_option, db_path, session_id_arg
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._text import terminal_text
 from pytest_cleo_grade.core.models import AuditEntry
 from pytest_cleo_grade.store import AuditStore
@@ -69,9 +70,13 @@ def run_import(args: argparse.Namespace) -> int:
     if args.format == "otlp":
         return _import_otlp(source, target, args.session_id)
     if args.format == "claude-code":
-        from pytest_cleo_grade.capture.claude_code import load_transcript
+        from pytest_cleo_grade.capture.claude_code import (
+            load_transcript,
+            load_transcript_conversation,
+        )
 
-        return _import_loaded(load_transcript(source, session_id=args.session_id), target)
+        entries = load_transcript(source, session_id=args.session_id)
+        return _import_loaded(entries, target, load_transcript_conversation(source))
     if args.format in ENTRY_FILE_FORMATS:
         cleo = False
         if source.is_dir() or is_sqlite_file(source):
@@ -103,24 +108,39 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def _import_otlp(source: Path, target: Path, session_id: str | None) -> int:
-    from pytest_cleo_grade.capture.otlp import load_otlp_file  # only this format needs it
+    # only this format needs it
+    from pytest_cleo_grade.capture.otlp import load_otlp_conversation, load_otlp_file
 
-    return _import_loaded(load_otlp_file(source, session_id=session_id), target)
+    entries = load_otlp_file(source, session_id=session_id)
+    return _import_loaded(entries, target, load_otlp_conversation(source))
 
 
-def _import_loaded(entries: list[AuditEntry], target: Path) -> int:
+def _import_loaded(
+    entries: list[AuditEntry], target: Path, conversation: Conversation | None = None
+) -> int:
     """Store entries read (and checked) whole first: a bad line changes nothing. A call the
     file names (a transcript's tool use id, a span's trace and span ids) is stored once per
-    session, however often the file (a transcript that grows, say) is imported."""
+    session, however often the file (a transcript that grows, say) is imported.
+
+    The file's conversation goes with the calls when they are one session's, once: a
+    session that has a stored conversation already keeps it."""
     from pytest_cleo_grade.store._schema import entry_row
 
     rows = [entry_row(entry, _call_id(entry)) for entry in entries]
+    sessions = sorted({e.session_id or "(no session)" for e in entries})
+    talk = ""
     with AuditStore(target) as store:
         added = store.append_rows(rows)
-    sessions = sorted({e.session_id or "(no session)" for e in entries})
+        if conversation is not None and not conversation.empty and len(sessions) == 1:
+            only = entries[0].session_id or ""
+            if store.session_conversation(only).empty:
+                store.append_conversation(only, conversation)
+                talk = f", {len(conversation.messages)} messages"
     shown = ", ".join(sessions[:5]) + (", ..." if len(sessions) > 5 else "")
     skipped = f"; {len(entries) - added} already there" if added != len(entries) else ""
-    print(terminal_text(f"Imported {added} entries into {target} (sessions: {shown}{skipped})"))
+    print(
+        terminal_text(f"Imported {added} entries{talk} into {target} (sessions: {shown}{skipped})")
+    )
     return 0
 
 
