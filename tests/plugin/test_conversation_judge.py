@@ -81,3 +81,48 @@ def test_a_rerun_of_an_unchanged_suite_costs_no_judge_request(
     assert '"Filed as T1"' in judge.received[0].prompt
     pytester.runpytest(*args).assert_outcomes(passed=1)
     assert judge.count == 1
+
+
+BUDGET_FILE = """
+name = "frugal"
+
+[[dimensions]]
+name = "cost"
+max = 100
+start = 100
+
+[[dimensions.rules]]
+id = "cost.tokens"
+kind = "budget"
+max_tokens = 1000
+points = -60
+flag = "spent {used} {unit}, over the budget of {limit}"
+"""
+
+
+def test_a_budget_rule_fails_an_agent_that_spends_more_tokens_than_allowed(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+def test_frugal(graded_session):
+    graded_session.record("tasks", "find", gateway="cleo_query")
+    graded_session.add_model_call("gpt-x", input_tokens=400, output_tokens=100)
+
+
+def test_spendthrift(graded_session):
+    graded_session.record("tasks", "find", gateway="cleo_query")
+    graded_session.add_model_call("gpt-x", input_tokens=4000, output_tokens=900)
+""",
+    )
+    pytester.makefile(".toml", budget=BUDGET_FILE)
+    result = pytester.runpytest(
+        "--cleo-grade-rubric=rules",
+        "--cleo-grade-rubric-file=budget.toml",
+        "--cleo-grade-fail-under=B",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*test_spendthrift*", "*spent 4900 tokens, over the budget of 1000*"]
+    )
