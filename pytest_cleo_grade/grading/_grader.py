@@ -253,7 +253,11 @@ def grade_test(
     # A comparison grades the agent's output (set_output), which an empty log does not void.
     if result.entry_count == 0 and not allow_empty and not comparison:
         raise GradingFailed(f"cleo-grade: {nodeid}: {NOTHING_CAPTURED}")
-    result = result.model_copy(update={"testId": nodeid})
+    update: dict[str, Any] = {"testId": nodeid}
+    trace = session.graded_trace(session.entries if session.trace_id is None else ())
+    if trace is not None and "traceId" not in (result.model_extra or {}):
+        update["traceId"] = trace  # where an export puts the grade (Langfuse: the trace)
+    result = result.model_copy(update=update)
     session.note_graded(result)
     return GradedTest(nodeid, result, threshold, threshold_source, mode)
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 import threading
@@ -86,6 +87,30 @@ def new_session_id() -> str:
             suffix = secrets.token_hex(3)
         taken.add(suffix)
     return f"session-{millis}-{suffix}"
+
+
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def current_trace_id() -> str | None:
+    """The trace active here now: OpenTelemetry's current span's, else the Langfuse SDK's
+    current trace (each only when the program already imported it), else None."""
+    if "opentelemetry.trace" in sys.modules:
+        from opentelemetry import trace
+
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            return format(context.trace_id, "032x")
+    if "langfuse" in sys.modules:
+        try:
+            import langfuse
+
+            found = langfuse.get_client().get_current_trace_id()
+        except Exception:  # an SDK without keys, or an older one: no trace to tell
+            return None
+        if isinstance(found, str) and _TRACE_ID.fullmatch(found):
+            return found
+    return None
 
 
 #: Within this time, the same message (role and text) seen twice is one message.
@@ -202,6 +227,11 @@ class GradeSession:
         #: What was held already, to keep a message two adapters saw once (hold_message).
         self._said: dict[tuple[str, str, str | None], datetime] = {}
         self._call_ids: set[str] = set()
+        #: The trace the session's grade belongs on (Langfuse scores go there): set it, or
+        #: it is the OpenTelemetry or Langfuse trace active when the first call or message
+        #: was recorded in this process, else the one the calls' spans name.
+        self.trace_id: str | None = None
+        self._seen_trace: str | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -424,11 +454,31 @@ class GradeSession:
         if self._store is None:
             raise CleoGradeError(f"session {self.id} is not started")
         self._held.append(entry)
+        self._note_trace()
         return entry
 
     def hold(self, entry: AuditEntry) -> None:
         """Take an entry :func:`~pytest_cleo_grade.capture.audit.record` made in this process."""
         self._held.append(entry)
+        self._note_trace()
+
+    def _note_trace(self) -> None:
+        if self._seen_trace is None:
+            self._seen_trace = current_trace_id()
+
+    def graded_trace(self, entries: Iterable[AuditEntry] = ()) -> str | None:
+        """The trace this session's grade goes on: :attr:`trace_id` when set, else the trace
+        active when it first recorded, else the trace most of its calls' spans name."""
+        if self.trace_id:
+            return self.trace_id
+        if self._seen_trace:
+            return self._seen_trace
+        counts: dict[str, int] = {}
+        for entry in entries:
+            named = (entry.metadata.model_extra or {}).get("traceId")
+            if isinstance(named, str) and _TRACE_ID.fullmatch(named):
+                counts[named] = counts.get(named, 0) + 1
+        return max(counts, key=lambda key: counts[key]) if counts else None
 
     # -- the conversation ------------------------------------------------------------------
 
@@ -529,6 +579,7 @@ class GradeSession:
 
     def hold_conversation(self, conversation: Conversation) -> None:
         """Take a whole conversation (an ingested transcript's, an OTLP export's)."""
+        self._note_trace()
         for message in conversation.messages:
             self.hold_message(message)
         for call in conversation.model_calls:

@@ -115,6 +115,9 @@ def dimension_shapes(spec: RubricSpec) -> dict[str, dict[str, Any]]:
                 "min": dimension.min,
                 "max": dimension.max,
             }
+        if dimension.description:
+            # The question the dimension asks: an export's score config describes it so.
+            shapes[dimension.name]["description"] = dimension.description
     return shapes
 
 
