@@ -51,7 +51,7 @@ TRACES = []
 
 def test_zz_trace_written(graded_session):
     graded_session.record("session", "list", gateway="cleo_query")
-    graded_session.trace_id = "%s"
+    graded_session.trace_id = "TRACE_ID"
     with open("trace.txt", "w") as handle:
         handle.write(TRACES[0])
 """
