@@ -29,8 +29,7 @@ def judge() -> Iterator[FakeJudgeServer]:
     yield from serve()
 
 
-SUITE = (
-    """
+SUITE = """
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -54,9 +53,7 @@ def test_zz_trace_written(graded_session):
     graded_session.trace_id = "TRACE_ID"
     with open("trace.txt", "w") as handle:
         handle.write(TRACES[0])
-"""
-    % TRACE
-)
+""".replace("TRACE_ID", TRACE)
 
 
 def test_the_seven_scores_go_on_the_trace_the_agent_ran_in_with_described_configs(
