@@ -89,7 +89,7 @@ def new_session_id() -> str:
     return f"session-{millis}-{suffix}"
 
 
-_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_TRACE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.:-]{0,199}")
 
 
 def current_trace_id() -> str | None:

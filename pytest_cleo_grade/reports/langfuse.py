@@ -217,9 +217,9 @@ _DESCRIPTIONS: Final = {
 
 
 def trace_of(result: GradeResult) -> str | None:
-    """The trace a grade's scores go on (its ``traceId`` extra: 32 hex digits), or None."""
+    """The trace a grade's scores go on (its ``traceId`` extra), or None."""
     value = (result.model_extra or {}).get("traceId")
-    if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{32}", value):
+    if isinstance(value, str) and re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_.:-]{0,199}", value):
         return value
     return None
 
