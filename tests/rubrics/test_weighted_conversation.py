@@ -157,3 +157,42 @@ def test_times_and_durations_reach_the_judge_in_whole_seconds() -> None:
         '#1 {"at":1,"call":"tasks.show","via":"cleo_query","ok":true,"took":2}',
     ]
     assert "whole seconds, rounded down" in prompt
+
+
+class Summarizing:
+    """A judge that summarises chunks when asked to and scores otherwise."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: str) -> str:
+        self.prompts.append(prompt)
+        if '{"summary":' in prompt:
+            chunk = prompt.split("this is chunk ", 1)[1].split(" ", 1)[0]
+            return json.dumps({"summary": f"SUMMARY-{chunk}: found things, one error"})
+        return verdict_json()
+
+
+def test_chunking_summarize_judges_the_summaries_in_one_pass_and_counts_their_cost() -> None:
+    calls = [entry("tasks", "find", at=i, params={"query": "q" * 300}) for i in range(40)]
+    small = Budget(max_prompt_tokens=5000, chunk_tokens=2500, chunking="summarize")
+    judge = Summarizing()
+    rubric = WeightedJudgeRubric(DEFAULT_SPEC.model_copy(update={"budget": small}), judge=judge)
+    result = rubric.grade(
+        calls, session_id="s1", now=NOW, context=GradeContext(conversation=conversation())
+    )
+    *summaries, final = judge.prompts
+    assert len(summaries) > 1
+    assert all('{"summary":' in prompt and "s1" not in prompt for prompt in summaries)
+    assert not any(line.startswith("#0 ") for line in final.splitlines())
+    shown = [line for line in final.splitlines() if line.startswith("#s")]
+    count = len(summaries)
+    assert shown[0] == (
+        f'#s1 {{"chunk":"1/{count}","summary":"SUMMARY-1: found things, one error"}}'
+    )
+    assert "summaries of its" in final
+    assert '"Please file the login bug"' in final
+    extra = result.model_extra or {}
+    assert extra["summarizedChunks"] == len(summaries)
+    assert extra["judgeUsage"]["requests"] == len(summaries) + 1
+    assert "chunkScores" not in extra

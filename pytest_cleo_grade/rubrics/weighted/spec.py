@@ -127,6 +127,11 @@ class Budget(_SpecModel):
     max_message_chars: int = Field(
         4_000, gt=0, description="Longest text of one conversation message before it is cut."
     )
+    chunking: Literal["average", "summarize"] = Field(
+        "average",
+        description="A session over budget: judge each chunk and average (the design's "
+        "aggregation), or summarize each chunk and judge the summaries in one pass.",
+    )
 
     @model_validator(mode="after")
     def _chunks_fit(self) -> Budget:
