@@ -254,7 +254,7 @@ def grade_test(
     if result.entry_count == 0 and not allow_empty and not comparison:
         raise GradingFailed(f"cleo-grade: {nodeid}: {NOTHING_CAPTURED}")
     update: dict[str, Any] = {"testId": nodeid}
-    trace = session.graded_trace(session.entries if session.trace_id is None else ())
+    trace = session.graded_trace()
     if trace is not None and "traceId" not in (result.model_extra or {}):
         update["traceId"] = trace  # where an export puts the grade (Langfuse: the trace)
     result = result.model_copy(update=update)

@@ -89,6 +89,8 @@ def new_session_id() -> str:
     return f"session-{millis}-{suffix}"
 
 
+#: How many recordings look for a current trace (see GradeSession._note_trace).
+_TRACE_LOOKS = 32
 _TRACE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.:-]{0,199}")
 
 
@@ -232,6 +234,7 @@ class GradeSession:
         #: was recorded in this process, else the one the calls' spans name.
         self.trace_id: str | None = None
         self._seen_trace: str | None = None
+        self._trace_looks = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -463,18 +466,22 @@ class GradeSession:
         self._note_trace()
 
     def _note_trace(self) -> None:
-        if self._seen_trace is None:
+        # Looked for while the first calls are recorded: an agent run inside a trace has one
+        # by then, and a session without any does not pay for the look on every call.
+        if self._seen_trace is None and self._trace_looks < _TRACE_LOOKS:
+            self._trace_looks += 1
             self._seen_trace = current_trace_id()
 
-    def graded_trace(self, entries: Iterable[AuditEntry] = ()) -> str | None:
+    def graded_trace(self) -> str | None:
         """The trace this session's grade goes on: :attr:`trace_id` when set, else the trace
-        active when it first recorded, else the trace most of its calls' spans name."""
+        active when it first recorded, else the trace most of the calls this process holds
+        name (their spans', an import's: nothing is read again to know it)."""
         if self.trace_id:
             return self.trace_id
         if self._seen_trace:
             return self._seen_trace
         counts: dict[str, int] = {}
-        for entry in entries:
+        for entry in self._held:
             named = (entry.metadata.model_extra or {}).get("traceId")
             if isinstance(named, str) and _TRACE_ID.fullmatch(named):
                 counts[named] = counts.get(named, 0) + 1

@@ -109,3 +109,24 @@ def test_the_cap_counts_what_one_session_could_not_keep(
     talk = session.conversation
     assert [m.text for m in talk.messages] == ["m0", "m1"]
     assert talk.dropped == 3
+
+
+def test_the_trace_is_the_tests_own_else_the_one_the_calls_spans_name(
+    session: GradeSession, tmp_path: Path
+) -> None:
+    import json
+
+    from tests.capture.test_otlp import json_span, request
+
+    path = tmp_path / "trace.json"
+    trace = "5b8efff798038103d269b633813fc60c"
+    path.write_text(json.dumps(request([json_span("tasks_find", 0, trace=trace)])))
+    session.ingest(path, format="otlp")
+    assert session.graded_trace() == trace
+    session.trace_id = "my-trace"
+    assert session.graded_trace() == "my-trace"
+
+
+def test_without_spans_or_a_current_trace_there_is_none(session: GradeSession) -> None:
+    session.record("tasks", "find")
+    assert session.graded_trace() is None
