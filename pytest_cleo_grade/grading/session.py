@@ -262,7 +262,12 @@ class GradeSession:
         All or none: on StoreError the entries stay held (and graded); returns how many
         were written.
         """
+        # The calls first: a conversation the store refuses stays held, never the calls.
+        written = self._flush_entries()
         self._flush_conversation()
+        return written
+
+    def _flush_entries(self) -> int:
         if not self._held:
             return 0
         try:
