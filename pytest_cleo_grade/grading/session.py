@@ -103,7 +103,8 @@ def current_trace_id() -> str | None:
         context = trace.get_current_span().get_span_context()
         if context.is_valid:
             return format(context.trace_id, "032x")
-    if "langfuse" in sys.modules:
+    # Without keys the SDK's client is disabled (and logs that it is): no trace to ask for.
+    if "langfuse" in sys.modules and os.environ.get("LANGFUSE_PUBLIC_KEY"):
         try:
             import langfuse
 
