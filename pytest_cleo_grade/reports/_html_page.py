@@ -573,6 +573,10 @@ def trend_svg(history: Sequence[GradeResult]) -> str:
 _PAGE_MESSAGE_CHARS: Final = 2000
 
 
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _conversation(talk: Conversation | None) -> str:
     """The session's messages (each with its model and tokens), its output and its usage."""
     if talk is None or talk.empty:
@@ -599,8 +603,9 @@ def _conversation(talk: Conversation | None) -> str:
     output = talk.final_output
     shown = f"<pre>{_e(output)}</pre>" if output is not None else "<p>(none)</p>"
     return (
-        f"<details class='conversation'><summary>Conversation ({len(talk.messages)} "
-        f"messages, {len(talk.model_calls)} model calls, {tokens['input']} in / "
+        "<details class='conversation'><summary>Conversation ("
+        f"{_counted(len(talk.messages), 'message')}, "
+        f"{_counted(len(talk.model_calls), 'model call')}, {tokens['input']} in / "
         f"{tokens['output']} out tokens)</summary><ol class='messages'>{''.join(rows)}</ol>"
         f"<h4>Final output</h4>{shown}</details>\n"
     )

@@ -126,3 +126,22 @@ def test_spendthrift(graded_session):
     result.stdout.fnmatch_lines(
         ["*test_spendthrift*", "*spent 4900 tokens, over the budget of 1000*"]
     )
+
+
+def test_the_html_report_of_a_run_shows_each_tests_conversation(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(
+        pytester,
+        """
+def test_agent(graded_session):
+    graded_session.add_message("user", "Please <b>file</b> the login bug")
+    perfect(graded_session)
+    graded_session.set_output("Filed as T1")
+""",
+    )
+    pytester.runpytest("--cleo-grade-html=report.html").assert_outcomes(passed=1)
+    page = (pytester.path / "report.html").read_text()
+    assert "Conversation (1 message, 0 model calls" in page
+    assert "<pre>Please &lt;b&gt;file&lt;/b&gt; the login bug</pre>" in page
+    assert "<h4>Final output</h4><pre>Filed as T1</pre>" in page

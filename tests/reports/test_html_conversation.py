@@ -32,7 +32,7 @@ def test_the_drill_down_lists_the_messages_the_usage_and_the_final_output() -> N
     page = render_html(
         build_report(run_of(result), [result], conversations={result.session_id: talk()})
     )
-    assert "Conversation (2 messages, 1 model calls, 30 in / 4 out tokens)" in page
+    assert "Conversation (2 messages, 1 model call, 30 in / 4 out tokens)" in page
     assert "<pre>Fix the login bug</pre>" in page
     assert "gpt-x, 30 in / 4 out" in page
     assert "<h4>Final output</h4><pre>Filed T1 for the login bug</pre>" in page

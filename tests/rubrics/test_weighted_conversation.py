@@ -84,7 +84,7 @@ def test_messages_are_interleaved_with_the_calls_in_session_order() -> None:
         '"tokens":{"in":40,"out":7}}',
         '#2 {"at":4,"call":"session.end","via":"cleo_query","ok":true}',
     ]
-    assert "Conversation: 2 messages, 1 model calls, 40 input and 7 output tokens" in prompt
+    assert "Conversation: 2 messages, 1 model call, 40 input and 7 output tokens" in prompt
 
 
 def test_the_final_output_is_fenced_after_the_log() -> None:

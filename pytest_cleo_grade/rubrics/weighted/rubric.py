@@ -168,6 +168,10 @@ def _example_answer(spec: RubricSpec) -> str:
     return "{\n" + ",\n".join(rows) + "\n}"
 
 
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _fenced_text(title: str, text: str) -> list[str]:
     """A text the agent (or its user) wrote, as one JSON string between fences: no line of
     it can close the fence or read as this prompt's own."""
@@ -204,8 +208,8 @@ def build_prompt(
         assert conversation is not None
         tokens = conversation.tokens()
         out.append(
-            f"Conversation: {len(conversation.messages)} messages, "
-            f"{len(conversation.model_calls)} model calls, {tokens['input']} input and "
+            f"Conversation: {_counted(len(conversation.messages), 'message')}, "
+            f"{_counted(len(conversation.model_calls), 'model call')}, {tokens['input']} input and "
             f"{tokens['output']} output tokens"
         )
     if count > 1:
