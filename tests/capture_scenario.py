@@ -67,3 +67,35 @@ def assert_same_grade(captured: Sequence[AuditEntry], expected: GradeResult) -> 
     assert got.model_dump() == expected.model_dump()
     # The ignored "not found" costs errorProtocol points on every path.
     assert got.dimensions["errorProtocol"].score < 20
+
+
+class PromptReader:
+    """A judge that reads the prompt it is given and answers the default rubric's scores."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: str) -> str:
+        from tests.fake_judge import verdict_json
+
+        self.prompts.append(prompt)
+        return verdict_json()
+
+
+def judged_prompt(session: Any) -> str:
+    """Grade ``session`` (a GradeSession) with the weighted rubric as a test would, and
+    return the one prompt its judge read."""
+    from pytest_cleo_grade.grading._grader import GradingPlan, TestGrader
+    from pytest_cleo_grade.rubrics.protocol import RubricConfig
+
+    judge = PromptReader()
+    session.grader = TestGrader(GradingPlan(rubric="weighted", config=RubricConfig(judge=judge)))
+    session.grade()
+    [prompt] = judge.prompts
+    return prompt
+
+
+def goal_and_output(prompt: str) -> tuple[str, str]:
+    """The part of a judge's prompt before the log (the goal), and after it (the output)."""
+    before, rest = prompt.split("```jsonl", 1)
+    return before, rest.split("Dimensions:", 1)[0]

@@ -48,6 +48,12 @@ class FakeLangfuse:
     stored: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Where it listens (0: any free port).
     port: int = 0
+    #: Traces (each with ``sessionId``) and observations (each with ``traceId``) served by
+    #: GET /api/public/traces and /api/public/observations, ``page_size`` per page.
+    traces: list[dict[str, Any]] = field(default_factory=list)
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    #: A path answered with a redirect to this URL (another host, say), once.
+    redirect: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -98,6 +104,18 @@ class FakeLangfuse:
                           "projectId": "project-1", "isArchived": False}  # fmt: skip
                 meta = {"page": page, "limit": 1, "totalItems": 10**12, "totalPages": 10**12}
                 return 200, {"data": [config], "meta": meta}
+            if path in self.redirect and method == "GET":
+                return 302, {"Location": self.redirect.pop(path)}
+            if path in ("/api/public/traces", "/api/public/observations") and method == "GET":
+                query = parse_qs(urlsplit(url).query)
+                key, items = (
+                    ("sessionId", self.traces)
+                    if path.endswith("traces")
+                    else ("traceId", self.observations)
+                )
+                wanted = query.get(key, [""])[0]
+                chosen = [item for item in items if item.get(key) == wanted]
+                return 200, self._page(chosen, query)
             if path == "/api/public/score-configs" and method == "GET":
                 query = parse_qs(urlsplit(url).query)
                 page = int(query.get("page", ["1"])[0])
@@ -123,6 +141,13 @@ class FakeLangfuse:
                     return 400, {"message": "invalid request"}
                 return self._scores(body)
             return 404, {"message": f"no route {method} {path}"}
+
+    def _page(self, items: list[dict[str, Any]], query: dict[str, list[str]]) -> dict[str, Any]:
+        page = int(query.get("page", ["1"])[0])
+        limit = min(int(query.get("limit", ["50"])[0]), self.page_size)
+        pages = max(1, -(-len(items) // limit))
+        meta = {"page": page, "limit": limit, "totalItems": len(items), "totalPages": pages}
+        return {"data": items[(page - 1) * limit : page * limit], "meta": meta}
 
     def _scores(self, body: list[dict[str, Any]]) -> tuple[int, Any]:
         errors = []
@@ -181,6 +206,8 @@ class FakeLangfuse:
                 )
                 data = json.dumps(answer).encode()
                 self.send_response(status)
+                if status in (301, 302, 307, 308):
+                    self.send_header("Location", answer["Location"])
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core.errors import CleoGradeError
 from pytest_cleo_grade.core.models import AuditEntry
 from pytest_cleo_grade.store.sources import (
@@ -17,7 +18,7 @@ from pytest_cleo_grade.store.sources import (
     read_cleo_db,
 )
 
-__all__ = ["load_file", "one_cleo_session"]
+__all__ = ["load_conversation", "load_file", "one_cleo_session"]
 
 
 def load_file(
@@ -40,6 +41,20 @@ def load_file(
     raise CleoGradeError(
         f"ingest: unknown format {format!r}: expected one of {', '.join(IMPORT_FORMATS)}"
     )
+
+
+def load_conversation(source: str | os.PathLike[str], format: str) -> Conversation | None:
+    """The conversation a file of ``format`` holds beside its calls (Claude Code transcripts,
+    OTLP exports with GenAI messages), or None for formats that hold none."""
+    if format == "claude-code":
+        from pytest_cleo_grade.capture.claude_code import load_transcript_conversation
+
+        return load_transcript_conversation(source)
+    if format == "otlp":
+        from pytest_cleo_grade.capture.otlp import load_otlp_conversation
+
+        return load_otlp_conversation(source)
+    return None
 
 
 def one_cleo_session(source: str | os.PathLike[str], session_id: str | None) -> list[AuditEntry]:

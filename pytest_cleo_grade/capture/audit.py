@@ -48,11 +48,13 @@ __all__ = [
     "active_session",
     "audited",
     "exit_code_for",
+    "held_by",
     "hold_in_process",
     "make_entry",
     "record",
     "record_entry",
     "refuse",
+    "store_for",
 ]
 
 ENV_GRADE: Final = "CLEO_SESSION_GRADE"
@@ -326,6 +328,16 @@ def _refuse_unreadable_id(session_id: str, path: Path, what: str) -> None:
                 break
     with warnings_shown_not_raised():
         warnings.warn(f"cleo-grade: {reason}", CleoGradeWarning, stacklevel=3)
+
+
+def held_by(session_id: str) -> Holder | None:
+    """What holds ``session_id`` in this process (its GradeSession), or None."""
+    return _holder(session_id)
+
+
+def store_for(path: Path) -> AuditStore:
+    """This process's open store at ``path`` (opened, or reopened, as needed)."""
+    return _store_for(path)
 
 
 def refuse(reason: str) -> None:

@@ -28,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pytest_cleo_grade.capture.claude", "the Claude Agent SDK", "claude", exc
     ) from exc
 
+from pytest_cleo_grade.capture._conversation import message, record_conversation
 from pytest_cleo_grade.capture._direct import expect_call, expected_call_ended
 from pytest_cleo_grade.capture.claude_code import answers_in_envelopes
 from pytest_cleo_grade.capture.mapping import (
@@ -43,6 +44,7 @@ from pytest_cleo_grade.capture.mapping import (
     session_at_start,
     texts_envelope_failure,
 )
+from pytest_cleo_grade.core.errors import CleoGradeError
 
 __all__ = ["audit_hooks", "response_failure"]
 
@@ -177,10 +179,53 @@ def audit_hooks(
         record(data, tool_use_id, failure or Failure(tool=tool, message=text))
         return {}
 
+    # The conversation: each prompt when it is submitted; at Stop, the transcript's answers
+    # and token usage (Claude Code writes them there), else the last answer the hook is told.
+    said: set[tuple[str, str]] = set()
+
+    async def user_prompt_submit(
+        data: Mapping[str, Any], tool_use_id: str | None, context: Any
+    ) -> dict[str, Any]:
+        prompt = data.get("prompt")
+        if isinstance(prompt, str) and prompt:
+            said.add(("user", prompt))
+            record_conversation([message("user", prompt)])
+        return {}
+
+    async def stop(
+        data: Mapping[str, Any], tool_use_id: str | None, context: Any
+    ) -> dict[str, Any]:
+        _record_stop(data, said)
+        return {}
+
     # The SDK types each callback for every hook input; ours read the tool events' keys.
     callbacks: dict[str, Any] = {
         "PreToolUse": pre_tool_use,
         "PostToolUse": post_tool_use,
         "PostToolUseFailure": post_tool_use_failure,
+        "UserPromptSubmit": user_prompt_submit,
+        "Stop": stop,
     }
     return {event: [HookMatcher(hooks=[callback])] for event, callback in callbacks.items()}
+
+
+def _record_stop(data: Mapping[str, Any], said: set[tuple[str, str]]) -> None:
+    """At Stop: the transcript's conversation (messages not told already, model calls with
+    their usage), else the last assistant message the hook input carries."""
+    path = data.get("transcript_path")
+    talk = None
+    if isinstance(path, str) and path:
+        from pytest_cleo_grade.capture.claude_code import load_transcript_conversation
+
+        try:
+            talk = load_transcript_conversation(path)
+        except CleoGradeError:
+            talk = None  # no transcript here (an SDK run elsewhere): the hook input's text
+    if talk is not None and not talk.empty:
+        fresh = [m for m in talk.messages if (m.role, m.text) not in said]
+        said.update((m.role, m.text) for m in fresh)
+        record_conversation(fresh, talk.model_calls, output=talk.output)
+        return
+    last = data.get("last_assistant_message")
+    if isinstance(last, str) and last:
+        record_conversation([message("assistant", last)], output=last)

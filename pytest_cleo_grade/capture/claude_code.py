@@ -35,6 +35,7 @@ from pytest_cleo_grade.capture.mapping import (
     build_entry,
     texts_envelope_failure,
 )
+from pytest_cleo_grade.core._conversation import Conversation, Message, ModelCall, bounded
 from pytest_cleo_grade.core._files import iter_lines, open_regular, parse_json_strict
 from pytest_cleo_grade.core.errors import (
     CleoGradeError,
@@ -49,6 +50,7 @@ __all__ = [
     "TranscriptError",
     "answers_in_envelopes",
     "load_transcript",
+    "load_transcript_conversation",
     "subagent_transcripts",
 ]
 
@@ -284,3 +286,68 @@ def _warn_skipped(source: Path, skipped: Mapping[str, list[int]]) -> None:
                 ),
                 stacklevel=4,
             )
+
+
+def _count(usage: Mapping[str, Any], key: str) -> int | None:
+    value = usage.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def load_transcript_conversation(path: str | os.PathLike[str]) -> Conversation:
+    """The conversation of a Claude Code transcript: the user's and the assistant's text
+    blocks as messages, each assistant message's model and ``usage`` as a model call (input
+    tokens include the cache reads and writes; cached ones are the reads), and the last
+    assistant text as the final output.
+
+    Only the main transcript: a sub-agent's first "user" message is the prompt its parent
+    gave it, not the session's goal. Tool blocks are the calls (:func:`load_transcript`).
+    Meta lines (``isMeta``: Claude Code's own notes) are skipped.
+    """
+    source = Path(path)
+    messages: list[Message] = []
+    calls: dict[str, ModelCall] = {}
+    for number, line in _lines(source):
+        kind = line.get("type")
+        if kind not in ("assistant", "user") or line.get("isMeta") is True:
+            continue
+        message = line.get("message")
+        if not isinstance(message, Mapping):
+            continue
+        where = f"{source}:{number}"
+        texts = _texts(message.get("content"))
+        if kind == "user" and any(b.get("type") == "tool_result" for b in _blocks(line)):
+            continue  # a tool's answer, part of the calls
+        stamp = _timestamp(line.get("timestamp"), where)
+        call_id: str | None = None
+        if kind == "assistant":
+            key = message.get("id")
+            call_id = key if isinstance(key, str) and key else f"line-{number}"
+            usage = message.get("usage")
+            usage = usage if isinstance(usage, Mapping) else {}
+            if call_id not in calls:  # Claude Code writes one line per block, usage repeated
+                reads = _count(usage, "cache_read_input_tokens")
+                writes = _count(usage, "cache_creation_input_tokens")
+                fresh = _count(usage, "input_tokens")
+                total_in = None if fresh is None else fresh + (reads or 0) + (writes or 0)
+                model = message.get("model")
+                calls[call_id] = ModelCall(
+                    id=call_id[:200],
+                    timestamp=stamp,
+                    model=model[:200] if isinstance(model, str) and model else None,
+                    input_tokens=total_in,
+                    output_tokens=_count(usage, "output_tokens"),
+                    cached_tokens=reads,
+                )
+        text = "\n".join(t for t in texts if t.strip())
+        if not text:
+            continue
+        messages.append(
+            Message(
+                timestamp=stamp,
+                role="assistant" if kind == "assistant" else "user",
+                text=text,
+                model_call=call_id[:200] if call_id else None,
+            )
+        )
+    output = next((m.text for m in reversed(messages) if m.role == "assistant"), None)
+    return bounded(messages, list(calls.values()), output)

@@ -221,6 +221,30 @@ class AuditMiddleware(AgentMiddleware[Any, Any, Any]):
         )
         return begun, None if fault is None else _injected_message(fault, tool_call)
 
+    # The conversation: the input when the agent starts, each model answer as it comes (so
+    # messages interleave with the calls), the last answer as the output when it ends.
+
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        _record_messages(_state_messages(state))
+        return None
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return self.before_agent(state, runtime)
+
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        _record_messages(_state_messages(state)[-1:])
+        return None
+
+    async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return self.after_model(state, runtime)
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        _record_output(_state_messages(state))
+        return None
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return self.after_agent(state, runtime)
+
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         begun, injected = self._begin(request)
         if injected is not None:
@@ -282,6 +306,31 @@ class AuditCallbackHandler(BaseCallbackHandler):
         #: Runs that are a middleware's call, by run id: the call is told when each ends.
         self._own: dict[UUID, DirectCall] = {}
         self._lock = threading.Lock()
+        #: (role, text) of the messages already recorded.
+        self._said: set[tuple[str, str]] = set()
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[Any]],
+        *,
+        run_id: UUID,
+        **kwargs: Any,
+    ) -> None:
+        """A chat model's input: the messages not seen before (each request repeats the
+        conversation before it)."""
+        _record_messages([m for batch in messages[:1] for m in batch], seen=self._said)
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """A model's answer, with its model name and token usage."""
+        generations = getattr(response, "generations", None) or []
+        first = generations[0][0] if generations and generations[0] else None
+        answer = getattr(first, "message", None)
+        if answer is not None:
+            output = getattr(response, "llm_output", None) or {}
+            _record_messages(
+                [answer], seen=self._said, model=output.get("model_name") or output.get("model")
+            )
 
     def on_tool_start(
         self,
@@ -343,3 +392,72 @@ class AuditCallbackHandler(BaseCallbackHandler):
                 own.own_run_ended()
             return
         self._finish(run_id, lambda tool: Failure(tool=tool, exception=error))
+
+
+# -- the conversation ----------------------------------------------------------------------
+
+#: LangChain's message types and the roles they are.
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+
+def _state_messages(state: Any) -> list[Any]:
+    messages = (
+        state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
+    )
+    return list(messages) if isinstance(messages, list) else []
+
+
+def _usage(message: Any) -> tuple[int | None, int | None, int | None]:
+    usage = getattr(message, "usage_metadata", None) or {}
+    details = usage.get("input_token_details") or {}
+    return usage.get("input_tokens"), usage.get("output_tokens"), details.get("cache_read")
+
+
+def _record_messages(
+    messages: list[Any], *, seen: set[tuple[str, str]] | None = None, model: Any = None
+) -> None:
+    from pytest_cleo_grade.capture._conversation import (
+        message,
+        model_call,
+        record_conversation,
+        text_of,
+    )
+
+    found: list[Any] = []
+    calls: list[Any] = []
+    for item in messages:
+        role = _ROLES.get(str(getattr(item, "type", "")))
+        if role is None or role == "tool":
+            continue  # a tool's answer is part of its call
+        text = text_of(getattr(item, "content", None))
+        call = None
+        if role == "assistant":
+            metadata = getattr(item, "response_metadata", None) or {}
+            inputs, outputs, cached = _usage(item)
+            call = model_call(
+                model or metadata.get("model_name") or metadata.get("model"),
+                input_tokens=inputs,
+                output_tokens=outputs,
+                cached_tokens=cached,
+                call_id=(str(getattr(item, "id", "") or "") or None),
+            )
+            calls.append(call)
+        if not text:
+            continue
+        if seen is not None:
+            if (role, text) in seen:
+                continue
+            seen.add((role, text))
+        found.append(message(role, text, model_call=call.id if call is not None else None))
+    record_conversation(found, calls)
+
+
+def _record_output(messages: list[Any]) -> None:
+    from pytest_cleo_grade.capture._conversation import record_conversation, text_of
+
+    for item in reversed(messages):
+        if getattr(item, "type", None) == "ai":
+            text = text_of(getattr(item, "content", None))
+            if text:
+                record_conversation(output=text)
+            return

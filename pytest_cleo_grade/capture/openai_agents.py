@@ -43,7 +43,12 @@ from datetime import datetime
 from typing import Any, Final
 
 try:
-    from agents.tracing import FunctionSpanData, TracingProcessor
+    from agents.tracing import (
+        FunctionSpanData,
+        GenerationSpanData,
+        ResponseSpanData,
+        TracingProcessor,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the environment
     from pytest_cleo_grade.core.errors import missing_extra
 
@@ -211,6 +216,8 @@ class AuditTracingProcessor(TracingProcessor):
         self.source = source
         self._started_in: OrderedDict[tuple[str, str], StartedIn] = OrderedDict()
         self._lock = threading.Lock()
+        #: (role, text) of the messages already recorded: each request repeats the history.
+        self._said: set[tuple[str, str]] = set()
 
     def on_trace_start(self, trace: Any) -> None:
         return None
@@ -229,6 +236,10 @@ class AuditTracingProcessor(TracingProcessor):
 
     def on_span_end(self, span: Any) -> None:
         data = span.span_data
+        if isinstance(data, GenerationSpanData | ResponseSpanData):
+            if _first_to_record(span):
+                _record_model_span(span, self._said)
+            return
         if not isinstance(data, FunctionSpanData):
             return
         key = (str(span.trace_id), str(span.span_id))
@@ -267,3 +278,80 @@ class AuditTracingProcessor(TracingProcessor):
 
     def force_flush(self) -> None:
         return None
+
+
+# -- the conversation: generation spans (chat completions models) and response spans
+# (Responses API models), with their input when the trace includes sensitive data.
+
+
+def _get(item: Any, key: str) -> Any:
+    return item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
+
+
+def _items_text(items: Any) -> list[tuple[str, str]]:
+    """(role, text) of chat messages or Responses input/output items."""
+    from pytest_cleo_grade.capture._conversation import text_of
+
+    if isinstance(items, str):
+        return [("user", items)]
+    if not isinstance(items, list | tuple):
+        return []
+    found: list[tuple[str, str]] = []
+    for item in items:
+        role = _get(item, "role")
+        kind = _get(item, "type")
+        if not isinstance(role, str) or kind not in (None, "message"):
+            continue
+        content = _get(item, "content")
+        if isinstance(content, list | tuple):
+            content = [
+                {"type": _get(part, "type") or "text", "text": _get(part, "text")}
+                for part in content
+            ]
+        text = text_of(content)
+        if text:
+            found.append((role, text))
+    return found
+
+
+def _record_model_span(span: Any, said: set[tuple[str, str]]) -> None:
+    from pytest_cleo_grade.capture._conversation import message, model_call, record_conversation
+
+    data = span.span_data
+    started, ended = _time(span.started_at), _time(span.ended_at)
+    if isinstance(data, GenerationSpanData):
+        inputs, outputs = _items_text(data.input), _items_text(data.output)
+        usage = data.usage if isinstance(data.usage, Mapping) else {}
+        model = data.model
+        tokens_in = usage.get("input_tokens", usage.get("prompt_tokens"))
+        tokens_out = usage.get("output_tokens", usage.get("completion_tokens"))
+        cached = None
+    else:
+        response = data.response
+        inputs = _items_text(data.input)
+        outputs = _items_text(_get(response, "output")) if response is not None else []
+        reported = _get(response, "usage") if response is not None else None
+        model = _get(response, "model") if response is not None else None
+        tokens_in, tokens_out = _get(reported, "input_tokens"), _get(reported, "output_tokens")
+        cached = _get(_get(reported, "input_tokens_details"), "cached_tokens")
+    duration = (ended - started).total_seconds() * 1000 if started and ended else None
+    call = model_call(
+        model if isinstance(model, str) else None,
+        input_tokens=tokens_in,
+        output_tokens=tokens_out,
+        cached_tokens=cached,
+        timestamp=started,
+        duration=duration,
+        call_id=str(span.span_id),
+    )
+    messages = []
+    for role, text in inputs:
+        if (role, text) not in said:
+            said.add((role, text))
+            messages.append(message(role, text, timestamp=started))
+    for role, text in outputs:
+        said.add((role, text))
+        messages.append(
+            message(role, text, timestamp=ended, model_call=call.id if call is not None else None)
+        )
+    record_conversation(messages, [call])

@@ -13,7 +13,7 @@ import dataclasses
 import importlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -95,6 +95,16 @@ def _first_to_record(trace_id: int, span_id: int) -> bool:
     return _claims.first((trace_id, span_id))
 
 
+def _is_model(attributes: Mapping[str, Any]) -> bool:
+    # Cheap, before building the span's facts: the GenAI operation or OpenInference kind.
+    kind = attributes.get("openinference.span.kind")
+    return attributes.get("gen_ai.operation.name") in (
+        "chat",
+        "text_completion",
+        "generate_content",
+    ) or (isinstance(kind, str) and kind.upper() == "LLM")
+
+
 def _facts(span: ReadableSpan) -> tuple[str, dict[str, Any]]:
     return span.name, dict(span.attributes or {})
 
@@ -147,6 +157,9 @@ class AuditSpanProcessor(SpanProcessor):
         #: span, say), named on its entry: a server in another process that recorded the
         #: call names the client's span as its caller (see _one_call).
         self._layers: dict[int, list[str]] = {}
+        #: (role, text) of the messages already recorded: each model request repeats the
+        #: conversation before it.
+        self._said: set[tuple[str, str]] = set()
         direct.add_listener(self._direct_call_started)
         with _processors_lock:
             _processors.add(self)
@@ -247,6 +260,8 @@ class AuditSpanProcessor(SpanProcessor):
         if context is None:
             return
         name, attributes = _facts(span)
+        if self.enabled and _is_model(attributes):
+            self._record_conversation(span)
         identity = call_identity_of(name, attributes)
         with self._lock:
             entry = self._open.pop(context.span_id, None)
@@ -282,6 +297,15 @@ class AuditSpanProcessor(SpanProcessor):
             record_call(call, mapping=self.mapping)
         else:
             record_call_started_in(call, entry.session, mapping=self.mapping)
+
+    def _record_conversation(self, span: ReadableSpan) -> None:
+        """A model span's messages and usage, into the active session's conversation."""
+        from pytest_cleo_grade.capture._conversation import record_conversation
+        from pytest_cleo_grade.capture._genai import conversation_from_spans
+
+        talk = conversation_from_spans([span_data(span)], seen=self._said)
+        if not talk.empty:
+            record_conversation(talk.messages, talk.model_calls)
 
     def shutdown(self) -> None:
         self.enabled = False

@@ -48,6 +48,7 @@ from pytest_cleo_grade.capture._spans import (
     tool_call_of,
 )
 from pytest_cleo_grade.capture.mapping import ToolMapping, build_entry
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._files import open_regular
 from pytest_cleo_grade.core.errors import CleoGradeError, EntryError
 from pytest_cleo_grade.core.models import AuditEntry
@@ -57,6 +58,7 @@ __all__ = [
     "OtlpError",
     "OtlpReceiver",
     "entries_from_spans",
+    "load_otlp_conversation",
     "load_otlp_file",
     "spans_from_json",
     "spans_from_protobuf",
@@ -214,6 +216,23 @@ def load_otlp_file(
     Collector's file exporter) or one document. Errors name the file and line; a file with
     no tool span is an error (an empty session would grade as an agent that did nothing)."""
     target = Path(path)
+    spans = _file_spans(target)
+    if not spans:
+        raise OtlpError(f"{target}: no spans (expected OTLP JSON with resourceSpans)")
+    try:
+        entries = entries_from_spans(spans, session_id=session_id, mapping=mapping)
+    except EntryError as exc:
+        raise OtlpError(f"{target}: {exc}") from exc
+    if not entries:
+        raise OtlpError(
+            f"{target}: {len(spans)} spans but no tool span (gen_ai execute_tool, "
+            "OpenInference TOOL or MCP tools/call)"
+        )
+    return entries
+
+
+def _file_spans(target: Path) -> list[SpanData]:
+    """Every span of an OTLP JSON file (errors name the file and line)."""
     if is_sqlite_file(target):
         raise OtlpError(f"{target}: an SQLite database, not an OTLP JSON file")
     try:
@@ -246,18 +265,16 @@ def load_otlp_file(
         for span in found:
             _refuse_non_finite_arguments(span, where)
         spans.extend(found)
-    if not spans:
-        raise OtlpError(f"{target}: no spans (expected OTLP JSON with resourceSpans)")
-    try:
-        entries = entries_from_spans(spans, session_id=session_id, mapping=mapping)
-    except EntryError as exc:
-        raise OtlpError(f"{target}: {exc}") from exc
-    if not entries:
-        raise OtlpError(
-            f"{target}: {len(spans)} spans but no tool span (gen_ai execute_tool, "
-            "OpenInference TOOL or MCP tools/call)"
-        )
-    return entries
+    return spans
+
+
+def load_otlp_conversation(path: str | os.PathLike[str]) -> Conversation:
+    """The conversation an OTLP JSON file's model spans hold (GenAI ``gen_ai.input.messages``
+    / ``gen_ai.output.messages`` and ``gen_ai.usage.*``; see ``capture._genai``): empty when
+    it holds none."""
+    from pytest_cleo_grade.capture._genai import conversation_from_spans
+
+    return conversation_from_spans(_file_spans(Path(path)))
 
 
 class _NonFinite(ValueError):
@@ -396,6 +413,11 @@ class OtlpReceiver:
         self._exceptions: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
         #: The tool-call log records already recorded (an exporter retries a whole batch).
         self._logged: set[Any] = set()
+        #: Where the model spans' conversation goes (a GradeSession's hold_conversation),
+        #: and the messages already taken (each request repeats the history before it).
+        self.conversation_sink: Callable[[Conversation], object] | None = None
+        self._said: set[tuple[str, str]] = set()
+        self._model_spans: set[str] = set()
 
     @property
     def endpoint(self) -> str:
@@ -558,8 +580,11 @@ class OtlpReceiver:
             for span, built in made:
                 if span.span_id:
                     self._recorded[span.span_id] = (span, built[0]) if built else None
+            talk = self._conversation(spans)
         if entries:
             self._sink(entries)
+        if talk is not None and self.conversation_sink is not None:
+            self.conversation_sink(talk)
         return entries
 
     def receive_logs(self, records: Sequence[Any]) -> list[AuditEntry]:
@@ -617,6 +642,17 @@ class OtlpReceiver:
     def _with_logged_exceptions(self, span: SpanData) -> SpanData:
         logged = self._exceptions.get(span.span_id) if span.span_id else None
         return span if not logged else dataclasses.replace(span, events=[*span.events, *logged])
+
+    def _conversation(self, spans: Sequence[SpanData]) -> Conversation | None:
+        """The conversation of the model spans not received before (None: none)."""
+        if self.conversation_sink is None:
+            return None
+        from pytest_cleo_grade.capture._genai import conversation_from_spans, is_model_span
+
+        new = [s for s in spans if is_model_span(s) and s.span_id not in self._model_spans]
+        self._model_spans.update(s.span_id for s in new if s.span_id)
+        talk = conversation_from_spans(new, seen=self._said)
+        return None if talk.empty else talk
 
     def _ancestors(self, span_id: str) -> Iterable[str]:
         seen: set[str] = {span_id}

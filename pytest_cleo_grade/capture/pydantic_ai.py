@@ -31,7 +31,15 @@ try:
         ToolRetryError,
         UnexpectedModelBehavior,
     )
-    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.messages import (
+        ModelRequest,
+        ModelResponse,
+        SystemPromptPart,
+        TextPart,
+        ToolCallPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import RunContext, ToolDefinition
 except ImportError as exc:  # pragma: no cover - depends on the environment
     from pytest_cleo_grade.core.errors import missing_extra
@@ -133,6 +141,19 @@ class AuditHooks(AbstractCapability[Any]):
             mapping=self.mapping,
         )
 
+    async def after_run(
+        self, ctx: RunContext[Any], *, result: AgentRunResult[Any]
+    ) -> AgentRunResult[Any]:
+        """The run's conversation into the session: its user prompts, the model's text
+        answers with each response's model and token usage, and the run's output."""
+        try:
+            _record_run(result)
+        except Exception as exc:  # never break the agent for its grade
+            from pytest_cleo_grade.capture._conversation import warn_not_recorded
+
+            warn_not_recorded("the pydantic-ai run's conversation", exc)
+        return result
+
     async def wrap_tool_validate(
         self,
         ctx: RunContext[Any],
@@ -183,6 +204,52 @@ class AuditHooks(AbstractCapability[Any]):
         failure = envelope_failure(call.tool_name, result)
         self._record(call, args, failure, started, clock, started_in, result)
         return result
+
+
+def _record_run(result: AgentRunResult[Any]) -> None:
+    from pydantic_core import to_json
+
+    from pytest_cleo_grade.capture._conversation import (
+        message,
+        model_call,
+        record_conversation,
+        text_of,
+    )
+
+    messages: list[Any] = []
+    calls: list[Any] = []
+    for item in result.new_messages():
+        if isinstance(item, ModelRequest):
+            for part in item.parts:
+                if isinstance(part, UserPromptPart):
+                    text = text_of(part.content)
+                    if text:
+                        messages.append(message("user", text, timestamp=part.timestamp))
+                elif isinstance(part, SystemPromptPart) and part.content:
+                    messages.append(message("system", part.content, timestamp=part.timestamp))
+        elif isinstance(item, ModelResponse):
+            usage = item.usage
+            call = model_call(
+                item.model_name,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cached_tokens=usage.cache_read_tokens or None,
+                timestamp=item.timestamp,
+            )
+            calls.append(call)
+            text = "\n".join(p.content for p in item.parts if isinstance(p, TextPart) and p.content)
+            if text:
+                messages.append(
+                    message(
+                        "assistant",
+                        text,
+                        timestamp=item.timestamp,
+                        model_call=call.id if call is not None else None,
+                    )
+                )
+    output = result.output
+    shown = output if isinstance(output, str) else to_json(output, fallback=str).decode()
+    record_conversation(messages, calls, output=shown)
 
 
 def _hooks_in(capability: AbstractCapability[Any]) -> AuditHooks | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import operator
 import sys
@@ -31,6 +32,7 @@ from pytest_cleo_grade.core.errors import CleoGradeError
 from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
 
 if TYPE_CHECKING:
+    from pytest_cleo_grade.core._conversation import Conversation
     from pytest_cleo_grade.core.models import AuditEntry, GradedCall, GradeResult
 
 # The grading stack (the models, the rubrics, the store, the display) is imported by the
@@ -271,7 +273,9 @@ def run_grade(args: argparse.Namespace) -> int:
 
     with AuditStore(store, read_only=True) as audit:
         entries = audit.session_entries(session_id)
-    return report(args, grade_with_args(args, entries, session_id, store), store=store)
+        conversation = audit.session_conversation(session_id)
+    result = grade_with_args(args, entries, session_id, store, conversation=conversation)
+    return report(args, result, store=store)
 
 
 def _existing_store(path: Path, where: str = "cleo-grade grade") -> Path:
@@ -342,9 +346,15 @@ def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> Non
 
 
 def grade_with_args(
-    args: argparse.Namespace, entries: list[AuditEntry], session_id: str, cache: Path | None
+    args: argparse.Namespace,
+    entries: list[AuditEntry],
+    session_id: str,
+    cache: Path | None,
+    *,
+    conversation: Conversation | None = None,
 ) -> GradeResult:
-    """Grade ``entries`` with the ``--rubric`` (and its options) of ``args``."""
+    """Grade ``entries`` with the ``--rubric`` (and its options) of ``args``; ``conversation``
+    is the session's, when the store holds one (the weighted judge reads it)."""
     from pytest_cleo_grade.rubrics.cleo import grade_entries
     from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 
@@ -357,7 +367,7 @@ def grade_with_args(
         entries,
         session_id=session_id,
         config=rubric_config_from_args(args, cache_path=cache),
-        context=grade_context_from_args(args),
+        context=dataclasses.replace(grade_context_from_args(args), conversation=conversation),
     )
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cleo_grade.cli.common import CommandError, add_db_option, db_path, session_id_arg
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.core.errors import CleoGradeError
 from pytest_cleo_grade.core.models import AuditEntry, format_timestamp
 from pytest_cleo_grade.store import AuditStore
 from pytest_cleo_grade.store._imports import import_cleo_rows, stream_entries_file
@@ -33,7 +35,22 @@ def register(subparsers: Any) -> None:
             "and nothing is imported. A CLEO database is opened read-only."
         ),
     )
-    importer.add_argument("source", metavar="FILE", help="entries file, CLEO database or project")
+    importer.add_argument(
+        "source",
+        nargs="?",
+        metavar="FILE",
+        help="entries file, CLEO database or project (not with --from langfuse)",
+    )
+    importer.add_argument(
+        "--from",
+        dest="origin",
+        choices=("langfuse",),
+        help=(
+            "langfuse: fetch the session --session-id names through Langfuse's public API "
+            "(keys and host from LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY and LANGFUSE_HOST): "
+            "its tool observations as calls, its generations as the conversation"
+        ),
+    )
     importer.add_argument(
         "--format",
         dest="format",
@@ -62,6 +79,10 @@ def register(subparsers: Any) -> None:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    if args.origin == "langfuse":
+        return _import_langfuse(args)
+    if args.source is None:
+        raise CommandError("cleo-grade import: name the FILE to import (or --from langfuse)")
     source = Path(args.source)
     if not source.exists():
         raise CommandError(f"cleo-grade import: {source}: no such file")
@@ -69,9 +90,13 @@ def run_import(args: argparse.Namespace) -> int:
     if args.format == "otlp":
         return _import_otlp(source, target, args.session_id)
     if args.format == "claude-code":
-        from pytest_cleo_grade.capture.claude_code import load_transcript
+        from pytest_cleo_grade.capture.claude_code import (
+            load_transcript,
+            load_transcript_conversation,
+        )
 
-        return _import_loaded(load_transcript(source, session_id=args.session_id), target)
+        entries = load_transcript(source, session_id=args.session_id)
+        return _import_loaded(entries, target, load_transcript_conversation(source))
     if args.format in ENTRY_FILE_FORMATS:
         cleo = False
         if source.is_dir() or is_sqlite_file(source):
@@ -139,25 +164,78 @@ def _warn_if_imported_before(source: Path, target: Path, session_id: str | None)
         )
 
 
+def _import_langfuse(args: argparse.Namespace) -> int:
+    """A Langfuse session, fetched whole before the store is touched."""
+    import os
+
+    from pytest_cleo_grade.capture.langfuse import fetch_session
+    from pytest_cleo_grade.reports.langfuse import keys_from
+
+    if args.source is not None:
+        raise CommandError(
+            f"cleo-grade import: --from langfuse takes no FILE (got {args.source!r})"
+        )
+    if not args.session_id:
+        raise CommandError("cleo-grade import: --from langfuse needs --session-id ID")
+    keys = keys_from(os.environ)
+    if keys is None:
+        raise CommandError(
+            "cleo-grade import: --from langfuse needs LANGFUSE_PUBLIC_KEY and "
+            "LANGFUSE_SECRET_KEY (and LANGFUSE_HOST for a server other than Langfuse Cloud)"
+        )
+    public, secret, base = keys
+    try:
+        fetched = fetch_session(
+            args.session_id, public_key=public, secret_key=secret, base_url=base
+        )
+    except CleoGradeError as exc:
+        raise CommandError(f"cleo-grade import: {exc}") from None
+    if not fetched.traces:
+        raise CommandError(
+            f"cleo-grade import: langfuse has no trace in session {args.session_id!r}"
+        )
+    return _import_loaded(fetched.entries, db_path(args), fetched.conversation, fetched.session_id)
+
+
 def _import_otlp(source: Path, target: Path, session_id: str | None) -> int:
-    from pytest_cleo_grade.capture.otlp import load_otlp_file  # only this format needs it
+    # only this format needs it
+    from pytest_cleo_grade.capture.otlp import load_otlp_conversation, load_otlp_file
 
-    return _import_loaded(load_otlp_file(source, session_id=session_id), target)
+    entries = load_otlp_file(source, session_id=session_id)
+    return _import_loaded(entries, target, load_otlp_conversation(source))
 
 
-def _import_loaded(entries: list[AuditEntry], target: Path) -> int:
+def _import_loaded(
+    entries: list[AuditEntry],
+    target: Path,
+    conversation: Conversation | None = None,
+    session: str | None = None,
+) -> int:
     """Store entries read (and checked) whole first: a bad line changes nothing. A call the
     file names (a transcript's tool use id, a span's trace and span ids) is stored once per
-    session, however often the file (a transcript that grows, say) is imported."""
+    session, however often the file (a transcript that grows, say) is imported.
+
+    The file's conversation goes with the calls when they are one session's, once: a
+    session that has a stored conversation already keeps it."""
     from pytest_cleo_grade.store._schema import entry_row
 
     rows = [entry_row(entry, _call_id(entry)) for entry in entries]
+    sessions = sorted({e.session_id or "(no session)" for e in entries}) or (
+        [session] if session else []
+    )
+    talk = ""
     with AuditStore(target) as store:
         added = store.append_rows(rows)
-    sessions = sorted({e.session_id or "(no session)" for e in entries})
+        if conversation is not None and not conversation.empty and len(sessions) == 1:
+            only = session or entries[0].session_id or ""
+            if store.session_conversation(only).empty:
+                store.append_conversation(only, conversation)
+                talk = f", {len(conversation.messages)} messages"
     shown = ", ".join(sessions[:5]) + (", ..." if len(sessions) > 5 else "")
     skipped = f"; {len(entries) - added} already there" if added != len(entries) else ""
-    print(terminal_text(f"Imported {added} entries into {target} (sessions: {shown}{skipped})"))
+    print(
+        terminal_text(f"Imported {added} entries{talk} into {target} (sessions: {shown}{skipped})")
+    )
     return 0
 
 

@@ -81,10 +81,12 @@ def run_show(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.store import AuditStore
 
     session_id, entries, store = session_source(args, "cleo-grade show")
+    conversation = None
     if entries is None:
         assert store is not None
         with AuditStore(store, read_only=True) as audit:
             entries = audit.session_entries(session_id)
+            conversation = audit.session_conversation(session_id)
         stored = _stored_grade(args, store, session_id)
     else:
         stored = None
@@ -104,13 +106,13 @@ def run_show(args: argparse.Namespace) -> int:
         result = stored
     else:
         args.rubric = args.rubric or DEFAULT_RUBRIC
-        result = grade_with_args(args, ordered, session_id, store)
+        result = grade_with_args(args, ordered, session_id, store, conversation=conversation)
     if not ordered:
         # A mistyped id grades as an empty session: an F that explains nothing, said so.
         refuse_empty(result, strict=args.strict, where="cleo-grade show")
         warn_no_entries(session_id)
     if args.json:
-        print_json(session_json(result, ordered))
+        print_json(session_json(result, ordered, conversation))
     else:
-        print(render_session(result, ordered))
+        print(render_session(result, ordered, conversation))
     return 0

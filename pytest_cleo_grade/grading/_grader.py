@@ -182,7 +182,7 @@ def _grade_comparison(
         session.entries,
         session_id=session.id,
         now=now,
-        context=GradeContext(task=plan.task, extra=extra),
+        context=GradeContext(task=plan.task, extra=extra, conversation=session.conversation),
         config=dataclasses.replace(plan.config, judge=judge),
         manager=manager,
     )
@@ -211,7 +211,9 @@ class TestGrader:
             session_id=session.id,
             now=now,
             config=plan.config,
-            context=GradeContext(task=plan.task, extra=plan.context_extra()),
+            context=GradeContext(
+                task=plan.task, extra=plan.context_extra(), conversation=session.conversation
+            ),
             manager=self.manager,
         )
 
@@ -259,9 +261,12 @@ def grade_test(
     if result.entry_count == 0 and not allow_empty and not comparison:
         raise GradingFailed(f"cleo-grade: {nodeid}: {NOTHING_CAPTURED}")
     # The threshold on the history line lets `cleo-grade flaky` tell each run's verdict.
-    update: dict[str, object] = {"testId": nodeid}
+    update: dict[str, Any] = {"testId": nodeid}
     if threshold is not None:
         update["failUnder"] = threshold
+    trace = session.graded_trace()
+    if trace is not None and "traceId" not in (result.model_extra or {}):
+        update["traceId"] = trace  # where an export puts the grade (Langfuse: the trace)
     result = result.model_copy(update=update)
     session.note_graded(result)
     return GradedTest(nodeid, result, threshold, threshold_source, mode)

@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from pytest_cleo_grade.capture import _faults as faults
 from pytest_cleo_grade.capture._faults import Fault
-from pytest_cleo_grade.capture._ingest import load_file
+from pytest_cleo_grade.capture._ingest import load_conversation, load_file
 from pytest_cleo_grade.capture._one_call import one_entry_per_call as _one_per_call
 from pytest_cleo_grade.capture.audit import (
     ENV_AUDIT_DB,
@@ -32,6 +33,14 @@ from pytest_cleo_grade.capture.audit import (
     AuditedDispatcher,
     hold_in_process,
     make_entry,
+)
+from pytest_cleo_grade.core._conversation import (
+    MAX_ITEMS,
+    Conversation,
+    Message,
+    ModelCall,
+    merge,
+    new_call_id,
 )
 from pytest_cleo_grade.core.errors import CleoGradeError, EntryError, StoreError
 from pytest_cleo_grade.core.models import AuditEntry, GradeResult, coerce_entries, order_entries
@@ -79,6 +88,46 @@ def new_session_id() -> str:
             suffix = secrets.token_hex(3)
         taken.add(suffix)
     return f"session-{millis}-{suffix}"
+
+
+#: How many recordings look for a current trace (see GradeSession._note_trace).
+_TRACE_LOOKS = 32
+_TRACE_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.:-]{0,199}")
+
+
+def current_trace_id() -> str | None:
+    """The trace active here now: OpenTelemetry's current span's, else the Langfuse SDK's
+    current trace (each only when the program already imported it), else None."""
+    if "opentelemetry.trace" in sys.modules:
+        from opentelemetry import trace
+
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            return format(context.trace_id, "032x")
+    # Without keys the SDK's client is disabled (and logs that it is): no trace to ask for.
+    if "langfuse" in sys.modules and os.environ.get("LANGFUSE_PUBLIC_KEY"):
+        try:
+            import langfuse
+
+            found = langfuse.get_client().get_current_trace_id()
+        except Exception:  # an SDK without keys, or an older one: no trace to tell
+            return None
+        if isinstance(found, str) and _TRACE_ID.fullmatch(found):
+            return found
+    return None
+
+
+#: Within this time, the same message (role and text) seen twice is one message.
+_SAME_MESSAGE_WINDOW = timedelta(seconds=5)
+
+
+def _first_problem(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "value"
+        return f"{field}: {str(first['msg']).removeprefix('Value error, ')}"
+    return str(exc)
 
 
 class SessionSettings(BaseModel):
@@ -175,6 +224,23 @@ class GradeSession:
         self._stopped_receiver: OtlpReceiver | None = None
         #: How many refusals in this process the latest grade had seen (None: no grade yet).
         self._graded_refused: int | None = None
+        #: The conversation captured in this process and not yet stored (see flush()):
+        #: messages, model calls, an output an adapter saw, and what the cap left out.
+        self._messages: list[Message] = []
+        self._model_calls: list[ModelCall] = []
+        self._captured_output: str | None = None
+        self._dropped = 0
+        #: Whether the output (set_output's or an adapter's) is stored as it is now.
+        self._output_stored: str | None = None
+        #: What was held already, to keep a message two adapters saw once (hold_message).
+        self._said: dict[tuple[str, str, str | None], datetime] = {}
+        self._call_ids: set[str] = set()
+        #: The trace the session's grade belongs on (Langfuse scores go there): set it, or
+        #: it is the OpenTelemetry or Langfuse trace active when the first call or message
+        #: was recorded in this process, else the one the calls' spans name.
+        self.trace_id: str | None = None
+        self._seen_trace: str | None = None
+        self._trace_looks = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -202,6 +268,12 @@ class GradeSession:
         All or none: on StoreError the entries stay held (and graded); returns how many
         were written.
         """
+        # The calls first: a conversation the store refuses stays held, never the calls.
+        written = self._flush_entries()
+        self._flush_conversation()
+        return written
+
+    def _flush_entries(self) -> int:
         if not self._held:
             return 0
         try:
@@ -211,6 +283,23 @@ class GradeSession:
         self._held.clear()
         self._flushed = True
         return written
+
+    def _flush_conversation(self) -> None:
+        """Write the conversation held in this process (one transaction; kept on failure)."""
+        output = self.output if self.output is not None else self._captured_output
+        pending_output = output if output != self._output_stored else None
+        if not (self._messages or self._model_calls or self._dropped or pending_output):
+            return
+        part = Conversation(
+            messages=self._messages,
+            model_calls=self._model_calls,
+            output=pending_output,
+            dropped=self._dropped,
+        )
+        self.store.append_conversation(self.id, part)
+        self._messages, self._model_calls, self._dropped = [], [], 0
+        self._output_stored = output
+        self._flushed = True
 
     def _flush_each(self) -> int:
         """After the store refused an entry of the batch (text that is not Unicode, say):
@@ -310,9 +399,11 @@ class GradeSession:
         if self._receiver is None:
             from pytest_cleo_grade.capture.otlp import OtlpReceiver
 
-            self._receiver = OtlpReceiver(
+            receiver = OtlpReceiver(
                 self.id, self._received, refused=self.refuse, replace=self._amended
-            ).start()
+            )
+            receiver.conversation_sink = self.hold_conversation
+            self._receiver = receiver.start()
         return self._receiver.endpoint
 
     def _received(self, entries: list[AuditEntry]) -> None:
@@ -402,11 +493,161 @@ class GradeSession:
         if self._store is None:
             raise CleoGradeError(f"session {self.id} is not started")
         self._held.append(entry)
+        self._note_trace()
         return entry
 
     def hold(self, entry: AuditEntry) -> None:
         """Take an entry :func:`~pytest_cleo_grade.capture.audit.record` made in this process."""
         self._held.append(entry)
+        self._note_trace()
+
+    def _note_trace(self) -> None:
+        # Looked for while the first calls are recorded: an agent run inside a trace has one
+        # by then, and a session without any does not pay for the look on every call.
+        if self._seen_trace is None and self._trace_looks < _TRACE_LOOKS:
+            self._trace_looks += 1
+            self._seen_trace = current_trace_id()
+
+    def graded_trace(self) -> str | None:
+        """The trace this session's grade goes on: :attr:`trace_id` when set, else the trace
+        active when it first recorded, else the trace most of the calls this process holds
+        name (their spans', an import's: nothing is read again to know it)."""
+        if self.trace_id:
+            return self.trace_id
+        if self._seen_trace:
+            return self._seen_trace
+        counts: dict[str, int] = {}
+        for entry in self._held:
+            named = (entry.metadata.model_extra or {}).get("traceId")
+            if isinstance(named, str) and _TRACE_ID.fullmatch(named):
+                counts[named] = counts.get(named, 0) + 1
+        return max(counts, key=lambda key: counts[key]) if counts else None
+
+    # -- the conversation ------------------------------------------------------------------
+
+    def add_message(
+        self,
+        role: str,
+        text: str,
+        *,
+        timestamp: datetime | None = None,
+        model_call: str | None = None,
+    ) -> Message:
+        """Add one message of the conversation: ``role`` is ``user``, ``assistant``,
+        ``system`` or ``tool`` (``human`` and ``ai`` are taken too), ``text`` what was said
+        (cut at 32,000 characters), ``timestamp`` when (default: now), ``model_call`` the id
+        :meth:`add_model_call` returned for the request an assistant message came from.
+
+        The first user message is the goal the weighted judge is told; the messages reach
+        it interleaved with the calls. Raises EntryError for invalid arguments.
+        """
+        if not isinstance(text, str):
+            raise EntryError(f"add_message() takes the text, not {type(text).__name__}")
+        try:
+            message = Message(
+                timestamp=timestamp or datetime.now(UTC),
+                role=role,
+                text=text,
+                model_call=model_call,
+            )
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise EntryError(f"add_message(): {_first_problem(exc)}") from None
+        self._keep_message(message)  # said twice on purpose is said twice
+        return message
+
+    def add_model_call(
+        self,
+        model: str | None = None,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        cached_tokens: int | None = None,
+        duration: float | None = None,
+        timestamp: datetime | None = None,
+        call_id: str | None = None,
+    ) -> ModelCall:
+        """Add one model request with its token usage; returns it (its ``id`` is what
+        :meth:`add_message`'s ``model_call`` names). Raises EntryError for invalid arguments."""
+        try:
+            call = ModelCall(
+                id=call_id or new_call_id(),
+                timestamp=timestamp or datetime.now(UTC),
+                model=model,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cached_tokens=cached_tokens,
+                duration=duration or 0,
+            )
+        except ValueError as exc:
+            raise EntryError(f"add_model_call(): {_first_problem(exc)}") from None
+        self.hold_model_call(call)
+        return call
+
+    def hold_message(self, message: Message) -> None:
+        """Take a message an adapter captured in this process (the cap applies).
+
+        Two adapters may see one message (pydantic-ai's hooks and its spans, LangChain's
+        middleware and its callbacks): the same role and text from the same model call, or
+        within :data:`_SAME_MESSAGE_WINDOW` of each other, is kept once.
+        """
+        key = (message.role, message.text, message.model_call)
+        last = self._said.get(key)
+        if last is not None and (
+            message.model_call is not None or abs(message.timestamp - last) <= _SAME_MESSAGE_WINDOW
+        ):
+            return
+        self._said[key] = message.timestamp
+        self._keep_message(message)
+
+    def _keep_message(self, message: Message) -> None:
+        if len(self._messages) >= MAX_ITEMS:
+            self._dropped += 1
+        else:
+            self._messages.append(message)
+
+    def hold_model_call(self, call: ModelCall) -> None:
+        """Take a model call an adapter captured in this process (the cap applies; an id
+        already held is not taken again)."""
+        if call.id in self._call_ids:
+            return
+        self._call_ids.add(call.id)
+        if len(self._model_calls) >= MAX_ITEMS:
+            self._dropped += 1
+        else:
+            self._model_calls.append(call)
+
+    def hold_output(self, text: str) -> None:
+        """Take the final output an adapter saw (:meth:`set_output`'s text wins over it)."""
+        self._captured_output = text
+
+    def hold_conversation(self, conversation: Conversation) -> None:
+        """Take a whole conversation (an ingested transcript's, an OTLP export's)."""
+        self._note_trace()
+        for message in conversation.messages:
+            self.hold_message(message)
+        for call in conversation.model_calls:
+            self.hold_model_call(call)
+        self._dropped += conversation.dropped
+        if conversation.output is not None:
+            self.hold_output(conversation.output)
+
+    @property
+    def conversation(self) -> Conversation:
+        """The session's conversation: what this process holds and what other processes
+        (a child, an OTLP export) stored, in time order, with the final output."""
+        stored = Conversation()
+        if self._flushed or (
+            self._store is not None and self._store.data_version() != self._version
+        ):
+            stored = self.store.session_conversation(self.id)
+        output = self.output if self.output is not None else self._captured_output
+        held = Conversation(
+            messages=self._messages,
+            model_calls=self._model_calls,
+            output=output,
+            dropped=self._dropped,
+        )
+        return merge([stored, held])
 
     def refuse(self, reason: str) -> None:
         """Note a call that could not be recorded (the test then cannot be graded)."""
@@ -466,9 +707,11 @@ class GradeSession:
         graded (as for a refused :meth:`record`), even if the error was caught. Returns the
         number of entries added (held like recorded ones until :meth:`flush`).
         """
+        conversation = None
         try:
             if isinstance(source, str | os.PathLike):
                 entries = load_file(source, format, session_id)
+                conversation = load_conversation(source, format)
             else:
                 entries = coerce_entries(source)
         except CleoGradeError as exc:
@@ -476,6 +719,8 @@ class GradeSession:
             raise
         mine = [e.model_copy(update={"session_id": self.id}) for e in entries]
         self._held.extend(mine)
+        if conversation is not None:
+            self.hold_conversation(conversation)
         return len(mine)
 
     # -- grading -------------------------------------------------------------------------

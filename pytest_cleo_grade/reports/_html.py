@@ -12,6 +12,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._files import (
     SQLITE_SIDE_FILES,
     NotRegularFileError,
@@ -92,6 +93,28 @@ def session_calls(
             ordered = order_entries(entries)
             calls[session] = {i: f"{e.domain}.{e.operation}" for i, e in enumerate(ordered)}
     return calls
+
+
+def session_conversations(db: Path, sessions: Sequence[str]) -> dict[str, Conversation]:
+    """Each session's stored conversation (those with none, or unreadable, left out)."""
+    if not db.is_file():
+        return {}
+    from pytest_cleo_grade.store import AuditStore
+
+    found: dict[str, Conversation] = {}
+    try:
+        store = AuditStore(db, read_only=True)
+    except CleoGradeError:
+        return {}
+    with store:
+        for session in dict.fromkeys(sessions):
+            try:
+                talk = store.session_conversation(session)
+            except CleoGradeError:
+                continue
+            if not talk.empty:
+                found[session] = talk
+    return found
 
 
 def inputs_of(
@@ -181,9 +204,11 @@ def write_html_report(
     refuse_replacing_inputs(path, {**inputs_of(db=db), **(reads or {})}, what="HTML report")
     check_target(path)
     calls = None
+    conversations = None
     if db is not None:
         sessions = [test.result.session_id for test in run.tests]
         calls = session_calls(db, sessions, required=db_required)
+        conversations = session_conversations(db, sessions)
     # A page of a long history is many small objects and no cycles: full collections would
     # only traverse the history again (the larger the process, the more they cost).
     with collector_paused():
@@ -196,6 +221,7 @@ def write_html_report(
                 source=source,
                 decisions=decisions,
                 gates=gates,
+                conversations=conversations,
             )
         )
     write_report(path, page)

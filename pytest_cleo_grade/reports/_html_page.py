@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._scale import letter_for
 from pytest_cleo_grade.core._text import html_text
 from pytest_cleo_grade.core.models import DimensionScore, GradeResult, Point, format_timestamp
@@ -86,6 +87,8 @@ class HtmlTest:
     previous_source: str = "previous run"
     #: Entry index -> ``domain.operation`` of the shown grade's session, when the store had it.
     calls: Mapping[int, str] | None = None
+    #: The shown grade's session's conversation, when the store holds one.
+    conversation: Conversation | None = None
     #: A repeated test's decision as the terminal says it (the pytest run knows it; a
     #: history does not: then :attr:`repeat_verdict` counts the runs that reached the bar).
     decision: str | None = None
@@ -181,6 +184,7 @@ def build_report(
     source: str = "",
     decisions: Mapping[str, str] | None = None,
     gates: Sequence[tuple[bool | None, str]] = (),
+    conversations: Mapping[str, Conversation] | None = None,
 ) -> HtmlReport:
     """Group the run's tests with their history (one pass over it).
 
@@ -223,6 +227,9 @@ def build_report(
         )
         if calls is not None:  # the calls of the session whose points are shown
             entry = dataclasses.replace(entry, calls=calls.get(entry.shown.session_id))
+        if conversations is not None:
+            talk = conversations.get(entry.shown.session_id)
+            entry = dataclasses.replace(entry, conversation=talk)
         tests.append(entry)
     from pytest_cleo_grade.reports._calibration_html import calibration_section
 
@@ -440,7 +447,7 @@ def _section(index: int, test: HtmlTest) -> str:
         f"{_e(format_timestamp(result.timestamp))}</p>\n"
         f"<div class='charts'>{radar_svg(result)}{trend_svg(test.history)}</div>\n"
         f"<h3>Flags ({len(result.flags)})</h3>\n<ul class='flags'>{flags}</ul>\n"
-        f"{_points(result, test.calls)}</section>\n"
+        f"{_points(result, test.calls)}{_conversation(test.conversation)}</section>\n"
     )
 
 
@@ -593,6 +600,50 @@ def trend_svg(history: Sequence[GradeResult]) -> str:
         f"<title>percentage over {n} grades{cut}; dashed lines: rubric or model changed"
         f"</title>{grid}{''.join(marks)}<polyline class='line' points='{line}'/>{dots}"
         f"<text x='{_PAD}' y='{_H - 8:.0f}'>{_e(legend)}</text></svg>"
+    )
+
+
+# -- the conversation beside the calls ---------------------------------------------------------
+
+#: The most characters of one message the page shows (the store keeps up to its own cap).
+_PAGE_MESSAGE_CHARS: Final = 2000
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _conversation(talk: Conversation | None) -> str:
+    """The session's messages (each with its model and tokens), its output and its usage."""
+    if talk is None or talk.empty:
+        return ""
+    calls = {call.id: call for call in talk.model_calls}
+    rows = []
+    for message in talk.messages:
+        text = message.text
+        if len(text) > _PAGE_MESSAGE_CHARS:
+            text = f"{text[:_PAGE_MESSAGE_CHARS]}... (+{len(text) - _PAGE_MESSAGE_CHARS} chars)"
+        call = calls.get(message.model_call) if message.model_call else None
+        usage = ""
+        if call is not None:
+            usage = (
+                f" <span class='usage'>{_e(call.model or 'model')}, "
+                f"{call.input_tokens or 0} in / {call.output_tokens or 0} out</span>"
+            )
+        rows.append(
+            f"<li class='{_e(message.role)}'><b>{_e(message.role)}</b> "
+            f"<small>{_e(format_timestamp(message.timestamp))}</small>{usage}"
+            f"<pre>{_e(text)}</pre></li>"
+        )
+    tokens = talk.tokens()
+    output = talk.final_output
+    shown = f"<pre>{_e(output)}</pre>" if output is not None else "<p>(none)</p>"
+    return (
+        "<details class='conversation'><summary>Conversation ("
+        f"{_counted(len(talk.messages), 'message')}, "
+        f"{_counted(len(talk.model_calls), 'model call')}, {tokens['input']} in / "
+        f"{tokens['output']} out tokens)</summary><ol class='messages'>{''.join(rows)}</ol>"
+        f"<h4>Final output</h4>{shown}</details>\n"
     )
 
 

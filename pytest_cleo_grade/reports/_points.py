@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
+from pytest_cleo_grade.core._conversation import Conversation, Message, ModelCall
 from pytest_cleo_grade.core._text import terminal_text
 from pytest_cleo_grade.core.models import AuditEntry, GradeResult, Point, format_timestamp
 from pytest_cleo_grade.reports._display import (
@@ -47,18 +48,43 @@ def _annotation(item: Point) -> str:
     return f"{terminal_text(item.rule)} {signed_text(item.points)}{shared}"
 
 
-def render_session(result: GradeResult, entries: Sequence[AuditEntry]) -> str:
-    """The session's calls, one per line with the rules they triggered, then each dimension's
-    items (every point of the score with its sentence) and the total."""
+#: The most characters of a message ``cleo-grade show`` prints on its line.
+SHOWN_MESSAGE_CHARS: Final = 160
+
+
+def _message_line(message: Message, calls: dict[str, ModelCall]) -> str:
+    text = " ".join(message.text.split())
+    if len(text) > SHOWN_MESSAGE_CHARS:
+        text = f"{text[:SHOWN_MESSAGE_CHARS]}... (+{len(text) - SHOWN_MESSAGE_CHARS} chars)"
+    call = calls.get(message.model_call) if message.model_call else None
+    usage = ""
+    if call is not None and (call.model or call.total_tokens):
+        model = terminal_text(call.model or "model")
+        usage = f"  [{model}, {call.input_tokens or 0} in / {call.output_tokens or 0} out]"
+    return (
+        f"      {format_timestamp(message.timestamp)}  {message.role + ':':<10} "
+        f"{terminal_text(text)}{usage}"
+    )
+
+
+def render_session(
+    result: GradeResult,
+    entries: Sequence[AuditEntry],
+    conversation: Conversation | None = None,
+) -> str:
+    """The session's calls, one per line with the rules they triggered (the conversation's
+    messages between them, in session order), then the final output and token usage, each
+    dimension's items (every point of the score with its sentence) and the total."""
     items = points_of(result)
     by_entry = _by_entry(items)
     rubric = (result.model_extra or {}).get("rubric", "cleo")
-    lines = [
-        f"session {terminal_text(result.session_id)} ({len(entries)} calls), "
-        f"rubric {terminal_text(rubric)}",
-        "",
-    ]
+    talk = conversation if conversation is not None and not conversation.empty else None
+    header = f"session {terminal_text(result.session_id)} ({len(entries)} calls"
+    if talk is not None:
+        header += f", {len(talk.messages)} messages"
+    lines = [f"{header}), rubric {terminal_text(rubric)}", ""]
     width = max((len(_call(e)) for e in entries), default=4)
+    rows: list[tuple[Any, int, int, str]] = []
     for index, entry in enumerate(entries):
         notes = "; ".join(_annotation(item) for item in by_entry.get(index, ()))
         gateway = terminal_text(entry.metadata.gateway or "-")
@@ -66,7 +92,29 @@ def render_session(result: GradeResult, entries: Sequence[AuditEntry]) -> str:
             f"#{index:<4} {format_timestamp(entry.timestamp)}  {_call(entry):<{width}}  "
             f"{gateway:<11} {_outcome(entry):<7} {notes}"
         )
-        lines.append(line.rstrip())
+        rows.append((entry.timestamp, 1, index, line.rstrip()))
+    if talk is not None:
+        calls = {call.id: call for call in talk.model_calls}
+        rows += [
+            (message.timestamp, 0, index, _message_line(message, calls))
+            for index, message in enumerate(talk.messages)
+        ]
+        rows.sort(key=lambda row: row[:3])
+    lines += [row[3] for row in rows]
+    if talk is not None:
+        lines.append("")
+        output = talk.final_output
+        lines.append(
+            "output: "
+            + (terminal_text(" ".join(output.split())) if output is not None else "(none)")
+        )
+        tokens = talk.tokens()
+        lines.append(
+            f"model calls: {len(talk.model_calls)}, tokens: {tokens['input']} in "
+            f"({tokens['cached']} cached) / {tokens['output']} out"
+        )
+        if talk.dropped:
+            lines.append(f"({talk.dropped} messages or model calls over the cap not kept)")
     if entries:
         lines.append("")
     else:
@@ -87,8 +135,13 @@ def render_session(result: GradeResult, entries: Sequence[AuditEntry]) -> str:
     return "\n".join(lines)
 
 
-def session_json(result: GradeResult, entries: Sequence[AuditEntry]) -> dict[str, Any]:
-    """``cleo-grade show --json``: the grade, and each call with the points items naming it."""
+def session_json(
+    result: GradeResult,
+    entries: Sequence[AuditEntry],
+    conversation: Conversation | None = None,
+) -> dict[str, Any]:
+    """``cleo-grade show --json``: the grade, each call with the points items naming it, and
+    the conversation (when one was captured)."""
     by_entry = _by_entry(points_of(result))
     calls = [
         {
@@ -104,4 +157,7 @@ def session_json(result: GradeResult, entries: Sequence[AuditEntry]) -> dict[str
         }
         for index, entry in enumerate(entries)
     ]
-    return {"grade": result.to_report_dict(), "calls": calls}
+    data: dict[str, Any] = {"grade": result.to_report_dict(), "calls": calls}
+    if conversation is not None and not conversation.empty:
+        data["conversation"] = conversation.to_json_dict()
+    return data

@@ -111,6 +111,8 @@ class ScoreSpec:
     score_id: str
     comment: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: The trace the score goes on (the design stores scores on the trace); None: the session.
+    trace_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -205,6 +207,26 @@ def _comment(lines: Sequence[str]) -> str | None:
     return text[:1000] or None
 
 
+#: The score configs' descriptions of the Enhanced Scoring System Design, by dimension.
+_DESCRIPTIONS: Final = {
+    "goal_achievement": "Did the session accomplish the user's goal?",
+    "tool_efficiency": "Right tool selection and usage efficiency",
+    "process_adherence": "Following proper workflows (TodoWrite, Read→Edit, skills)",
+    "context_efficiency": "Efficient use of context window and file reads",
+    "error_handling": "How were errors and blockers handled?",
+    "output_quality": "Quality of deliverables (code, docs, formatting)",
+    "overall_quality": "Weighted aggregate of all dimensions",
+}
+
+
+def trace_of(result: GradeResult) -> str | None:
+    """The trace a grade's scores go on (its ``traceId`` extra), or None."""
+    value = (result.model_extra or {}).get("traceId")
+    if isinstance(value, str) and re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_.:-]{0,199}", value):
+        return value
+    return None
+
+
 #: One score of a grade: its config, value and comment.
 _Part = tuple[ConfigSpec, float | str, str | None]
 
@@ -226,21 +248,24 @@ def _shapes(extra: Mapping[str, Any]) -> dict[str, ConfigSpec]:
     recorded = extra.get(DIMENSIONS_KEY)
     if isinstance(recorded, Mapping):
         for name, shape in recorded.items():
-            config = _shape_config(str(name), shape)
+            config = _shape_config(str(name), shape, _DESCRIPTIONS.get(str(name), ""))
             if config is not None:
                 shapes[str(name)] = config
         return shapes
     if extra.get("rubric") != DEFAULT_SPEC.name:
         return shapes
     for dimension in DEFAULT_SPEC.dimensions:
+        described = _DESCRIPTIONS.get(dimension.name, dimension.description)
         if isinstance(dimension, CategoricalDimension):
             categories = tuple((c.label, c.value) for c in dimension.categories)
             shapes[dimension.name] = ConfigSpec(
-                _name(dimension.name), "CATEGORICAL", categories=categories
+                _name(dimension.name), "CATEGORICAL", categories=categories, description=described
             )
         else:
             low, high = float(dimension.min), float(dimension.max)
-            shapes[dimension.name] = ConfigSpec(_name(dimension.name), "NUMERIC", low, high)
+            shapes[dimension.name] = ConfigSpec(
+                _name(dimension.name), "NUMERIC", low, high, description=described
+            )
     return shapes
 
 
@@ -255,21 +280,26 @@ def _number(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _shape_config(name: str, shape: object) -> ConfigSpec | None:
+def _shape_config(name: str, shape: object, known: str = "") -> ConfigSpec | None:
     """One recorded shape as a config, or None when it is not one (a history line is
-    input: a shape that makes no sense is ignored, and the dimension exported as points)."""
+    input: a shape that makes no sense is ignored, and the dimension exported as points).
+    Its description: ``known`` (the design's, for its dimensions), else the shape's own."""
     if not isinstance(shape, Mapping):
         return None
+    own = shape.get("description")
+    described = known or (own[:500] if isinstance(own, str) else "")
     if shape.get("type") == "categorical" and isinstance(shape.get("categories"), Mapping):
         categories = tuple(
             (str(label), int(value))
             for label, value in shape["categories"].items()
             if isinstance(value, int) and not isinstance(value, bool)
         )
-        return ConfigSpec(_name(name), "CATEGORICAL", categories=categories) if categories else None
+        if not categories:
+            return None
+        return ConfigSpec(_name(name), "CATEGORICAL", categories=categories, description=described)
     low, high = _number(shape.get("min")), _number(shape.get("max"))
     if shape.get("type") == "numeric" and low is not None and high is not None and low < high:
-        return ConfigSpec(_name(name), "NUMERIC", low, high)
+        return ConfigSpec(_name(name), "NUMERIC", low, high, description=described)
     return None
 
 
@@ -304,7 +334,9 @@ def _weighted(result: GradeResult) -> list[_Part]:
             points = ConfigSpec(_name(name), "NUMERIC", 0.0, float(dimension.max))
             scores.append((points, float(dimension.score), comment))
     overall = float(extra["overallQuality"])
-    config = ConfigSpec("overall_quality", "NUMERIC", 0.0, 1.0, description="Weighted aggregate")
+    config = ConfigSpec(
+        "overall_quality", "NUMERIC", 0.0, 1.0, description=_DESCRIPTIONS["overall_quality"]
+    )
     scores.append((config, overall, None))
     return scores
 
@@ -340,9 +372,18 @@ def plan(result: GradeResult) -> list[ScoreSpec]:
     metadata["rubric"] = str(extra.get("rubric", "cleo"))
     # The id takes the config's own name, never the suffix it may get in Langfuse: the score
     # keeps its id whichever config name the export finds free.
+    trace = trace_of(result)
+    if trace is not None:
+        metadata["sessionId"] = result.session_id
     return [
         ScoreSpec(
-            config, value, result.session_id, _score_id(result, config.name), comment, metadata
+            config,
+            value,
+            result.session_id,
+            _score_id(result, config.name),
+            comment,
+            metadata,
+            trace,
         )
         for config, value, comment in parts
     ]
@@ -519,7 +560,10 @@ def _send(api: Any, scores: list[ScoreSpec], summary: ExportSummary) -> None:
     requests = [
         CreateScoreRequest(
             id=score.score_id,
-            session_id=score.session_id,
+            # On the trace when the grade knows it (the design's "7 scores on trace"), else on
+            # the session.
+            trace_id=score.trace_id,
+            session_id=None if score.trace_id else score.session_id,
             name=chosen[score.config][0],
             value=score.value,
             data_type=score.config.data_type,

@@ -2,7 +2,7 @@
 
 A rule file describes a protocol without Python: dimensions with a maximum and a starting
 score, each holding rules of a few kinds (called, before, ratio, penalty, recovery,
-duplicates, forbidden, at_most). Every rule has a stable id, its points, and the evidence
+duplicates, forbidden, at_most, budget). Every rule has a stable id, its points, and the evidence
 and flag sentences it adds; ``{placeholders}`` in a sentence are checked when the file is
 loaded, so a typo is an error naming the rule, never a crash while grading.
 """
@@ -29,12 +29,14 @@ from pydantic import (
 __all__ = [
     "AtMost",
     "Before",
+    "Budget",
     "CallPattern",
     "Called",
     "Dimension",
     "Duplicates",
     "Forbidden",
     "Penalty",
+    "Price",
     "Ratio",
     "Recovery",
     "Rule",
@@ -263,8 +265,52 @@ class AtMost(_Rule):
     max: Annotated[Whole, Field(ge=0)]
 
 
+class Budget(_Rule):
+    """``points`` (<= 0) once when the session spends more than a limit: ``max_tokens``
+    (input + output, summed over its model calls), ``max_calls`` (tool calls),
+    ``max_model_calls``, ``max_seconds`` (from the first user message to the final output,
+    else the first to the last call) or ``max_cost`` (from the file's ``[prices]``). The
+    flag is said for each limit passed; ``{used}``, ``{limit}`` and ``{unit}`` fill it."""
+
+    fields: ClassVar[frozenset[str]] = frozenset({"used", "limit", "unit"})
+    award: ClassVar[bool] = False
+    kind: Literal["budget"]
+    max_tokens: Annotated[Whole, Field(ge=0)] | None = None
+    max_calls: Annotated[Whole, Field(ge=0)] | None = None
+    max_model_calls: Annotated[Whole, Field(ge=0)] | None = None
+    max_seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    max_cost: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _needs_a_limit(self) -> Budget:
+        if self.limits() == {}:
+            raise ValueError(
+                "a budget rule needs a limit: max_tokens, max_calls, max_model_calls, "
+                "max_seconds or max_cost"
+            )
+        return self
+
+    def limits(self) -> dict[str, float]:
+        """The limits set, by unit (tokens, calls, model calls, seconds, cost)."""
+        named = {
+            "tokens": self.max_tokens,
+            "calls": self.max_calls,
+            "model calls": self.max_model_calls,
+            "seconds": self.max_seconds,
+            "cost": self.max_cost,
+        }
+        return {unit: limit for unit, limit in named.items() if limit is not None}
+
+
+class Price(_Model):
+    """A model's price per million tokens, input and output (any currency, the same one)."""
+
+    input: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    output: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 Rule = Annotated[
-    Called | Before | Ratio | Penalty | Recovery | Duplicates | Forbidden | AtMost,
+    Called | Before | Ratio | Penalty | Recovery | Duplicates | Forbidden | AtMost | Budget,
     Field(discriminator="kind"),
 ]
 
@@ -277,6 +323,7 @@ KIND_ALIASES: Final = {
     "duplicate": "duplicates",
     "at_most_n": "at_most",
     "max_calls": "at_most",
+    "budgets": "budget",
 }
 
 
@@ -340,6 +387,8 @@ class RuleSpec(_Model):
     version: Annotated[str, Field(min_length=1, max_length=50)] = "1"
     empty_flag: PlainText = "No audit entries found for session"
     dimensions: Annotated[list[Dimension], Field(min_length=1)]
+    #: Model name -> price per million tokens, for budget rules' ``max_cost``.
+    prices: dict[Annotated[str, Field(min_length=1, max_length=200)], Price] = {}
 
     @model_validator(mode="after")
     def _unique(self) -> RuleSpec:
@@ -347,6 +396,12 @@ class RuleSpec(_Model):
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"dimension {name!r} is defined twice")
+        for rule in (r for d in self.dimensions for r in d.rules):
+            if isinstance(rule, Budget) and rule.max_cost is not None and not self.prices:
+                raise ValueError(
+                    f"rule {rule.id!r}: max_cost needs a [prices] table (model = "
+                    "{ input = ..., output = ... } per million tokens)"
+                )
         ids = [rule.id for d in self.dimensions for rule in d.rules]
         # The ids the rubric gives a dimension's start and its 0..max limit (points).
         own = {f"{name}.{part}" for name in names for part in ("start", "limit")}

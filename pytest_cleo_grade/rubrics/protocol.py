@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core.models import AuditEntry, GradeResult
 from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
 from pytest_cleo_grade.core.settings import JudgeCacheMode as CacheMode
@@ -34,12 +35,14 @@ class GradeContext:
 
     ``task`` describes what the agent was asked to do (a judge needs it; the CLEO rubric
     ignores it); ``task_id`` becomes the result's ``taskId``; ``extra`` is free-form for
-    third-party rubrics.
+    third-party rubrics; ``conversation`` is the session's messages, model calls and final
+    output, when they were captured (the weighted judge reads the goal and the output there).
     """
 
     task: str | None = None
     task_id: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    conversation: Conversation | None = None
 
 
 @dataclass(frozen=True, slots=True)

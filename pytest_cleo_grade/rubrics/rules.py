@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core.errors import RubricError
 from pytest_cleo_grade.core.models import (
     AuditEntry,
@@ -33,16 +34,19 @@ from pytest_cleo_grade.rubrics._points import balance, per_violation, point
 from pytest_cleo_grade.rubrics._rule_spec import (
     AtMost,
     Before,
+    Budget,
     Called,
     CallPattern,
     Dimension,
     Duplicates,
     Forbidden,
     Penalty,
+    Price,
     Ratio,
     Recovery,
     RuleSpec,
 )
+from pytest_cleo_grade.rubrics._session_metrics import session_cost, session_metrics
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
 from pytest_cleo_grade.rubrics.weighted.spec import validate_spec
 
@@ -393,6 +397,62 @@ def _at_most(entries: Sequence[AuditEntry], rule: AtMost, dim: _Dimension) -> No
         dim.note(rule, _say(rule.evidence, count=len(found), max=rule.max))
 
 
+def _budget(entries: Sequence[AuditEntry], rule: Budget, dim: _Dimension, facts: _Facts) -> None:
+    metrics = session_metrics(entries, facts.conversation)
+    used: dict[str, float | None] = {
+        "tokens": metrics.tokens,
+        "calls": metrics.tool_calls,
+        "model calls": metrics.model_calls,
+        "seconds": metrics.latency_seconds,
+    }
+    if "cost" in rule.limits():
+        prices = {name: (p.input, p.output) for name, p in facts.prices.items()}
+        cost, unpriced = session_cost(facts.conversation, prices)
+        if unpriced:
+            raise RubricError(
+                f"budget rule {rule.id!r}: no price for model {unpriced[0]!r} in [prices]"
+            )
+        used["cost"] = cost
+    over: list[str] = []
+    within: list[str] = []
+    for unit, limit in rule.limits().items():
+        value = used[unit]
+        if value is None:
+            raise RubricError(
+                f"budget rule {rule.id!r}: the session reported no {unit} to hold to "
+                f"{_number(limit)} (capture the conversation: docs/capture.md)"
+            )
+        values = {"used": _number(value), "limit": _number(limit), "unit": unit}
+        if value > limit:
+            over.append(
+                _say(rule.flag, **values) or f"{values['used']} {unit}, over {values['limit']}"
+            )
+        else:
+            within.append(_say(rule.evidence, **values) or "")
+    if over:
+        dim.clean = False
+        for text in over:
+            dim.flag(text if rule.flag is not None else None)
+        dim.award(rule, rule.points, "; ".join(over))
+    else:
+        for text in within:
+            dim.note(rule, text or None)
+
+
+def _number(value: float) -> str:
+    """A figure as a sentence shows it: whole numbers without a point, else 4 significant
+    digits (a cost of 0.0123)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.4g}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What budget rules read besides the calls: the conversation, the price table."""
+
+    conversation: Conversation | None = None
+    prices: Mapping[str, Price] = field(default_factory=dict)
+
+
 _KINDS: Final[Mapping[type, Callable[[Sequence[AuditEntry], Any, _Dimension], None]]] = {
     Called: _called,
     Before: _before,
@@ -406,7 +466,7 @@ _KINDS: Final[Mapping[type, Callable[[Sequence[AuditEntry], Any, _Dimension], No
 
 
 def _score(
-    entries: Sequence[AuditEntry], spec: Dimension, flags: list[str]
+    entries: Sequence[AuditEntry], spec: Dimension, flags: list[str], facts: _Facts | None = None
 ) -> tuple[DimensionScore, _Points]:
     dim = _Dimension(spec, flags, [], score=spec.start)
     if spec.start:
@@ -416,7 +476,10 @@ def _score(
             )
         )
     for rule in spec.rules:
-        _KINDS[type(rule)](entries, rule, dim)
+        if isinstance(rule, Budget):
+            _budget(entries, rule, dim, facts or _Facts())
+        else:
+            _KINDS[type(rule)](entries, rule, dim)
     if dim.clean and spec.evidence_if_clean is not None:
         # Checked to hold no placeholder: {{ and }} are its literal braces, as in any sentence.
         clean = spec.evidence_if_clean.format()
@@ -434,8 +497,11 @@ def grade_rules(
     session_id: str,
     now: datetime | None = None,
     task_id: str | None = None,
+    conversation: Conversation | None = None,
 ) -> GradeResult:
-    """Grade ``session_id``'s entries (in session order) with the rules of ``spec``."""
+    """Grade ``session_id``'s entries (in session order) with the rules of ``spec``;
+    ``conversation`` (its model calls' tokens, its messages' times) is what budget rules
+    read besides the calls."""
     validated = coerce_entries(entries)
     mine = order_entries([e for e in validated if e.session_id in (None, session_id)])
     timestamp = now or datetime.now(UTC)
@@ -455,8 +521,9 @@ def grade_rules(
     flags: list[str] = []
     points: _Points = []
     dimensions: dict[str, DimensionScore] = {}
+    facts = _Facts(conversation, spec.prices)
     for dimension in spec.dimensions:
-        dimensions[dimension.name], items = _score(mine, dimension, flags)
+        dimensions[dimension.name], items = _score(mine, dimension, flags, facts)
         points.extend(items)
     return GradeResult(
         session_id=session_id,
@@ -503,4 +570,12 @@ class RulesRubric:
     ) -> GradeResult:
         """Grade with the rule file's rules; ``taskId`` from the context."""
         task_id = context.task_id if context is not None else None
-        return grade_rules(self.spec, entries, session_id=session_id, now=now, task_id=task_id)
+        conversation = context.conversation if context is not None else None
+        return grade_rules(
+            self.spec,
+            entries,
+            session_id=session_id,
+            now=now,
+            task_id=task_id,
+            conversation=conversation,
+        )

@@ -112,6 +112,32 @@ def _create_tables(db: Database) -> None:
     db.execute("CREATE INDEX idx_grades_session ON grades (session_id, timestamp)")
 
 
+@MIGRATIONS(name="0002_conversation")
+def _create_conversation(db: Database) -> None:
+    # A session's conversation beside its calls (core._conversation): one row per message,
+    # model call or final output; ``kind`` says which, the other columns are its fields.
+    db.execute(
+        """
+        CREATE TABLE conversation (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            timestamp TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            role TEXT,
+            text TEXT,
+            call_id TEXT,
+            model TEXT,
+            input_tokens INTEGER,
+            output_tokens INTEGER,
+            cached_tokens INTEGER,
+            duration_ms REAL,
+            amount INTEGER
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_conversation_session_time ON conversation (session_id, timestamp)")
+
+
 #: (``_sqlite.CURRENT_MIGRATIONS`` repeats them for the CLI's fast writer; a test holds the two
 #: equal.)
 KNOWN_MIGRATIONS: Final = frozenset(m.name for m in MIGRATIONS._migrations)

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
+from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._files import (
     NotRegularFileError,
     check_nesting,
@@ -37,6 +38,7 @@ from pytest_cleo_grade.core.models import (
 )
 from pytest_cleo_grade.core.settings import DEFAULT_DB
 from pytest_cleo_grade.store._calls import read_calls
+from pytest_cleo_grade.store._conversation import insert_conversation, read_conversation
 from pytest_cleo_grade.store._schema import (
     AUDIT_COLUMNS,
     INSERT_ENTRY,
@@ -379,6 +381,32 @@ class AuditStore:
                 raise
 
         self._write(insert)
+
+    def append_conversation(self, session_id: str, conversation: Conversation) -> int:
+        """Store a session's conversation items (messages, model calls, output) in one
+        transaction, the store's cap applied; returns the rows written."""
+        if conversation.empty and not conversation.dropped:
+            return 0
+
+        def insert(conn: sqlite3.Connection) -> int:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                written = insert_conversation(conn, session_id, conversation)
+                conn.execute("COMMIT")
+            except BaseException:
+                _roll_back(conn)
+                raise
+            return written
+
+        return self._write(insert)
+
+    def session_conversation(self, session_id: str) -> Conversation:
+        """The session's stored conversation (empty if none was captured)."""
+        try:
+            with self._lock:
+                return read_conversation(self._conn, session_id, str(self.path))
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot read: {_describe(exc)}") from exc
 
     def _write(self, action: Callable[[sqlite3.Connection], _T]) -> _T:
         if self.read_only:

@@ -126,7 +126,13 @@ def test_an_injected_fault_is_denied_before_the_tool_runs(session: GradeSession)
 def test_the_hooks_are_what_claude_agent_options_takes() -> None:
     hooks = audit_hooks()
     options = ClaudeAgentOptions(hooks=hooks)
-    assert set(options.hooks or {}) == {"PreToolUse", "PostToolUse", "PostToolUseFailure"}
+    assert set(options.hooks or {}) == {
+        "PreToolUse",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "UserPromptSubmit",
+        "Stop",
+    }
     assert all(isinstance(m, HookMatcher) for matchers in hooks.values() for m in matchers)
 
 
@@ -249,3 +255,39 @@ def test_with_otel_capture_on_an_sdk_mcp_tool_is_recorded_once_by_the_hooks(
         uninstall()
     rows = [(e.operation, e.params, e.metadata.source) for e in session.entries]
     assert rows == [("show", {"taskId": "T9"}, "claude")] * 2
+
+
+TRANSCRIPT = (
+    Path(__file__).resolve().parents[2] / "examples" / "sessions" / "claude-code-cleo.jsonl"
+)
+
+
+def test_the_prompt_and_the_transcripts_answers_and_usage_reach_the_session(
+    session: GradeSession,
+) -> None:
+    claude = Claude(audit_hooks())
+    asyncio.run(claude.fire("UserPromptSubmit", {"prompt": "Fix the login bug (use CLEO)"}))
+    asyncio.run(
+        claude.fire("Stop", {"transcript_path": str(TRANSCRIPT), "stop_hook_active": False})
+    )
+    talk = session.conversation
+    assert [m.text for m in talk.messages].count("Fix the login bug (use CLEO)") == 1
+    assert talk.output == "Done: T10 tracks the redirect fix."
+    assert talk.tokens()["total"] == 1280
+
+
+def test_without_a_transcript_the_stop_hooks_last_message_is_the_output(
+    session: GradeSession, tmp_path: Path
+) -> None:
+    claude = Claude(audit_hooks())
+    asyncio.run(
+        claude.fire(
+            "Stop",
+            {
+                "transcript_path": str(tmp_path / "absent.jsonl"),
+                "stop_hook_active": False,
+                "last_assistant_message": "All done.",
+            },
+        )
+    )
+    assert session.conversation.output == "All done."

@@ -91,7 +91,9 @@ def test_the_cli_imports_it_and_grades_it_from_the_store(
     db = tmp_path / "audit.db"
     argv = ["import", "--format", "claude-code", str(TRANSCRIPT), "--db", str(db)]
     assert main(argv) == 0
-    assert capsys.readouterr().out == f"Imported 8 entries into {db} (sessions: {SESSION})\n"
+    assert capsys.readouterr().out == (
+        f"Imported 8 entries, 10 messages into {db} (sessions: {SESSION})\n"
+    )
     assert main(["grade", SESSION, "--db", str(db), "--no-save", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["totalScore"] == 100
     # A transcript imported again (it grows as the session goes on) adds only new calls:

@@ -380,3 +380,43 @@ def test_b_ends_it(graded_session):
 """
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_a_langgraph_agents_conversation_reaches_the_judge_through_the_callbacks(
+    session: GradeSession,
+) -> None:
+    from tests.capture_scenario import goal_and_output, judged_prompt
+
+    node = ToolNode(make_tools(), handle_tool_errors=True)
+    graph = langgraph_agent(scripted(CALLS), node)
+    graph.invoke(
+        {"messages": [HumanMessage("triage the login bug")]},
+        config={"callbacks": [AuditCallbackHandler()]},
+    )
+    talk = session.conversation
+    assert talk.goal == "triage the login bug"
+    assert talk.final_output == "done"
+    # One model request per turn, each seen once although each repeats the history.
+    assert len(talk.model_calls) == len(CALLS) + 1
+    assert [m.text for m in talk.messages].count("triage the login bug") == 1
+    before, after = goal_and_output(judged_prompt(session))
+    assert '"triage the login bug"' in before
+    assert '"done"' in after
+
+
+def test_the_middleware_records_the_input_each_answer_and_the_output(
+    session: GradeSession,
+) -> None:
+    agent = create_agent(scripted(CALLS), make_tools("envelope"), middleware=[AuditMiddleware()])
+    agent.invoke(
+        {"messages": [HumanMessage("triage the login bug")]},
+        config={"callbacks": [AuditCallbackHandler()]},
+    )
+    talk = session.conversation
+    assert [(m.role, m.text) for m in talk.messages] == [
+        ("user", "triage the login bug"),
+        ("assistant", "done"),
+    ]
+    assert talk.output == "done"
+    # The middleware and the callbacks both saw each answer: each model call is kept once.
+    assert len(talk.model_calls) == len(CALLS) + 1

@@ -396,3 +396,47 @@ def test_a_call_stopped_by_a_tool_input_guardrails_tripwire_is_not_recorded(
         asyncio.run(Runner.run(agent, "go"))
     assert DELETED == []
     assert [f"{entry.domain}.{entry.operation}" for entry in session.entries] == ["tasks.find"]
+
+
+class TracedModel(ScriptedModel):
+    """The scripted model, traced as the SDK's chat-completions model traces itself: one
+    generation span per request, with its input, output, model and usage."""
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        from agents.tracing import generation_span
+
+        history = [{"role": "user", "content": input}] if isinstance(input, str) else []
+        if not isinstance(input, str):
+            history = [item for item in input if isinstance(item, dict) and "role" in item]
+        with generation_span(model="scripted-4o", input=history) as span:
+            response = await super().get_response(system_instructions, input, *args, **kwargs)
+            texts = [
+                {"role": "assistant", "content": part.text}
+                for item in response.output
+                if isinstance(item, ResponseOutputMessage)
+                for part in item.content
+                if isinstance(part, ResponseOutputText)
+            ]
+            span.span_data.output = texts
+            span.span_data.usage = {"input_tokens": 50, "output_tokens": 5}
+        return response
+
+
+def test_generation_spans_give_the_session_its_conversation_and_usage(
+    session: GradeSession, processor: AuditTracingProcessor
+) -> None:
+    from tests.capture_scenario import goal_and_output, judged_prompt
+
+    agent = Agent(name="triage", model=TracedModel(CALLS), tools=TOOLS)
+    asyncio.run(Runner.run(agent, "triage the login bug"))
+    talk = session.conversation
+    assert talk.goal == "triage the login bug"
+    assert talk.final_output == "done"
+    assert len(talk.model_calls) == len(CALLS) + 1
+    assert talk.tokens()["total"] == 55 * (len(CALLS) + 1)
+    assert {c.model for c in talk.model_calls} == {"scripted-4o"}
+    before, after = goal_and_output(judged_prompt(session))
+    assert '"triage the login bug"' in before
+    assert '"done"' in after

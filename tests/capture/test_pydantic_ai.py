@@ -430,3 +430,24 @@ def test_parallel_calls_cancelled_by_a_siblings_error_are_recorded_as_failures(
         "show": (False, 4, "'T9'"),
         "add": (False, 1, "cancelled before it ended (CancelledError)"),
     }
+
+
+def test_the_runs_conversation_and_usage_reach_the_session_and_the_judge(
+    session: GradeSession,
+) -> None:
+    from tests.capture_scenario import goal_and_output, judged_prompt
+
+    agent = build_agent(model=scripted(CALLS), capabilities=[AuditHooks()])
+    agent.run_sync("triage the login bug")
+    talk = session.conversation
+    assert talk.goal == "triage the login bug"
+    assert talk.output == "done"
+    assert [m.role for m in talk.messages] == ["user", "assistant"]
+    # One model request per turn: six tool calls, then the answer; FunctionModel counts tokens.
+    assert len(talk.model_calls) == len(CALLS) + 1
+    assert {c.model for c in talk.model_calls} == {"function:respond:"}
+    assert talk.tokens()["input"] > 0 and talk.tokens()["output"] > 0
+    assert talk.messages[1].model_call == talk.model_calls[-1].id
+    before, after = goal_and_output(judged_prompt(session))
+    assert '"triage the login bug"' in before
+    assert '"done"' in after

@@ -230,12 +230,12 @@ def test_prompt_carries_task_session_one_line_per_entry_and_every_dimension_scal
     assert "Session: s1 (4 calls in all)" in prompt
     log = [line for line in prompt.splitlines() if line.startswith("#")]
     assert log == [
-        '#0 {"time":"12:00:00.000","call":"session.list","via":"cleo_query","ok":true,"ms":3.0}',
-        '#1 {"time":"12:00:01.000","call":"tasks.find","via":"cleo_query","ok":true,"ms":3.0,'
+        '#0 {"at":0,"call":"session.list","via":"cleo_query","ok":true}',
+        '#1 {"at":1,"call":"tasks.find","via":"cleo_query","ok":true,'
         '"params":{"query":"login bug"}}',
-        '#2 {"time":"12:00:02.000","call":"tasks.show","via":"cleo_query","ok":false,"exit":4,'
-        '"ms":3.0,"params":{"taskId":"T1"},"error":"E_NOT_FOUND"}',
-        '#3 {"time":"12:00:03.000","call":"session.end","via":"cleo_query","ok":true,"ms":3.0}',
+        '#2 {"at":2,"call":"tasks.show","via":"cleo_query","ok":false,"exit":4,'
+        '"params":{"taskId":"T1"},"error":"E_NOT_FOUND"}',
+        '#3 {"at":3,"call":"session.end","via":"cleo_query","ok":true}',
     ]
     for dimension in DEFAULT_SPEC.dimensions:
         assert f"{dimension.name}:" in prompt

@@ -256,8 +256,10 @@ class ComparisonRubric:
                 rubric_version=RUBRIC_VERSION,
                 meter=meter,
             )
+        listed = list(entries)
+        latency, tokens, measured = _captured(listed, context, extra)
         result = comparison_grade(
-            list(entries),
+            listed,
             str(extra["output"]),
             checked_mode,
             scores,
@@ -265,8 +267,8 @@ class ComparisonRubric:
             variant=str(extra["variant"]),
             query=str(extra["query"]),
             config=self.config,
-            latency_seconds=extra.get("latency_seconds"),
-            tokens=extra.get("tokens"),
+            latency_seconds=latency,
+            tokens=tokens,
             note=extra.get("note"),
             now=now,
             round=extra.get("round") or "original",
@@ -274,7 +276,40 @@ class ComparisonRubric:
         if context is not None and context.task_id and result.task_id is None:
             result = result.model_copy(update={"task_id": context.task_id})
         update: dict[str, Any] = {"rubricVersion": RUBRIC_VERSION}
+        if measured:
+            update["operationalMeasured"] = measured
         if meter is not None:
             # The judge's cost, in the weighted rubric's keys: the run's judge usage sums it.
             update["judgeUsage"] = meter.as_extra()
         return result.model_copy(update=update)
+
+
+def _captured(
+    entries: list[AuditEntry | Mapping[str, Any]],
+    context: GradeContext | None,
+    extra: Mapping[str, Any],
+) -> tuple[float | None, int | None, dict[str, str]]:
+    """OP-01 and OP-04 from what the session captured, unless the test gave them: latency
+    from the first user message to the final output (else the first to the last call, named
+    a fallback), tokens summed over the model calls. Also how each was measured."""
+    from pytest_cleo_grade.rubrics._session_metrics import session_metrics
+
+    latency, tokens = extra.get("latency_seconds"), extra.get("tokens")
+    measured: dict[str, str] = {}
+    if latency is not None:
+        measured["OP-01"] = "given by the test"
+    if tokens is not None:
+        measured["OP-04"] = "given by the test"
+    if latency is not None and tokens is not None:
+        return latency, tokens, measured
+    metrics = session_metrics(
+        order_entries(coerce_entries(entries)),
+        context.conversation if context is not None else None,
+    )
+    if latency is None and metrics.latency_seconds is not None:
+        latency = metrics.latency_seconds
+        measured["OP-01"] = metrics.latency_text
+    if tokens is None and metrics.tokens is not None:
+        tokens = metrics.tokens
+        measured["OP-04"] = f"summed over {metrics.model_calls} model calls"
+    return latency, tokens, measured

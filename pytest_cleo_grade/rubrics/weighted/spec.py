@@ -69,6 +69,9 @@ class CategoricalDimension(_SpecModel):
     categories: list[Category] = Field(
         min_length=2, description="Categories from worst (value 0) to best (value n-1)."
     )
+    checks: list[str] = Field(
+        default_factory=list, description="Concrete things the judge should check, one each."
+    )
 
     @field_validator("categories")
     @classmethod
@@ -96,6 +99,9 @@ class NumericDimension(_SpecModel):
     guidance: list[str] = Field(
         default_factory=list, description="What ranges of the score mean, one line each."
     )
+    checks: list[str] = Field(
+        default_factory=list, description="Concrete things the judge should check, one each."
+    )
 
     @model_validator(mode="after")
     def _range(self) -> NumericDimension:
@@ -117,6 +123,14 @@ class Budget(_SpecModel):
     chars_per_token: int = Field(4, gt=0, description="Characters per token of the estimate.")
     max_param_chars: int = Field(
         2_000, gt=0, description="Longest rendering of one entry's params before it is cut."
+    )
+    max_message_chars: int = Field(
+        4_000, gt=0, description="Longest text of one conversation message before it is cut."
+    )
+    chunking: Literal["average", "summarize"] = Field(
+        "average",
+        description="A session over budget: judge each chunk and average (the design's "
+        "aggregation), or summarize each chunk and judge the summaries in one pass.",
     )
 
     @model_validator(mode="after")
@@ -175,6 +189,13 @@ DEFAULT_SPEC: Final = RubricSpec(
                     description="done, plus worthwhile improvements nobody asked for",
                 ),
             ],
+            checks=[
+                "the user's first message states the goal: does the final "
+                "output, or the final state the calls leave, deliver it?",
+                "explicit signs of completion: the user's thanks, "
+                "a commit made, tests run and passing",
+                "deliverables created: files written, tasks added or completed as asked",
+            ],
         ),
         NumericDimension(
             type="numeric",
@@ -187,6 +208,13 @@ DEFAULT_SPEC: Final = RubricSpec(
                 "0.7-0.8: mostly the right tool, few retries",
                 "0.9-1.0: the best tool every time, independent calls batched",
             ),
+            checks=[
+                "dedicated tools over shell commands: Read rather than cat, Edit rather than "
+                "sed, Grep rather than grep",
+                "the same call retried after it failed, with nothing changed",
+                "independent calls made in parallel rather than one after another",
+                "the Task tool (a sub-agent) for broad exploration rather than many raw Bash calls",
+            ],
         ),
         NumericDimension(
             type="numeric",
@@ -202,6 +230,13 @@ DEFAULT_SPEC: Final = RubricSpec(
                 "0.7-0.8: sound method, small slips",
                 "0.9-1.0: a model workflow throughout",
             ),
+            checks=[
+                "TodoWrite (or another plan) for work of several steps",
+                "a file read (Read) before it is edited (Edit), an item looked up before it "
+                "is changed",
+                "skills loaded the prescribed way, not through Bash",
+                "the project's own workflow steps followed in order",
+            ],
         ),
         NumericDimension(
             type="numeric",
@@ -214,6 +249,13 @@ DEFAULT_SPEC: Final = RubricSpec(
                 "0.7-0.8: mostly targeted lookups, a little waste",
                 "0.9-1.0: lean, targeted lookups only",
             ),
+            checks=[
+                "the same file or item read again and again (re-reads)",
+                "whole files read where a targeted read (offset/limit, a search) would do",
+                "files read but never used for the task",
+                "the Task tool used for exploration instead of loading everything into the "
+                "main context",
+            ],
         ),
         CategoricalDimension(
             type="categorical",
@@ -234,6 +276,11 @@ DEFAULT_SPEC: Final = RubricSpec(
                     description="checked before acting, so errors never happened",
                 ),
             ],
+            checks=[
+                "after a failed call: a changed approach, or the same failing call repeated",
+                "checks before acting that prevent errors (an exists or find before a change)",
+                "asking the user when genuinely blocked",
+            ],
         ),
         NumericDimension(
             type="numeric",
@@ -246,6 +293,11 @@ DEFAULT_SPEC: Final = RubricSpec(
                 "0.7-0.8: clean and correct",
                 "0.9-1.0: polished",
             ),
+            checks=[
+                "the final output: correct, complete, concise, well formatted",
+                "code that compiles and runs; tests passing where they were changed",
+                "no needless emojis or filler",
+            ],
         ),
     ],
 )
