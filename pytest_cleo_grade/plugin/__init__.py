@@ -42,6 +42,7 @@ from pytest_cleo_grade.plugin._state import (
     REPEAT_ATTRIBUTE,
     RUN_KEY,
     STRICT_XFAIL_ATTRIBUTE,
+    UNUSED_JUDGE_OUTPUT,
     ItemState,
     Role,
     RunState,
@@ -230,16 +231,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # After deselection (-k, --deselect): the tests that run are the ones whose rubrics count.
-    if run_state(session.config).role is not Role.WORKER:
-        _tell_unused_judge_options(session.config, session.items)
+    config = session.config
+    message = _unused_judge_options(config, session.items)
+    if message is None:
+        return
+    if run_state(config).role is Role.WORKER:
+        # The xdist controller collects nothing: a worker's collection tells it, and it says
+        # the line once (each worker collects the same tests).
+        config.workeroutput[UNUSED_JUDGE_OUTPUT] = message  # type: ignore[attr-defined]
+    elif (controller := run_state(config).controller) is not None:
+        controller.problem(message)
 
 
-def _tell_unused_judge_options(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _unused_judge_options(config: pytest.Config, items: list[pytest.Item]) -> str | None:
     """Judge options beside rubrics that ask no judge: one warning, not a silent no-op."""
     if all(
         config.getoption(f"cleo_grade_judge_{name}") is None for name in ("url", "model", "cache")
     ):
-        return  # the common run: no judge option given
+        return None  # the common run: no judge option given
     options = run_state(config).options
     from pytest_cleo_grade.plugin._unused import unused_judge_options
 
@@ -251,9 +260,7 @@ def _tell_unused_judge_options(config: pytest.Config, items: list[pytest.Item]) 
         marker = test.marker if test is not None and test.marker is not None else None
         rubric = (marker.rubric if marker is not None else None) or options.rubric
         rubrics.append((rubric, marker is not None and marker.variant is not None))
-    message = unused_judge_options(config, options, rubrics)
-    if message is not None and (controller := run_state(config).controller) is not None:
-        controller.problem(message)
+    return unused_judge_options(config, options, rubrics)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -29,7 +29,7 @@ from pytest_cleo_grade.plugin._baseline import BaselineGate
 from pytest_cleo_grade.plugin._pytest_html import HtmlColumns
 from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
 from pytest_cleo_grade.plugin._repeats import Repeats
-from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE, Role
+from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE, UNUSED_JUDGE_OUTPUT, Role
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.grading._verdict import GradedTest, RunGrade
@@ -262,6 +262,9 @@ class Controller:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         if self.baseline is not None:
             self.baseline.worker_done(node)
+        unused = (getattr(node, "workeroutput", None) or {}).get(UNUSED_JUDGE_OUTPUT)
+        if isinstance(unused, str):
+            self.problem(unused)  # said once, however many workers found it
 
     def in_collection_order(self) -> tuple[GradedTest, ...]:
         # Reports arrive in completion order under xdist; the table follows collection order

@@ -32,6 +32,7 @@ __all__ = [
     "REPEAT_ATTRIBUTE",
     "RUN_KEY",
     "STRICT_XFAIL_ATTRIBUTE",
+    "UNUSED_JUDGE_OUTPUT",
     "Decider",
     "ItemState",
     "Role",
@@ -45,6 +46,9 @@ __all__ = [
 GRADE_ATTRIBUTE: Final = "cleo_grade"
 #: The TestReport attribute telling the controller which test and run a report belongs to.
 REPEAT_ATTRIBUTE: Final = "cleo_grade_repeat"
+#: The xdist worker output key of the line saying judge options changed nothing (workers
+#: collect; the controller, which says it, does not).
+UNUSED_JUDGE_OUTPUT: Final = "cleo_grade_unused_judge_options"
 #: Set on a run of an ``xfail(strict=True)`` test that did not fail (shown as an XPASS).
 STRICT_XFAIL_ATTRIBUTE: Final = "cleo_grade_strict_xfail"
 

@@ -128,6 +128,19 @@ def test_judge_options_beside_rubrics_that_ask_no_judge_are_a_warning(
     )
 
 
+@pytest.mark.e2e
+def test_under_xdist_judge_options_beside_rubrics_that_ask_no_judge_are_one_warning(
+    pytester: pytest.Pytester,
+) -> None:
+    # The controller collects nothing: its workers' collections tell it, and it says it once.
+    pytester.makepyfile(ONE_TEST + ONE_TEST.replace("test_agent", "test_other"))
+    result = pytester.runpytest("-n", "2", "--cleo-grade-judge-model=gpt-test", "-W", "default")
+    result.assert_outcomes(passed=2)
+    said = [line for line in result.outlines if "--cleo-grade-judge-model changed nothing" in line]
+    assert len(said) == 1, result.outlines
+    assert "no graded test's rubric asks a judge (rubric cleo)" in said[0]
+
+
 def test_judge_options_are_quiet_when_a_marker_picks_the_weighted_rubric(
     pytester: pytest.Pytester,
 ) -> None:
