@@ -315,10 +315,15 @@ def _out_of_range(result: GradeResult) -> str | None:
         if dimension.max < 0 or not 0 <= dimension.score <= dimension.max:
             shown = name if len(name) <= 40 else f"{name[:40]}..."
             return (
-                f"dimension {shown!r} scores {dimension.score:g} out of {dimension.max:g} "
-                "(a score is 0 to its max)"
+                f"dimension {shown!r} scores {_number(dimension.score)} out of "
+                f"{_number(dimension.max)} (a score is 0 to its max)"
             )
     return None
+
+
+def _number(value: float) -> str:
+    # An int of thousands of digits (a mutated line) is no float: ``:g`` would overflow.
+    return f"{value:g}" if isinstance(value, float) else str(value)[:40]
 
 
 def _parse_json(text: str) -> object:
