@@ -20,6 +20,7 @@ from typing import Any, Final
 from pytest_cleo_grade.core._files import parse_json_strict, read_regular_bytes, write_atomically
 from pytest_cleo_grade.core.errors import CleoGradeError
 from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
+from pytest_cleo_grade.grading._run_ids import status_of
 from pytest_cleo_grade.grading._runs import (
     counted_whole,
     excluded_of,
@@ -118,6 +119,8 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
     dims: dict[str, dict[str, list[float]]] = {}
     rubrics: dict[str, str] = {}
     for result in sorted(results, key=_run_index):
+        if status_of(result) == "ungradable":
+            continue  # no score to keep or compare
         extra = result.model_extra or {}
         test_id = str(extra.get("testId") or result.session_id)
         rubrics[test_id] = str(extra.get("rubric") or DEFAULT_RUBRIC)
@@ -148,6 +151,9 @@ def latest_from_history(results: Sequence[Any], *, whole: bool = True) -> dict[s
     (its last ``runs`` lines that carry a run index), its latest whole one when ``whole`` (a
     baseline: see :func:`runs.latest_whole_series`)."""
     pick = latest_whole_series if whole else latest_series
+    # A line of a test that could not be graded holds no score: the test's grade before it
+    # is its latest.
+    results = [r for r in results if status_of(r) != "ungradable"]
     latest = pick(results, _history_test)
     # An expected failure's latest grade is left out, as the run's baseline gate leaves it
     # (a repeated test whole when any of its runs counts, as in the run).
