@@ -48,6 +48,7 @@ COMMANDS: Final = (
         "save, show and compare baselines (grades per test, meant to be committed)",
     ),
     ("report", "report", "write the HTML report of the history's latest grades"),
+    ("combine", "combine", "merge shards' .cleo/ folders (stores and histories) into one run"),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 

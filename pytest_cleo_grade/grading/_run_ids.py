@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 __all__ = [
+    "MODE_KEY",
     "POSITION_KEY",
     "REASON_KEY",
     "RUN_ID_KEY",
     "SHARD_KEY",
     "STATUS_KEY",
+    "THRESHOLD_KEY",
     "Shard",
     "Status",
     "ci_run_id",
@@ -30,6 +32,7 @@ __all__ = [
     "parse_run_id",
     "parse_shard",
     "resolve_run_id",
+    "result_position",
     "run_id_of",
     "status_of",
 ]
@@ -42,6 +45,10 @@ REASON_KEY: Final = "reason"
 #: The test's index in the whole suite's collection, before any shard's selection: a run
 #: combined from shards lists its tests in the order the unsharded run does.
 POSITION_KEY: Final = "position"
+#: The test's threshold and mode as the run applied them: a report over the history (a
+#: combined run) shows and counts each test as the pytest run did.
+THRESHOLD_KEY: Final = "cleoThreshold"
+MODE_KEY: Final = "cleoMode"
 
 Status = Literal["passed", "below", "ungradable"]
 STATUSES: Final = ("passed", "below", "ungradable")
@@ -157,3 +164,9 @@ def latest_run_id(results: Sequence[Any]) -> str | None:
 def of_run(results: Sequence[R], run_id: str) -> list[R]:
     """The lines of one run, in history order."""
     return [result for result in results if run_id_of(result) == run_id]
+
+
+def result_position(result: Any) -> int | None:
+    """The test's place in the whole suite's collection its line says, or None."""
+    value = (getattr(result, "model_extra", None) or {}).get(POSITION_KEY)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

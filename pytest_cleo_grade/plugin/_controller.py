@@ -22,7 +22,14 @@ import pytest
 
 from pytest_cleo_grade.core.errors import CleoGradeError, CleoGradeWarning
 from pytest_cleo_grade.core.settings import PluginOptions
-from pytest_cleo_grade.grading._run_ids import RUN_ID_KEY, SHARD_KEY, STATUS_KEY, fresh_run_id
+from pytest_cleo_grade.grading._run_ids import (
+    MODE_KEY,
+    RUN_ID_KEY,
+    SHARD_KEY,
+    STATUS_KEY,
+    THRESHOLD_KEY,
+    fresh_run_id,
+)
 from pytest_cleo_grade.grading._runs import EXCLUDED_KEY, SERIES_KEY
 from pytest_cleo_grade.plugin._baseline import BaselineGate
 from pytest_cleo_grade.plugin._pytest_html import HtmlColumns
@@ -175,6 +182,9 @@ class Controller:
         if self.run_options.shard is not None:
             identity[SHARD_KEY] = self.run_options.shard.label
         identity[STATUS_KEY] = graded.status
+        if graded.threshold is not None:
+            identity[THRESHOLD_KEY] = graded.threshold
+            identity[MODE_KEY] = graded.mode
         result = graded.result.model_copy(update=identity)
         if (result.model_extra or {}).get("run") is not None:
             result = result.model_copy(update={SERIES_KEY: self._series})
