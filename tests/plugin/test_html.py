@@ -244,7 +244,9 @@ def test_the_report_command_renders_the_latest_run_of_a_history(
     # with --db must be there).
     monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "none.db"))
     assert main(args) == 0
-    assert capsys.readouterr().out == f"cleo-grade: wrote {out} (2 grades)\n"
+    out_text = capsys.readouterr().out
+    assert out_text.startswith(f"cleo-grade: wrote {out} (2 grades)\ntest ")
+    assert out_text.endswith("gate passed: mean 65% reaches 60% (C)\n")
     page = out.read_text()
     assert "gate passed: mean 65% reaches 60% (C)" in page
     assert "+20 vs previous run" in page and "-30 vs previous run" in page
@@ -255,7 +257,10 @@ def test_the_report_command_renders_the_latest_run_of_a_history(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["report"], "cleo-grade report: the following arguments are required: --html"),
+        (
+            ["report", "--history", "missing.jsonl"],
+            "cleo-grade report: missing.jsonl: no grade history there",
+        ),
         (
             ["report", "--html", "r.html", "--history", "missing.jsonl"],
             "cleo-grade report: missing.jsonl: no grade history there",
@@ -405,7 +410,7 @@ def test_the_report_command_leaves_an_expected_failure_out_of_the_gate_as_the_ru
     # No store where the default points: entries are named by index only (a store named
     # with --db must be there).
     monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "none.db"))
-    assert main(args) == 0
+    assert main(args) == 1  # the gate's verdict is the exit status
     page = out.read_text()
     assert "gate FAILED: mean 55% is below 75% (B)" in page  # (100 + 10) / 2, not / 3
     assert page.count(">xfailed, not counted<") == 1
@@ -420,7 +425,7 @@ def test_the_report_command_counts_one_grade_in_the_singular(
     monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "none.db"))
     out = tmp_path / "report.html"
     assert main(["report", "--html", str(out), "--history", str(history)]) == 0
-    assert capsys.readouterr().out == f"cleo-grade: wrote {out} (1 grade)\n"
+    assert capsys.readouterr().out.startswith(f"cleo-grade: wrote {out} (1 grade)\ntest ")
 
 
 def test_a_repeated_tests_failing_mean_is_not_shown_rounded_up_to_its_threshold(
