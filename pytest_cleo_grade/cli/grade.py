@@ -322,6 +322,15 @@ def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> Non
         persist([result], history=history, store=audit)
 
 
+def save_grades(results: list[GradeResult], *, history: Path, store: Path) -> None:
+    """Several grades saved as :func:`save_grade` saves one: all of them or none."""
+    from pytest_cleo_grade.store import AuditStore
+    from pytest_cleo_grade.store._persist import persist
+
+    with AuditStore(store) as audit:
+        persist(results, history=history, store=audit)
+
+
 def grade_with_args(
     args: argparse.Namespace, entries: list[AuditEntry], session_id: str, cache: Path | None
 ) -> GradeResult:

@@ -49,6 +49,11 @@ COMMANDS: Final = (
     ),
     ("report", "report", "write the HTML report of the history's latest grades"),
     ("combine", "combine", "merge shards' .cleo/ folders (stores and histories) into one run"),
+    (
+        "regrade",
+        "regrade",
+        "grade a run's stored sessions again under the current rubric, into a new run",
+    ),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 

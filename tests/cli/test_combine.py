@@ -124,3 +124,34 @@ def test_combine_names_a_missing_shard(
     (tmp_path / "empty").mkdir()
     assert main(["combine", "empty"]) == 2
     assert "no audit store (audit.db) and no grade history" in capsys.readouterr().err
+
+
+def test_regrade_grades_a_runs_stored_sessions_again_into_a_new_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.cli.test_grading import session_entries, write_jsonl
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLEO_AUDIT_DB", raising=False)
+    assert main(["import", str(write_jsonl(tmp_path / "e.jsonl", session_entries("s1")))]) == 0
+    history = tmp_path / ".cleo" / "metrics" / "GRADES.jsonl"
+    old = line("t::a", 10, "r1", cleoThreshold=60.0, position=4)
+    append_grades([old.model_copy(update={"session_id": "s1"})], history)
+    capsys.readouterr()
+    assert main(["regrade", "--new-run-id", "r2"]) == 0
+    assert "regraded 1 session of run r1 with rubric cleo into run r2" in capsys.readouterr().out
+    _, new = read_grades(history)
+    extra = new.model_extra or {}
+    assert (extra["runId"], extra["regradedFrom"], extra["testId"], extra["position"]) == (
+        "r2",
+        "r1",
+        "t::a",
+        4,
+    )
+    assert new.entry_count == 5 and new.total_score > 10
+    assert extra["cleoStatus"] == ("passed" if new.percent >= 60 else "below")
+    # The new run is the latest: report shows it.
+    assert main(["report", "--gate", "F"]) == 0
+    assert f"{new.display_percent}%" in capsys.readouterr().out
+    assert main(["regrade", "--run-id", "nope"]) == 2
+    assert "no graded sessions of run nope" in capsys.readouterr().err
