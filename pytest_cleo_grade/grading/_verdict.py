@@ -246,8 +246,13 @@ class RunGrade:
 
     @property
     def below(self) -> tuple[GradedTest, ...]:
-        """The counted tests below their threshold."""
-        return tuple(test for test in self.counted if test.status == "below")
+        """The counted tests below their threshold. A repeated test's runs are samples, not
+        tests below (its decision over all runs is the repeats' summary's to say)."""
+        return tuple(
+            test
+            for test in self.counted
+            if test.status == "below" and (test.result.model_extra or {}).get("run") is None
+        )
 
     @property
     def gate_failed(self) -> bool:
