@@ -20,6 +20,7 @@ from pytest_cleo_grade.grading._run_ids import (
     parse_shard,
     resolve_run_id,
 )
+from pytest_cleo_grade.plugin._options import add_scalar_ini
 
 __all__ = ["POSITIONS_KEY", "Positions", "RunOptions", "add_run_options", "load_run_options"]
 
@@ -69,6 +70,12 @@ def add_run_options(parser: pytest.Parser) -> None:
         "--num-shards/--shard-id are read without it): the run gate is deferred to "
         "cleo-grade report --gate over the combined shards",
     )
+    _add_ini(parser)
+
+
+def _add_ini(parser: pytest.Parser) -> None:
+    add_scalar_ini(parser, "cleo_grade_run_id", "the run id every history line carries")
+    add_scalar_ini(parser, "cleo_grade_shard", "this run is shard I/N of a split suite")
 
 
 def _detected_shard(config: pytest.Config) -> Shard | None:
@@ -86,12 +93,21 @@ def _detected_shard(config: pytest.Config) -> Shard | None:
 def load_run_options(config: pytest.Config) -> RunOptions:
     """The run id and shard; UsageError for a bad ``CLEO_GRADE_RUN_ID``."""
     given: str | None = config.getoption("cleo_grade_run_id")
+    where = f"${RUN_ID_VARIABLE}"
+    if given is None and (ini := str(config.getini("cleo_grade_run_id")).strip()):
+        given, where = ini, "ini option cleo_grade_run_id"
     try:
         run_id = resolve_run_id(given, os.environ)
     except ValueError as exc:
-        raise pytest.UsageError(f"cleo-grade: ${RUN_ID_VARIABLE}: {exc}") from None
+        raise pytest.UsageError(f"cleo-grade: {where}: {exc}") from None
     text: str | None = config.getoption("cleo_grade_shard")
-    shard = parse_shard(text) if text is not None else _detected_shard(config)
+    source = "--cleo-grade-shard"
+    if text is None and (ini := str(config.getini("cleo_grade_shard")).strip()):
+        text, source = ini, "ini cleo_grade_shard"
+    try:
+        shard = parse_shard(text, source) if text is not None else _detected_shard(config)
+    except ValueError as exc:
+        raise pytest.UsageError(f"cleo-grade: ini option cleo_grade_shard: {exc}") from None
     return RunOptions(run_id, shard)
 
 
