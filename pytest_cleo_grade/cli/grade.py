@@ -71,9 +71,17 @@ def register(subparsers: Any) -> None:
     )
     grade.add_argument("--no-save", action="store_true", help="do not append to the history")
     grade.add_argument(
+        "--allow-empty",
+        dest="allow_empty",
+        action="store_true",
+        help="grade a session without entries 0/100, as the CLEO Grade Specification does "
+        "(without it: exit status 4, nothing saved)",
+    )
+    grade.add_argument(
         "--strict",
         action="store_true",
-        help="exit with status 4 (saving nothing) when the session has no entries",
+        help="exit with status 4 (saving nothing) when the session has no entries "
+        "(the default; kept for scripts that pass it)",
     )
     grade.add_argument(
         "--fail-under",
@@ -304,10 +312,14 @@ def _refuse_a_mistyped_command(result: GradeResult, commands: Sequence[str]) -> 
         )
 
 
-def refuse_empty(result: GradeResult, *, strict: bool, where: str = "cleo-grade grade") -> None:
+def refuse_empty(
+    result: GradeResult, *, strict: bool, where: str = "cleo-grade grade", hint: str = ""
+) -> None:
     """``--strict``: a session without entries is not found (exit status 4), saved nowhere."""
     if strict and result.entry_count == 0:
-        raise CommandError(f"{where}: session {result.session_id} not found", status=4)
+        raise CommandError(
+            terminal_text(f"{where}: session {result.session_id} not found{hint}"), status=4
+        )
 
 
 def grade_from_store(
@@ -345,6 +357,15 @@ def save_grade(result: GradeResult, *, history: Path, store: Path | None) -> Non
         persist([result], history=history, store=audit)
 
 
+def save_grades(results: list[GradeResult], *, history: Path, store: Path) -> None:
+    """Several grades saved as :func:`save_grade` saves one: all of them or none."""
+    from pytest_cleo_grade.store import AuditStore
+    from pytest_cleo_grade.store._persist import persist
+
+    with AuditStore(store) as audit:
+        persist(results, history=history, store=audit)
+
+
 def grade_with_args(
     args: argparse.Namespace,
     entries: list[AuditEntry],
@@ -379,8 +400,14 @@ def report(args: argparse.Namespace, result: GradeResult, *, store: Path | None 
     """
     from pytest_cleo_grade.grading._verdict import describe_threshold, passes, percent_below
 
-    refuse_empty(result, strict=args.strict)
     _refuse_a_mistyped_command(result, getattr(args, "command_names", ()))
+    # A session the store never saw is a typo or a lost session, not an agent that did
+    # nothing: its 0/100 would drag the history's run grade down and land in a baseline.
+    refuse_empty(
+        result,
+        strict=not getattr(args, "allow_empty", False),
+        hint=": no audit entries for it (nothing saved; --allow-empty grades it 0/100)",
+    )
     unsaved: CleoGradeError | None = None
     if not args.no_save:
         try:

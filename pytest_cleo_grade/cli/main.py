@@ -60,6 +60,12 @@ COMMANDS: Final = (
     ("review", "calibration", "record a person's scores for a session as a manual grade"),
     ("calibrate", "calibration", "compare the judge's grades with manual ones, per dimension"),
     ("examples", "examples", "write out the example files the documentation uses"),
+    ("combine", "combine", "merge shards' .cleo/ folders (stores and histories) into one run"),
+    (
+        "regrade",
+        "regrade",
+        "grade a run's stored sessions again under the current rubric, into a new run",
+    ),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 

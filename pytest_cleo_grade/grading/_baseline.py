@@ -20,6 +20,7 @@ from typing import Any, Final
 from pytest_cleo_grade.core._files import parse_json_strict, read_regular_bytes, write_atomically
 from pytest_cleo_grade.core.errors import CleoGradeError
 from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
+from pytest_cleo_grade.grading._run_ids import status_of
 from pytest_cleo_grade.grading._runs import (
     counted_whole,
     excluded_of,
@@ -103,6 +104,19 @@ class TestGrades:
     dimensions: Mapping[str, tuple[float, ...]]
     #: The rubric that graded it (None: a baseline saved before baselines said so).
     rubric: str | None = None
+    #: The rest of the rubric's identity: its version (``rubricVersion``) and the judge model
+    #: where one graded (None: not recorded, so not compared).
+    rubric_version: str | None = None
+    judge_model: str | None = None
+
+    def identity(self) -> str:
+        """The rubric as a message names it: ``cleo``, ``rules 1.1.0``, ``weighted 1 (judge m)``."""
+        text = self.rubric or DEFAULT_RUBRIC
+        if self.rubric_version:
+            text += f" {self.rubric_version}"
+        if self.judge_model:
+            text += f" (judge {self.judge_model})"
+        return text
 
     __test__ = False  # not a pytest test class, whatever its name
 
@@ -117,10 +131,16 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
     totals: dict[str, list[float]] = {}
     dims: dict[str, dict[str, list[float]]] = {}
     rubrics: dict[str, str] = {}
+    versions: dict[str, str | None] = {}
+    models: dict[str, str | None] = {}
     for result in sorted(results, key=_run_index):
+        if status_of(result) == "ungradable":
+            continue  # no score to keep or compare
         extra = result.model_extra or {}
         test_id = str(extra.get("testId") or result.session_id)
         rubrics[test_id] = str(extra.get("rubric") or DEFAULT_RUBRIC)
+        versions[test_id] = _text(extra.get("rubricVersion"))
+        models[test_id] = _text(extra.get("judgeModel"))
         totals.setdefault(test_id, []).append(result.percent)
         per_dim = dims.setdefault(test_id, {})
         for name, score in result.dimensions.items():
@@ -133,9 +153,17 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
             tuple(values),
             {k: tuple(v) for k, v in dims[test_id].items()},
             rubrics[test_id],
+            versions[test_id],
+            models[test_id],
         )
         for test_id, values in totals.items()
     }
+
+
+def _text(value: object) -> str | None:
+    return (
+        str(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else None
+    )
 
 
 def _run_index(result: Any) -> int:
@@ -148,6 +176,9 @@ def latest_from_history(results: Sequence[Any], *, whole: bool = True) -> dict[s
     (its last ``runs`` lines that carry a run index), its latest whole one when ``whole`` (a
     baseline: see :func:`runs.latest_whole_series`)."""
     pick = latest_whole_series if whole else latest_series
+    # A line of a test that could not be graded holds no score: the test's grade before it
+    # is its latest.
+    results = [r for r in results if status_of(r) != "ungradable"]
     latest = pick(results, _history_test)
     # An expected failure's latest grade is left out, as the run's baseline gate leaves it
     # (a repeated test whole when any of its runs counts, as in the run).
@@ -202,6 +233,9 @@ class BaselineComparison:
     #: Repeated tests of which only some runs ran (``-k``, ``--lf``), with how many: not
     #: compared (the runs re-run for being low are no measure of the test's mean).
     partial_tests: tuple[tuple[str, str], ...] = ()
+    #: Tests graded under another rubric (name, version or judge model) than the baseline's,
+    #: with what changed: not compared, never a regression.
+    rubric_changed: tuple[tuple[str, str], ...] = ()
 
     @property
     def regressions(self) -> tuple[Change, ...]:
@@ -262,7 +296,7 @@ def compare_baseline(
     partial = partial or {}
     changes: list[Change] = []
     seen_metrics = {TOTAL}
-    unlike: list[str] = []
+    changed: list[tuple[str, str]] = []
     parts: list[tuple[str, str]] = []
     for test_id, now in current.items():
         before = baseline.get(test_id)
@@ -271,13 +305,11 @@ def compare_baseline(
         if test_id in partial:
             parts.append((test_id, partial[test_id]))
             continue
-        if before.rubric is not None and now.rubric is not None and before.rubric != now.rubric:
-            # Another rubric's percentages are no measure of this one's: a real drop could pass
-            # and a rubric change read as a regression.
-            unlike.append(
-                f"{test_id}: graded with rubric {now.rubric!r}, the baseline with "
-                f"{before.rubric!r}: not comparable (save a new baseline)"
-            )
+        if _rubric_changed(before, now):
+            # Another rubric's percentages are no measure of this one's (a rule file's new
+            # version, another judge model): a real drop could pass and a rubric change read
+            # as a regression. Said, not compared.
+            changed.append((test_id, f"{before.identity()} -> {now.identity()}"))
             continue
         metrics = [TOTAL, *[m for m in before.dimensions if m in now.dimensions]]
         seen_metrics.update(metrics)
@@ -295,14 +327,14 @@ def compare_baseline(
             changes.append(
                 Change(test_id, metric, base_mean, now_mean, tolerance, beyond and not note, note)
             )
-    compared = bool((baseline.keys() & current.keys()) - partial.keys())
+    skipped = partial.keys() | {test for test, _ in changed}
+    compared = bool((baseline.keys() & current.keys()) - skipped)
     problems = tuple(
         f"tolerance for {metric!r}: no test compared has this dimension"
         for metric in tolerances
         if metric not in seen_metrics and compared
     )
-    problems += tuple(unlike)
-    if tolerances and current and not compared and not parts:
+    if tolerances and current and not compared and not parts and not changed:
         # Renamed or moved tests must not disarm the gate: it would pass having checked nothing.
         problems += (
             "no test graded in this run is in the baseline, so nothing was compared "
@@ -314,7 +346,18 @@ def compare_baseline(
         missing_tests=tuple(t for t in baseline if t not in current),
         problems=problems,
         partial_tests=tuple(parts),
+        rubric_changed=tuple(changed),
     )
+
+
+def _rubric_changed(before: TestGrades, now: TestGrades) -> bool:
+    """Whether the baseline's rubric identity differs from this run's, where both say it."""
+    pairs = (
+        (before.rubric, now.rubric),
+        (before.rubric_version, now.rubric_version),
+        (before.judge_model, now.judge_model),
+    )
+    return any(a is not None and b is not None and a != b for a, b in pairs)
 
 
 def baseline_document(grades: Mapping[str, TestGrades], *, source: str) -> dict[str, Any]:
@@ -324,6 +367,8 @@ def baseline_document(grades: Mapping[str, TestGrades], *, source: str) -> dict[
         test = grades[test_id]
         tests[test_id] = {
             **({"rubric": test.rubric} if test.rubric is not None else {}),
+            **({"rubricVersion": test.rubric_version} if test.rubric_version else {}),
+            **({"judgeModel": test.judge_model} if test.judge_model else {}),
             "percents": [round(v, PLACES) for v in test.totals],
             "dimensions": {
                 name: [round(v, PLACES) for v in values]
@@ -371,11 +416,19 @@ def parse_baseline(data: object, where: str) -> dict[str, TestGrades]:
         rubric = entry.get("rubric")
         if rubric is not None and not (isinstance(rubric, str) and rubric):
             raise BaselineError(f"{at}.rubric: expected a rubric name")
+        identity = {}
+        for key in ("rubricVersion", "judgeModel"):
+            value = entry.get(key)
+            if value is not None and not (isinstance(value, str) and value):
+                raise BaselineError(f"{at}.{key}: expected a non-empty string")
+            identity[key] = value
         grades[test_id] = TestGrades(
             test_id,
             _numbers(entry.get("percents"), f"{at}.percents"),
             {str(k): _numbers(v, f"{at}.dimensions.{k}") for k, v in dims.items()},
             rubric,
+            identity["rubricVersion"],
+            identity["judgeModel"],
         )
     return grades
 

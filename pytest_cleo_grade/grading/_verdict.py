@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
@@ -21,6 +22,7 @@ from pytest_cleo_grade.core._scale import (
     round_half_up,
 )
 from pytest_cleo_grade.core.models import GradeResult
+from pytest_cleo_grade.grading._run_ids import REASON_KEY, STATUS_KEY, Shard, Status, status_of
 from pytest_cleo_grade.grading._runs import QUARANTINED, counted_whole
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "percent_below",
     "shown_percent",
     "threshold_text",
+    "ungradable_result",
 ]
 
 
@@ -108,8 +111,51 @@ class GradedTest:
     excluded: str | None = None
 
     @property
+    def ungradable(self) -> bool:
+        """A test that could not be graded (its judge down, its calls unreadable, nothing
+        captured): it fails, is counted apart, and has no score to enter any mean."""
+        return status_of(self.result) == "ungradable"
+
+    @property
     def passed(self) -> bool:
-        return passes(self.result.percent, self.threshold)
+        return not self.ungradable and passes(self.result.percent, self.threshold)
+
+    @property
+    def status(self) -> Status:
+        """``passed`` | ``below`` | ``ungradable``: against the test's threshold when it has
+        one, else as its history line says (a report read from the history)."""
+        if self.ungradable:
+            return "ungradable"
+        if self.threshold is None:
+            return status_of(self.result) or "passed"
+        return "passed" if self.passed else "below"
+
+    @property
+    def reason(self) -> str | None:
+        """Why an ungradable test could not be graded."""
+        value = (self.result.model_extra or {}).get(REASON_KEY)
+        return value if isinstance(value, str) else None
+
+
+def ungradable_result(
+    session_id: str, *, reason: str, timestamp: datetime, entry_count: int, test_id: str
+) -> GradeResult:
+    """The history line of a test that could not be graded: no dimensions, no score that
+    means anything (0 of 100 only so that CLEO's readers load it), its status and reason."""
+    return GradeResult.model_validate(
+        {
+            "sessionId": session_id,
+            "totalScore": 0,
+            "maxScore": 100,
+            "dimensions": {},
+            "flags": [],
+            "timestamp": timestamp,
+            "entryCount": entry_count,
+            "testId": test_id,
+            STATUS_KEY: "ungradable",
+            REASON_KEY: reason,
+        }
+    )
 
 
 def encode_graded_test(test: GradedTest) -> str:
@@ -160,6 +206,8 @@ class RunGrade:
 
     tests: tuple[GradedTest, ...]
     gate: float | None
+    #: This run is one shard of a split suite: its gate is deferred to the combined run.
+    shard: Shard | None = None
     # Worked out once, when the run is made: the summary, the table and the verdict each ask
     # for the mean again, and a suite of thousands of tests paid the grouping every time.
     _counted: tuple[GradedTest, ...] = field(init=False, repr=False, compare=False)
@@ -170,7 +218,8 @@ class RunGrade:
         counted = counted_tests(self.tests)
         groups: dict[str, list[float]] = {}
         for test in counted:
-            groups.setdefault(_test_of(test), []).append(test.result.percent)
+            if not test.ungradable:  # no score: counted apart, never as a 0
+                groups.setdefault(_test_of(test), []).append(test.result.percent)
         percents = tuple(sum(values) / len(values) for values in groups.values())
         object.__setattr__(self, "_counted", counted)
         object.__setattr__(self, "_percents", percents)
@@ -200,8 +249,29 @@ class RunGrade:
         return None if mean is None else letter_for(mean)
 
     @property
+    def ungradable(self) -> tuple[GradedTest, ...]:
+        """The counted tests that could not be graded."""
+        return tuple(test for test in self.counted if test.ungradable)
+
+    @property
+    def below(self) -> tuple[GradedTest, ...]:
+        """The counted tests below their threshold. A repeated test's runs are samples, not
+        tests below (its decision over all runs is the repeats' summary's to say)."""
+        return tuple(
+            test
+            for test in self.counted
+            if test.status == "below" and (test.result.model_extra or {}).get("run") is None
+        )
+
+    @property
     def gate_failed(self) -> bool:
-        """Whether the gate turns the exit status to 1 (never without graded tests)."""
+        """Whether the gate turns the exit status to 1: the mean of the graded tests is
+        below it, or a test could not be graded (a gate never passes on what it could not
+        see). Never without a gate or without tests, and never in a shard (deferred)."""
+        if self.gate is None or self.shard is not None:
+            return False
+        if self.ungradable:
+            return True
         mean = self.mean
         return mean is not None and not passes(mean, self.gate)
 
@@ -215,7 +285,7 @@ class RunGrade:
         if mean is None:
             return "-"
         text = describe_percent(mean)
-        if self.gate is not None and self.gate_failed:
+        if self.gate is not None and self.shard is None and not passes(mean, self.gate):
             shown_gate = describe_percent(self.gate)
             if Decimal(text.rstrip("%")) >= Decimal(shown_gate.rstrip("%")):
                 text = describe_percent(mean, rounding=ROUND_DOWN)
@@ -229,6 +299,17 @@ class RunGrade:
         held = self._quarantined()
         # A quarantined test is never silently inside a passed gate: the verdict names it.
         aside = f" ({held} quarantined test{'' if held == 1 else 's'} not gated)" if held else ""
+        if self.shard is not None:
+            return (
+                f"gate {gate}: deferred, this is shard {self.shard.label} "
+                f"({self.shard.source}); its mean covers only its own tests: combine the "
+                "shards (cleo-grade combine) and run cleo-grade report --gate"
+            )
+        ungradable = len({_test_of(test) for test in self.ungradable})
+        if ungradable:
+            tests = "test" if ungradable == 1 else "tests"
+            mean = "no graded tests" if self.mean is None else f"mean {self.mean_text()}"
+            return f"gate FAILED: {ungradable} {tests} could not be graded ({mean}){aside}"
         if self.mean is None:
             return f"gate {gate}: not applied, no graded tests{aside}"
         if self.gate_failed:
@@ -244,7 +325,15 @@ class RunGrade:
         # Tests, as the count beside it: a repeated xfail test's runs are one test left out.
         counted = {_test_of(test) for test in self.counted}
         left_out = len({_test_of(test) for test in self.tests} - counted) - self._quarantined()
-        notes = [f"{left_out} xfail/xpass not counted"] if left_out else []
+        notes = []
+        below = len({_test_of(test) for test in self.below})
+        if below:
+            notes.append(f"{below} below")
+        ungradable = len({_test_of(test) for test in self.ungradable})
+        if ungradable:
+            notes.append(f"{ungradable} could not be graded")
+        if left_out:
+            notes.append(f"{left_out} xfail/xpass not counted")
         if self._quarantined():
             notes.append(f"{self._quarantined()} quarantined not counted")
         note = f" ({', '.join(notes)})" if notes else ""

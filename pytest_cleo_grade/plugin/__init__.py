@@ -13,6 +13,7 @@ import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterator
+from datetime import UTC
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -24,6 +25,7 @@ from pytest_cleo_grade.core.errors import (
     warnings_shown_not_raised,
 )
 from pytest_cleo_grade.core.settings import PluginOptions
+from pytest_cleo_grade.grading._run_ids import POSITION_KEY
 from pytest_cleo_grade.grading._runs import QUARANTINED, encode_repeat
 from pytest_cleo_grade.plugin._markers import (
     check_marker,
@@ -36,6 +38,12 @@ from pytest_cleo_grade.plugin._plan import PLAN_KEY, current_plan, plan_of, uses
 from pytest_cleo_grade.plugin._repeat_options import add_repeat_options, load_repeat_options
 from pytest_cleo_grade.plugin._repeats import asked_runs, parametrize_runs
 from pytest_cleo_grade.plugin._run_files import check_run_files
+from pytest_cleo_grade.plugin._run_options import (
+    POSITIONS_KEY,
+    Positions,
+    add_run_options,
+    load_run_options,
+)
 from pytest_cleo_grade.plugin._state import (
     GRADE_ATTRIBUTE,
     ITEM_KEY,
@@ -53,6 +61,7 @@ from pytest_cleo_grade.plugin._state import (
 if TYPE_CHECKING:
     from pytest_cleo_grade.grading._verdict import GradedTest
     from pytest_cleo_grade.grading.session import GradeSession
+    from pytest_cleo_grade.plugin._plan import Plan
     from pytest_cleo_grade.store import AuditStore
 
 # pytest loads this module in every run of every project where the package is installed, so
@@ -65,6 +74,7 @@ __all__ = ["GRADE_ATTRIBUTE", "cleo_grade_run", "graded_session"]
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
     add_repeat_options(parser)
+    add_run_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -85,6 +95,8 @@ def pytest_configure(config: pytest.Config) -> None:
                     f"cleo-grade: --cleo-grade-{option} needs --cleo-grade-baseline=PATH|latest"
                 )
     check_run_files(config, options, repeat_options)
+    run_options = load_run_options(config)
+    config.pluginmanager.register(Positions(config), "cleo_grade_positions")
     if options.rubric_file is not None and role.decides:
         # Here, not only at collection: an xdist controller collects nothing, and its
         # workers could only error every graded test (status 1, not the usage error's 4).
@@ -108,7 +120,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from pytest_cleo_grade.plugin._controller import Controller
 
-    state.controller = Controller(config, options, repeat_options, lambda: _store(config))
+    state.controller = Controller(
+        config, options, repeat_options, lambda: _store(config), run_options=run_options
+    )
     config.pluginmanager.register(state.controller, "cleo_grade_controller")
 
 
@@ -481,8 +495,13 @@ def _grade_item(item: pytest.Item, session: GradeSession) -> GradedTest | str:
     except GradingFailed as exc:
         # A test that cannot be graded (unreadable entries, a judge failure, nothing
         # captured) decides nothing about the agent, and a silently ungraded test would pass
-        # a gate it never faced: it fails, whatever the mode.
+        # a gate it never faced: it fails, whatever the mode. It is reported as ungradable
+        # (its status, its reason), apart from the agents that got worse; a run of a
+        # repeated test is left to the repeats' decision, which counts it as not graded.
+        if plan.repeat is None:
+            item_state(item).graded = _placed(item, _ungradable(item, session, str(exc), plan))
         return str(exc)
+    graded = _placed(item, graded)
     repeat = plan.repeat
     if repeat is not None:
         # One run of a repeated test: stored under the test's id with its run index.
@@ -498,6 +517,34 @@ def _grade_item(item: pytest.Item, session: GradeSession) -> GradedTest | str:
     if "otel" in run_state(item.config).options.exports:
         _export_otel(item, graded)
     return graded
+
+
+def _placed(item: pytest.Item, graded: GradedTest) -> GradedTest:
+    """The grade with the test's place in the whole suite (extra ``position``)."""
+    position = item.config.stash.get(POSITIONS_KEY, {}).get(item.nodeid)
+    if position is None:
+        return graded
+    result = graded.result.model_copy(update={POSITION_KEY: position})
+    return dataclasses.replace(graded, result=result)
+
+
+def _ungradable(item: pytest.Item, session: GradeSession, reason: str, plan: Plan) -> GradedTest:
+    from datetime import datetime
+
+    from pytest_cleo_grade.grading._verdict import GradedTest, ungradable_result
+
+    try:
+        count = len(session.entries)
+    except CleoGradeError:  # the entries may be what could not be read
+        count = 0
+    result = ungradable_result(
+        session.id,
+        reason=reason,
+        timestamp=datetime.now(UTC),
+        entry_count=count,
+        test_id=item.nodeid,
+    )
+    return GradedTest(item.nodeid, result, plan.threshold, plan.threshold_source, plan.mode)
 
 
 def _export_otel(item: pytest.Item, graded: GradedTest) -> None:
@@ -707,7 +754,9 @@ def pytest_runtest_makereport(
     from pytest_cleo_grade.grading._verdict import encode_graded_test
     from pytest_cleo_grade.reports._display import junit_properties
 
-    properties = [(name, _utf8_text(value)) for name, value in junit_properties(graded.result)]
+    properties = [
+        (name, _utf8_text(value)) for name, value in junit_properties(graded.result, graded.status)
+    ]
     if graded.excluded == QUARANTINED:
         properties.append(("cleo_quarantined", "true"))
     # item.user_properties feeds the teardown report, which junitxml reads; the call report
@@ -718,7 +767,7 @@ def pytest_runtest_makereport(
     item.user_properties.extend(properties)
     report.user_properties.extend(properties)
     setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
-    if report.failed and not test.failed_for_grade:
+    if report.failed and not test.failed_for_grade and not graded.ungradable:
         from pytest_cleo_grade.reports._display import grade_section
 
         # The test failed for its own reason; show its grade beside that failure.

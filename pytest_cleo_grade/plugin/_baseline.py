@@ -145,7 +145,9 @@ class BaselineGate:
         if report.when == "setup":
             self.ran.add(report.nodeid)
         self._count_run(report)
-        if report.when == "call" and graded is not None:
+        if report.when == "call" and graded is not None and not graded.ungradable:
+            # A test that could not be graded has no score to save or compare: its own
+            # failure says so, never a regression.
             self.graded[graded.nodeid] = graded
 
     def _count_run(self, report: pytest.TestReport) -> None:

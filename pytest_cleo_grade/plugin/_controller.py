@@ -24,11 +24,20 @@ import pytest
 
 from pytest_cleo_grade.core.errors import CleoGradeError, CleoGradeWarning
 from pytest_cleo_grade.core.settings import PluginOptions
+from pytest_cleo_grade.grading._run_ids import (
+    MODE_KEY,
+    RUN_ID_KEY,
+    SHARD_KEY,
+    STATUS_KEY,
+    THRESHOLD_KEY,
+    fresh_run_id,
+)
 from pytest_cleo_grade.grading._runs import EXCLUDED_KEY, SERIES_KEY
 from pytest_cleo_grade.plugin._baseline import BaselineGate
 from pytest_cleo_grade.plugin._pytest_html import HtmlColumns
 from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
 from pytest_cleo_grade.plugin._repeats import Repeats
+from pytest_cleo_grade.plugin._run_options import RunOptions
 from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE, UNUSED_JUDGE_OUTPUT, Role
 
 if TYPE_CHECKING:
@@ -105,12 +114,15 @@ class Controller:
         options: PluginOptions,
         repeat_options: RepeatOptions,
         store: Callable[[], AuditStore],
+        run_options: RunOptions | None = None,
     ) -> None:
         """``store`` opens (or returns) the run's shared audit store; called only once a grade
         is saved, so that a run that grades nothing never loads SQLite or pydantic."""
         self.config = config
         self.options = options
         self.store = store
+        #: The run id every grade of this run is saved with, and the shard this run is.
+        self.run_options = run_options or RunOptions(fresh_run_id(), None)
         self.repeats = Repeats(_decided_channel(config))
         #: The baseline gate, with --cleo-grade-baseline or --cleo-grade-save-baseline only.
         self.baseline: BaselineGate | None = None
@@ -192,7 +204,16 @@ class Controller:
         except CleoGradeError as exc:
             store = None
             self.problem(f"cleo-grade: grades table not written: {exc}")
-        result = graded.result
+        # Which run (shards of one CI run share the id) and how the test came out: the
+        # history's readers (cleo-grade combine and report --gate) decide from these.
+        identity: dict[str, object] = {RUN_ID_KEY: self.run_options.run_id}
+        if self.run_options.shard is not None:
+            identity[SHARD_KEY] = self.run_options.shard.label
+        identity[STATUS_KEY] = graded.status
+        if graded.threshold is not None:
+            identity[THRESHOLD_KEY] = graded.threshold
+            identity[MODE_KEY] = graded.mode
+        result = graded.result.model_copy(update=identity)
         if (result.model_extra or {}).get("run") is not None:
             result = result.model_copy(update={SERIES_KEY: self._series})
         if graded.excluded is not None:
@@ -281,7 +302,7 @@ class Controller:
             return None
         from pytest_cleo_grade.grading._verdict import RunGrade
 
-        return RunGrade(self.in_collection_order(), self.options.gate)
+        return RunGrade(self.in_collection_order(), self.options.gate, self.run_options.shard)
 
     def _compare(self) -> None:
         if self._compared or self.options.compare is None:
@@ -374,7 +395,7 @@ class Controller:
             self.notes.append(f"cleo-grade: langfuse export skipped: {exc}")
             return
         keys = keys_from(os.environ)
-        results = [test.result for test in self.in_collection_order()]
+        results = [test.result for test in self.in_collection_order() if not test.ungradable]
         if keys is None:
             self.notes.append(
                 "cleo-grade: langfuse export skipped: LANGFUSE_PUBLIC_KEY and "
@@ -408,7 +429,7 @@ class Controller:
         from pytest_cleo_grade.reports._html import inputs_of, write_html_report
         from pytest_cleo_grade.store.history import read_grades
 
-        run = self.current_run() or RunGrade((), self.options.gate)
+        run = self.current_run() or RunGrade((), self.options.gate, self.run_options.shard)
         # With --cleo-grade-baseline, changes are against the baseline the gate compared with.
         gate = self.baseline
         grades = None if gate is None else gate.baseline

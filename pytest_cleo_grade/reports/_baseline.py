@@ -72,6 +72,8 @@ def baseline_verdict(
     if comparison.failed:
         why = f"{count} regression{'s' if count != 1 else ''}" if count else "cannot check"
         return f"baseline gate FAILED: {why}"
+    if comparison.empty and comparison.rubric_changed and not comparison.partial_tests:
+        return "baseline gate not applied: the rubric changed since the baseline (save a new one)"
     if comparison.empty and comparison.partial_tests:
         return "baseline gate not applied: no test in the baseline ran all of its runs"
     if comparison.empty:
@@ -91,6 +93,7 @@ def baseline_lines(
     lines += [f"new test (not in baseline): {t}" for t in comparison.new_tests]
     lines += [f"missing from this run (in baseline): {t}" for t in comparison.missing_tests]
     lines += [f"not compared, {why}: {t}" for t, why in comparison.partial_tests]
+    lines += [f"not compared: rubric changed ({why}): {t}" for t, why in comparison.rubric_changed]
     others = [c for c in comparison.changes if not c.regressed and not c.note]
     lines += [f"  {change_text(c)}" for c in others if _shown(c)]
     return lines
@@ -148,6 +151,10 @@ def _lists(comparison: BaselineComparison) -> list[tuple[str, list[str]]]:
     partial = [
         f"\nNot compared, {markdown_cell(why)}: {markdown_code_cell(clipped(test), in_table=False)}"
         for test, why in comparison.partial_tests
+    ] + [
+        f"\nNot compared: rubric changed ({markdown_cell(why)}): "
+        f"{markdown_code_cell(clipped(test), in_table=False)}"
+        for test, why in comparison.rubric_changed
     ]
     return [
         ("new tests", _listed("New test (not in baseline)", comparison.new_tests)),

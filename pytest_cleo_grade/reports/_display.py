@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from pytest_cleo_grade.core._text import markdown_cell, markdown_code_cell, terminal_text
 from pytest_cleo_grade.core.models import POINT_ENTRY_LIMIT, GradeResult, Point, format_timestamp
+from pytest_cleo_grade.grading._run_ids import REASON_KEY, status_of
 from pytest_cleo_grade.grading._runs import QUARANTINED
 from pytest_cleo_grade.grading._verdict import (
     GradedTest,
@@ -34,6 +35,7 @@ __all__ = [
     "markdown_summary",
     "number_text",
     "points_of",
+    "reason_line",
     "render_grade",
     "score_text",
     "signed_text",
@@ -198,12 +200,22 @@ def grade_section(test: GradedTest) -> str:
     return "\n".join([f"grade {grade_headline(test.result)}", *_grade_details(test.result)])
 
 
-def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
+def junit_properties(result: GradeResult, status: str | None = None) -> list[tuple[str, object]]:
     """DESIGN section 6's per-test JUnit properties, in a stable order.
 
     A grade of another rubric than CLEO adds ``cleo_rubric``; a comparison grade adds
-    :func:`comparison_properties` at the end.
+    :func:`comparison_properties` at the end; ``status`` (passed, below) comes last. A test
+    that could not be graded carries ``cleo_status`` = ``ungradable`` and ``cleo_reason``
+    (with its session and entry count), never a score that would read as the agent's.
     """
+    if status_of(result) == "ungradable":
+        reason = (result.model_extra or {}).get(REASON_KEY)
+        return [
+            ("cleo_status", "ungradable"),
+            ("cleo_reason", reason if isinstance(reason, str) else ""),
+            ("cleo_entry_count", result.entry_count),
+            ("cleo_session", result.session_id),
+        ]
     properties: list[tuple[str, object]] = [
         ("cleo_grade", result.letter),
         ("cleo_score", score_text(result)),
@@ -222,6 +234,8 @@ def junit_properties(result: GradeResult) -> list[tuple[str, object]]:
         for name, dim in result.dimensions.items()
     )
     properties.extend(comparison_properties(result))
+    if status is not None:
+        properties.append(("cleo_status", status))
     return properties
 
 
@@ -238,6 +252,8 @@ def _verdict_cell(test: GradedTest, *, counted: bool) -> str:
         return f"quarantined: {mark} {describe_threshold(test.threshold)}, not counted"
     if not counted:
         return f"{test.excluded}, not counted"
+    if test.ungradable:
+        return "not graded"
     if test.threshold is None:
         return "-"
     mark = "ok" if test.passed else ("below" if test.mode == "fail" else "below (report)")
@@ -249,8 +265,11 @@ def _rows(run: RunGrade) -> list[tuple[str, str, str, str, str]]:
 
 
 def _row(test: GradedTest) -> tuple[str, str, str, str, str]:
+    # The node id is escaped by the terminal table only: Markdown shows it as code.
+    if test.ungradable:
+        return (test.nodeid, "-", "-", "-", "-")
     return (
-        test.nodeid,  # escaped by the terminal table only: Markdown shows it as code
+        test.nodeid,
         score_text(test.result),
         # Below its threshold, never shown as the threshold's own figure (82.5 vs 83).
         f"{test.result.display_percent}%"
@@ -261,12 +280,20 @@ def _row(test: GradedTest) -> tuple[str, str, str, str, str]:
     )
 
 
+def reason_line(test: GradedTest) -> str:
+    """Why a test could not be graded, on one line: its reason's first line, without the
+    ``cleo-grade: NODEID:`` the failure message starts with (the row names the test)."""
+    text = (test.reason or "no reason recorded").split("\n", 1)[0]
+    prefix = f"cleo-grade: {test.nodeid}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
 def summary_lines(run: RunGrade) -> list[str]:
     """The terminal section: one row per graded test, the run's grade and the gate verdict."""
-    header = ("test", "score", "percent", "grade", "flags", "threshold")
+    header = ("test", "score", "percent", "grade", "flags", "status", "threshold")
     rows = [
-        (terminal_text(row[0]), *row[1:], cell)
-        for row, cell in zip(_rows(run), _verdict_cells(run), strict=True)
+        (terminal_text(row[0]), *row[1:], test.status, cell)
+        for row, cell, test in zip(_rows(run), _verdict_cells(run), run.tests, strict=True)
     ]
     widths = [max([len(header[i]), *(len(row[i]) for row in rows)]) for i in range(len(header))]
     right = {1, 2, 4}
@@ -280,6 +307,11 @@ def summary_lines(run: RunGrade) -> list[str]:
 
     lines = [fmt(header), *(fmt(row) for row in rows)] if rows else []
     lines.extend(report_mode_reasons(run))
+    lines.extend(
+        terminal_text(f"could not be graded: {test.nodeid}: {clipped(reason_line(test), 500)}")
+        for test in run.tests
+        if test.ungradable
+    )
     lines.append(run.run_line())
     quarantine = quarantine_line(run)
     if quarantine is not None:
@@ -378,7 +410,7 @@ class _Budget:
 
 
 def _below(run: RunGrade) -> list[GradedTest]:
-    return [t for t in run.counted if t.threshold is not None and not t.passed]
+    return [t for t in run.counted if t.threshold is not None and t.status == "below"]
 
 
 def _below_threshold(run: RunGrade, budget: _Budget) -> list[str]:
@@ -410,6 +442,25 @@ def _below_threshold(run: RunGrade, budget: _Budget) -> list[str]:
     return lines
 
 
+def _not_graded(run: RunGrade, budget: _Budget) -> list[str]:
+    """The step summary's tests that could not be graded, each with its reason: first, as
+    the infrastructure that broke is not the agent's doing."""
+    tests = [test for test in run.tests if test.ungradable]
+    if not tests:
+        return []
+    lines = ["", "#### Could not be graded", ""]
+    for shown, test in enumerate(tests):
+        line = (
+            f"- {markdown_code_cell(clipped(test.nodeid), in_table=False)}: "
+            f"{markdown_cell(clipped(reason_line(test)))}"
+        )
+        if not budget.take(line):
+            lines.append(f"- ... and {len(tests) - shown} more tests that could not be graded")
+            break
+        lines.append(line)
+    return lines
+
+
 def _more_flags(count: int) -> str:
     return f"  - ... and {count} more flags"
 
@@ -417,8 +468,8 @@ def _more_flags(count: int) -> str:
 def _table(run: RunGrade, budget: _Budget) -> list[str]:
     """The step summary's grade table, as many rows as ``budget`` holds (the rest counted)."""
     lines = [
-        "| Test | Score | Percent | Grade | Flags | Threshold |",
-        "| --- | ---: | ---: | :---: | ---: | --- |",
+        "| Test | Score | Percent | Grade | Flags | Status | Threshold |",
+        "| --- | ---: | ---: | :---: | ---: | --- | --- |",
     ]
     # Row by row, as they fit: the rows past the budget are counted, never formatted.
     counted = {id(test) for test in run.counted}
@@ -426,9 +477,9 @@ def _table(run: RunGrade, budget: _Budget) -> list[str]:
         nodeid, score, percent, letter, flags = _row(test)
         verdict = _verdict_cell(test, counted=id(test) in counted)
         cells = [markdown_code_cell(clipped(nodeid)), score, percent, letter, flags]
-        line = "| " + " | ".join([*cells, verdict]) + " |"
+        line = "| " + " | ".join([*cells, test.status, verdict]) + " |"
         if not budget.take(line):
-            lines.append(f"| ... and {len(run.tests) - shown} more tests | | | | | |")
+            lines.append(f"| ... and {len(run.tests) - shown} more tests | | | | | | |")
             break
         lines.append(line)
     return lines
@@ -461,7 +512,9 @@ def markdown_summary(run: RunGrade, size: int = SUMMARY_BYTES) -> str:
         table = _table(run, _Budget(room // 2 if _below(run) else room))
         lines += table
         used = len("\n".join(table).encode("utf-8"))
-        lines += _below_threshold(run, _Budget(room - used))
+        budget = _Budget(room - used)
+        lines += _not_graded(run, budget)
+        lines += _below_threshold(run, budget)
         lines.append("")
     return "\n".join([*lines, *tail]) + "\n"
 

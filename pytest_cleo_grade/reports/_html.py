@@ -22,6 +22,13 @@ from pytest_cleo_grade.core._files import (
 )
 from pytest_cleo_grade.core.errors import CleoGradeError
 from pytest_cleo_grade.core.models import GradeResult, collector_paused, order_entries
+from pytest_cleo_grade.grading._run_ids import (
+    MODE_KEY,
+    THRESHOLD_KEY,
+    latest_run_id,
+    of_run,
+    result_position,
+)
 from pytest_cleo_grade.grading._runs import EXCLUDED_KEY, excluded_of, latest_series
 from pytest_cleo_grade.grading._verdict import GradedTest, RunGrade
 from pytest_cleo_grade.reports._html_page import build_report, grade_test_id, render_html
@@ -43,19 +50,55 @@ class ReportError(CleoGradeError):
 
 
 def latest_run(
-    history: Sequence[GradeResult], *, threshold: float | None, gate: float | None
+    history: Sequence[GradeResult],
+    *,
+    threshold: float | None,
+    gate: float | None,
+    run_id: str | None = None,
 ) -> RunGrade:
-    """The last run a history holds: each test's latest grade (a repeated test's latest
-    series of runs), in the order the tests last appear. Manual grades (cleo-grade review)
-    are people's labels for judge calibration, not grades of a run: left out."""
-    latest = latest_series([r for r in history if r.evaluator != "manual"], grade_test_id)
-    source = "--fail-under" if threshold is not None else None
+    """The last run a history holds: every line of its run id (``run_id``, else the last
+    line's; shards combined by ``cleo-grade combine`` share it), each test's latest grade in
+    it (a repeated test's latest series of runs). A test deleted from the suite is in no
+    later run, so it no longer counts. Lines written before lines carried a run id: each
+    test's latest grade, as before.
+
+    Tests are listed in the order of the whole suite's collection when every line says its
+    place (extra ``position``), which is the order the unsharded pytest run prints, else in
+    the order they last appear. Each test's threshold and mode are its line's unless
+    ``threshold`` (``--fail-under``) replaces them. Manual grades (cleo-grade review) are
+    people's labels for judge calibration, not grades of a run: left out.
+    """
+    history = [r for r in history if r.evaluator != "manual"]
+    chosen = run_id if run_id is not None else latest_run_id(history)
+    lines = of_run(history, chosen) if chosen is not None else history
+    latest = latest_series(lines, grade_test_id)
     tests = [
-        GradedTest(key, result, threshold, source, "fail", excluded=_excluded(result))
+        _graded(key, result, threshold)
         for key, series in reversed(latest.items())
         for result in reversed(series)
     ]
+    positions = [(result_position(test.result), index) for index, test in enumerate(tests)]
+    if tests and all(position is not None for position, _ in positions):
+        order = sorted(range(len(tests)), key=lambda i: (positions[i][0], i))
+        tests = [tests[i] for i in order]
     return RunGrade(tuple(tests), gate)
+
+
+def _graded(key: str, result: GradeResult, threshold: float | None) -> GradedTest:
+    extra = result.model_extra or {}
+    mode = extra.get(MODE_KEY)
+    if threshold is not None:
+        return GradedTest(key, result, threshold, "--fail-under", "fail", _excluded(result))
+    saved = extra.get(THRESHOLD_KEY)
+    own = float(saved) if isinstance(saved, int | float) and not isinstance(saved, bool) else None
+    return GradedTest(
+        key,
+        result,
+        own,
+        None if own is None else "the test's threshold",
+        mode if mode in ("fail", "report") else "fail",
+        excluded=_excluded(result),
+    )
 
 
 def _excluded(result: GradeResult) -> str | None:

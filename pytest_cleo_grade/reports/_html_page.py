@@ -320,6 +320,7 @@ _COLUMNS: Final = (
     ("change", "number", "Change"),
     ("runs", "text", "Runs"),
     ("flags", "number", "Flags"),
+    ("status", "text", "Status"),
 )
 
 
@@ -352,6 +353,9 @@ def _row(index: int, test: HtmlTest) -> str:
     if excluded is not None and all(run.excluded is not None for run in test.tests):
         runs = f"{runs}; {excluded}, not counted" if runs else f"{excluded}, not counted"
     score = score_text(result) if len(test.tests) == 1 else f"mean of {len(test.tests)} runs"
+    statuses = {run.status for run in test.tests}
+    status = statuses.pop() if len(statuses) == 1 else "mixed"
+    ungradable = len(test.tests) == 1 and test.tests[0].ungradable
     flags = len(result.flags)
     below = _below_mark(test)
     cells = (
@@ -361,7 +365,20 @@ def _row(index: int, test: HtmlTest) -> str:
         (change_value, _e(change)),
         (runs, _e(runs)),
         (str(flags), str(flags)),
+        (status, _e(status)),
     )
+    if ungradable:
+        # No score to show: the reason instead, never a 0 that reads as the agent's grade.
+        reason = test.tests[-1].reason or "could not be graded"
+        cells = (
+            cells[0],
+            ("-1", "-"),
+            ("-1", f"could not be graded: {_e(reason.splitlines()[0])}"),
+            ("", ""),
+            cells[4],
+            ("0", "-"),
+            cells[6],
+        )
     body = "".join(f"<td data-sort='{_e(value)}'>{content}</td>" for value, content in cells)
     state = " class='below'" if below else ""
     return f"<tr data-index='{index}'{state}>{body}</tr>\n"

@@ -106,11 +106,21 @@ def test_a_file_with_several_sessions_needs_session_id(
     assert json.loads(capsys.readouterr().out)["sessionId"] == "b"
 
 
-def test_an_unknown_session_id_grades_as_an_empty_session_with_a_warning(
+def test_an_unknown_session_id_is_not_found_unless_empty_sessions_are_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_jsonl(tmp_path / "e.jsonl", session_entries("a"))
-    assert main(["grade", "--entries", str(path), "--session-id", "zz", "--no-save", "--json"]) == 0
+    history = tmp_path / "GRADES.jsonl"
+    command = ["grade", "--entries", str(path), "--session-id", "zz", "--history", str(history)]
+    assert main(command) == 4
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "cleo-grade grade: session zz not found: no audit entries for it "
+        "(nothing saved; --allow-empty grades it 0/100)\n"
+    )
+    assert not history.exists()
+    assert main([*command, "--no-save", "--json", "--allow-empty"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["totalScore"] == 0
     assert "warning: no audit entries found for session zz" in captured.err
@@ -133,8 +143,11 @@ def test_a_mistyped_command_is_not_graded_as_an_empty_session(
         "did you mean 'list'? (nothing saved)\n"
     )
     assert not history.exists()
-    # Said in full (`cleo-grade grade ID`), the id is no typo: graded as the empty session.
-    assert main(["grade", "lsit", "--db", str(db), "--history", str(history)]) == 0
+    # Said in full (`cleo-grade grade ID`), the id is no typo: an empty session, graded
+    # only when asked for.
+    assert main(["grade", "lsit", "--db", str(db), "--history", str(history)]) == 4
+    assert not history.exists()
+    assert main(["grade", "lsit", "--db", str(db), "--history", str(history), "--allow-empty"]) == 0
     assert json.loads(history.read_text())["sessionId"] == "lsit"
     history.unlink()
     # A session of that name with entries is graded as before.

@@ -99,12 +99,35 @@ def test_cleo_audit_db_variable_moves_the_cli_store(
     assert run(capsys, "s1", "--no-save")[0] == 0
 
 
-def test_a_session_without_entries_grades_zero_is_persisted_and_warned(
+def test_a_session_the_store_never_saw_exits_four_and_writes_nothing(
     capsys: pytest.CaptureFixture[str], in_tmp: Path
 ) -> None:
     write_entries(in_tmp / "e.jsonl")
     run(capsys, "import", "e.jsonl")
-    status, out, err = run(capsys, "s1-missing")
+    store = in_tmp / ".cleo" / "audit.db"
+
+    def grade_rows() -> int:
+        with sqlite3.connect(store) as db:
+            tables = {row[0] for row in db.execute("select name from sqlite_master")}
+            return (
+                db.execute("select count(*) from grades").fetchone()[0] if "grades" in tables else 0
+            )
+
+    before = grade_rows()
+    status, out, err = run(capsys, "grade", "session-typo")
+    assert (status, out) == (4, "")
+    assert err.count("\n") == 1
+    assert err.startswith("cleo-grade grade: session session-typo not found")
+    assert not (in_tmp / ".cleo" / "metrics" / "GRADES.jsonl").exists()
+    assert grade_rows() == before
+
+
+def test_a_session_without_entries_grades_zero_with_allow_empty_is_persisted_and_warned(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    write_entries(in_tmp / "e.jsonl")
+    run(capsys, "import", "e.jsonl")
+    status, out, err = run(capsys, "s1-missing", "--allow-empty")
     assert status == 0
     assert "Score:      0/100  (0%, grade F)" in out
     assert EMPTY_SESSION_FLAG in out

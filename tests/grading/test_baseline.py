@@ -252,11 +252,9 @@ def test_grades_of_another_rubric_are_not_compared_and_say_why(tmp_path: Path) -
         "b": TestGrades("b", (80.0,), {}, "cleo"),
     }
     result = compare_baseline(saved, now, parse_tolerances("total:5"))
-    assert result.failed
-    assert result.problems == (
-        "a: graded with rubric 'trajectory', the baseline with 'cleo': not comparable "
-        "(save a new baseline)",
-    )
+    # Not compared, never a regression, and no failure: the rubric changed, not the agent.
+    assert not result.failed
+    assert result.rubric_changed == (("a", "cleo -> trajectory"),)
     assert [c.test_id for c in result.changes] == ["b"]
     # A baseline saved before baselines named their rubric is compared as before.
     old = {"a": TestGrades("a", (95.0,), {})}
@@ -313,3 +311,36 @@ def test_a_dimension_without_a_tolerance_that_moved_is_shown_and_not_gated() -> 
     assert not any("taskHygiene" in line for line in lines)  # unchanged: no line
     markdown = baseline_markdown(comparison, gated=True)
     assert "| `t::a` | sessionDiscipline | 100.0% | 0.0% | -100.0 | ok |" in markdown
+
+
+def test_a_rule_files_new_version_is_never_a_regression(tmp_path: Path) -> None:
+    from pytest_cleo_grade.core.models import DimensionScore, GradeResult
+    from pytest_cleo_grade.grading._baseline import grades_from_results
+    from pytest_cleo_grade.reports._baseline import baseline_lines
+
+    def graded(score: float, version: str) -> GradeResult:
+        return GradeResult.model_validate(
+            {
+                "sessionId": f"s{version}",
+                "totalScore": score,
+                "dimensions": {"d": DimensionScore(score=score, max=100, evidence=[])},
+                "timestamp": "2026-01-01T00:00:00Z",
+                "entryCount": 1,
+                "testId": "t::a",
+                "rubric": "rules",
+                "rubricVersion": version,
+            }
+        )
+
+    path = tmp_path / "b.json"
+    write_baseline(path, grades_from_results([graded(100, "1.0.0")]), source="test")
+    assert json.loads(path.read_text())["tests"]["t::a"]["rubricVersion"] == "1.0.0"
+    now = grades_from_results([graded(0, "1.1.0")])
+    result = compare_baseline(read_baseline(path), now, parse_tolerances("total:5"))
+    assert not result.failed and result.regressions == ()
+    assert baseline_lines(result, gated=True) == [
+        "baseline gate not applied: the rubric changed since the baseline (save a new one)",
+        "not compared: rubric changed (rules 1.0.0 -> rules 1.1.0): t::a",
+    ]
+    same = grades_from_results([graded(0, "1.0.0")])
+    assert compare_baseline(read_baseline(path), same, parse_tolerances("total:5")).failed

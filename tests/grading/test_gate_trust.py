@@ -106,8 +106,10 @@ def test_a_call_that_could_not_be_recorded_fails_the_test_even_when_the_agent_ca
             )
         ]
     )
-    # Not graded, so nothing reaches the history.
-    assert history_lines(pytester.path) == []
+    # Not graded: its history line says so, with no score that could count.
+    [line] = history_lines(pytester.path)
+    assert (line["cleoStatus"], line["dimensions"]) == ("ungradable", {})
+    assert "not every call of the test could be recorded" in str(line["reason"])
 
 
 @pytest.mark.parametrize(
@@ -211,7 +213,9 @@ def test_a_test_that_captured_nothing_fails_saying_how_capture_works(
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*nothing was captured*cleo_grade(allow_empty=True)*"])
-    assert history_lines(pytester.path) == []
+    [line] = history_lines(pytester.path)
+    assert line["cleoStatus"] == "ungradable"
+    assert "nothing was captured" in str(line["reason"])
 
 
 @pytest.mark.parametrize(
@@ -883,8 +887,14 @@ def test_resets_its_workspace(graded_session):
         ]
     )
     lines = [json.loads(line) for line in (pytester.path / "grades.jsonl").read_text().splitlines()]
-    scores = {line["testId"].split("::")[-1]: line["totalScore"] for line in lines}
-    assert scores == {"test_agent[1]": 95, "test_agent[2]": 95}
+    scores = {
+        line["testId"].split("::")[-1]: (line["totalScore"], line["cleoStatus"]) for line in lines
+    }
+    assert scores == {
+        "test_agent[1]": (95, "passed"),
+        "test_agent[2]": (95, "passed"),
+        "test_resets_its_workspace": (0, "ungradable"),
+    }
 
 
 def test_a_call_made_with_the_environment_cleared_is_still_the_tests(

@@ -244,11 +244,13 @@ def test_the_report_command_renders_the_latest_run_of_a_history(
     # with --db must be there).
     monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "none.db"))
     assert main(args) == 0
-    assert capsys.readouterr().out == (
+    out_text = capsys.readouterr().out
+    assert out_text.startswith(
         f"cleo-grade: wrote {out} (2 grades)\n"
         f"cleo-grade: no audit store at {tmp_path / 'none.db'}: the report names entries by "
-        "their position only (#N); --db PATH names the calls\n"
+        "their position only (#N); --db PATH names the calls\ntest "
     )
+    assert out_text.endswith("gate passed: mean 65% reaches 60% (C)\n")
     page = out.read_text()
     assert "gate passed: mean 65% reaches 60% (C)" in page
     assert "+20 vs previous run" in page and "-30 vs previous run" in page
@@ -259,7 +261,10 @@ def test_the_report_command_renders_the_latest_run_of_a_history(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["report"], "cleo-grade report: the following arguments are required: --html"),
+        (
+            ["report", "--history", "missing.jsonl"],
+            "cleo-grade report: missing.jsonl: no grade history there",
+        ),
         (
             ["report", "--html", "r.html", "--history", "missing.jsonl"],
             "cleo-grade report: missing.jsonl: no grade history there",
@@ -409,7 +414,7 @@ def test_the_report_command_leaves_an_expected_failure_out_of_the_gate_as_the_ru
     # No store where the default points: entries are named by index only (a store named
     # with --db must be there).
     monkeypatch.setenv("CLEO_AUDIT_DB", str(tmp_path / "none.db"))
-    assert main(args) == 0
+    assert main(args) == 1  # the gate's verdict is the exit status
     page = out.read_text()
     assert "gate FAILED: mean 55% is below 75% (B)" in page  # (100 + 10) / 2, not / 3
     assert page.count(">xfailed, not counted<") == 1

@@ -71,6 +71,7 @@ def test_each_graded_test_carries_its_grade_as_junit_properties(
         ("cleo_dim_taskHygiene", "20/20"),
         ("cleo_dim_errorProtocol", "20/20"),
         ("cleo_dim_disclosureUse", "0/20"),
+        ("cleo_status", "passed"),
     ]
     assert dict(properties(cases["test_decent"]))["cleo_score"] == "75/100"
     assert properties(cases["test_plain"]) == []
@@ -96,11 +97,11 @@ def test_the_summary_lists_graded_tests_the_run_grade_and_the_gate_verdict(
     result.stdout.fnmatch_lines(
         [
             "*- cleo-grade -*",
-            "test  *score  percent  grade  flags  threshold",
-            "test_agent.py::test_sloppy   *40/100  *40%  F  *5  below (report) 75% (B)",
-            "test_agent.py::test_decent   *75/100  *75%  B  *2  ok 75% (B)",
-            "test_agent.py::test_perfect  100/100  *100%  A  *0  ok 75% (B)",
-            "run grade C: mean 71.67% over 3 graded tests",
+            "test  *score  percent  grade  flags  status  threshold",
+            "test_agent.py::test_sloppy   *40/100  *40%  F  *5  below   below (report) 75% (B)",
+            "test_agent.py::test_decent   *75/100  *75%  B  *2  passed  ok 75% (B)",
+            "test_agent.py::test_perfect  100/100  *100%  A  *0  passed  ok 75% (B)",
+            "run grade C: mean 71.67% over 3 graded tests (1 below)",
             "gate passed: mean 71.67% reaches 60% (C)",
         ]
     )
@@ -169,9 +170,9 @@ def test_the_github_step_summary_gets_the_same_table_in_markdown(
     text = summary.read_text()
     # Appended after a blank line: a block of its own whatever the file ended with.
     assert text.startswith("earlier step\n\n### cleo-grade\n")
-    assert "| Test | Score | Percent | Grade | Flags | Threshold |" in text
-    assert "| `test_agent.py::test_sloppy` | 40/100 | 40% | F | 5 | - |" in text
-    assert "| `test_agent.py::test_perfect` | 100/100 | 100% | A | 0 | - |" in text
+    assert "| Test | Score | Percent | Grade | Flags | Status | Threshold |" in text
+    assert "| `test_agent.py::test_sloppy` | 40/100 | 40% | F | 5 | passed | - |" in text
+    assert "| `test_agent.py::test_perfect` | 100/100 | 100% | A | 0 | passed | - |" in text
     assert "**Run grade C: mean 71.67% over 3 graded tests**" in text
     assert "**Gate FAILED: mean 71.67% is below 75% (B)**" in text
 
@@ -402,7 +403,7 @@ def test_a_test_run_twice_in_one_session_is_stored_and_reported_once_with_its_fi
     assert json.loads(line)["totalScore"] == 100
     props = properties(junit_cases(pytester.path / "out.xml")["test_flaky"])
     assert [value for name, value in props if name == "cleo_grade"] == ["A"]
-    assert len(props) == 11
+    assert len(props) == 12
 
 
 @pytest.mark.parametrize("where", ["directory", "/dev/zero", "/dev/full"])

@@ -730,7 +730,7 @@ def test_single(graded_session):
     result.stdout.fnmatch_lines(
         [
             "test_agent.py::test_agent: stable fail, FAILED (mean 60% is below 75% (B))",
-            "run grade D: mean 50% over 2 graded tests",
+            "run grade D: mean 50% over 2 graded tests (1 below)",
         ]
     )
     result.stdout.no_fnmatch_line("*xfail/xpass not counted*")

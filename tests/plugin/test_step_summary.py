@@ -235,17 +235,17 @@ def test_a_large_suite_lists_what_fits_counts_the_rest_and_keeps_the_verdict() -
     lines = text.splitlines()
     assert lines[:2] == ["### cleo-grade", ""]
     assert lines[-3:] == [
-        "**Run grade F: mean 40% over 5000 graded tests**",
+        "**Run grade F: mean 40% over 5000 graded tests (5000 below)**",
         "",
         "**Gate FAILED: mean 40% is below 90% (A)**",
     ]
     # The table stops with a row counting the rest, as wide as the others.
     rows = [line for line in lines if line.startswith("| `")]
     assert 0 < len(rows) < 5000
-    assert f"| ... and {5000 - len(rows)} more tests | | | | | |" in lines
+    assert f"| ... and {5000 - len(rows)} more tests | | | | | | |" in lines
     # Each id and flag is cut to 200 characters; the rest of the list is counted.
     assert all(len(line.split("`")[1]) == 200 for line in rows)
-    assert rows[0].endswith("x…` | 40/100 | 40% | F | 12 | below 75% (B) |")
+    assert rows[0].endswith("x…` | 40/100 | 40% | F | 12 | below | below 75% (B) |")
     below = text.split("#### Below the threshold", 1)[1].splitlines()
     listed = [line for line in below if line.startswith("- `")]
     assert 0 < len(listed) < 5000

@@ -99,7 +99,7 @@ def test_markdown_cells_keep_pipes_backticks_and_backslashes_of_test_ids_exact()
     nodeid = "t.py::test_x[a|`b`-\\u00e9]"
     text = markdown_summary(RunGrade((graded(90.0, nodeid=nodeid),), None))
     # A code span shows backslashes as written; the fence outruns the id's own backticks.
-    assert "| ``t.py::test_x[a\\|`b`-\\u00e9]`` | 90/100 | 90% | A | 1 | - |" in text
+    assert "| ``t.py::test_x[a\\|`b`-\\u00e9]`` | 90/100 | 90% | A | 1 | passed | - |" in text
 
 
 @pytest.mark.parametrize(
