@@ -25,6 +25,7 @@ from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.core.models import GradeResult
+    from pytest_cleo_grade.store import AuditStore
 
 __all__ = ["register"]
 
@@ -211,7 +212,30 @@ def _combine_stores(shards: Sequence[_Shard], target: Path) -> int:
     if not batches:
         return 0
     with AuditStore(target) as store:
-        return sum(import_cleo_rows(store, items) for items in batches)
+        imported = sum(import_cleo_rows(store, items) for items in batches)
+        for shard in stores:
+            assert shard.store is not None
+            _combine_conversations(shard.store, store)
+        return imported
+
+
+def _combine_conversations(source_path: Path, target: AuditStore) -> None:
+    """Each session's conversation (messages, model calls, output) from a shard's store, for
+    the sessions the target holds none of: combining a shard again adds nothing."""
+    from pytest_cleo_grade.core.errors import StoreError
+    from pytest_cleo_grade.store import AuditStore
+
+    try:
+        with AuditStore(source_path, read_only=True) as source:
+            for session_id in source.session_ids():
+                talk = source.session_conversation(session_id)
+                if talk.empty and not talk.dropped:
+                    continue
+                held = target.session_conversation(session_id)
+                if held.empty and not held.dropped:
+                    target.append_conversation(session_id, talk)
+    except StoreError as exc:
+        raise CommandError(f"{WHERE}: {exc}") from None
 
 
 def _save(results: list[GradeResult], history: Path, db: Path) -> None:

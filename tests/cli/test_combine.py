@@ -155,3 +155,54 @@ def test_regrade_grades_a_runs_stored_sessions_again_into_a_new_run(
     assert f"{new.display_percent}%" in capsys.readouterr().out
     assert main(["regrade", "--run-id", "nope"]) == 2
     assert "no graded sessions of run nope" in capsys.readouterr().err
+
+
+def test_combining_carries_each_sessions_conversation_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_cleo_grade.core._conversation import Message, bounded
+    from pytest_cleo_grade.core.models import AuditEntry
+    from pytest_cleo_grade.store import AuditStore
+
+    monkeypatch.chdir(tmp_path)
+    shards = []
+    for name in ("a", "b"):
+        folder = shard(tmp_path, name, line(f"t::{name}", 90, "r1"))
+        with AuditStore(folder / ".cleo" / "audit.db") as store:
+            session = f"s-t::{name}-r1"
+            store.append_many(
+                [
+                    AuditEntry.model_validate(
+                        {
+                            "timestamp": "2026-01-02T03:04:05Z",
+                            "sessionId": session,
+                            "domain": "session",
+                            "operation": "list",
+                            "params": {},
+                            "result": {"success": True, "exitCode": 0, "duration": 1},
+                            "metadata": {"gateway": "query", "source": "mcp"},
+                        }
+                    )
+                ]
+            )
+            talk = bounded(
+                [
+                    Message(timestamp=NOW, role="user", text=f"goal of {name}"),
+                    Message(timestamp=NOW, role="assistant", text=f"answer of {name}"),
+                ],
+                [],
+                f"output of {name}",
+            )
+            store.append_conversation(session, talk)
+        shards.append(str(folder))
+    for _ in range(2):  # combining again adds nothing
+        assert main(["combine", *shards]) == 0
+    capsys.readouterr()
+    with AuditStore(tmp_path / ".cleo" / "audit.db", read_only=True) as store:
+        for name in ("a", "b"):
+            talk = store.session_conversation(f"s-t::{name}-r1")
+            assert [(m.role, m.text) for m in talk.messages] == [
+                ("user", f"goal of {name}"),
+                ("assistant", f"answer of {name}"),
+            ]
+            assert talk.output == f"output of {name}"

@@ -32,16 +32,16 @@ def test_the_demo_suite_passes_with_good_agents_graded_a_and_anti_patterns_below
         for case in ET.parse(junit).getroot().iter("testcase")
     }
     assert letters == {
-        "test_careful[fresh_discovery]": "A",
-        "test_careful[task_hygiene]": "A",
-        "test_careful[error_recovery]": "A",
-        "test_careful[full_lifecycle]": "A",
-        "test_careful[multi_domain]": "A",
-        "test_hasty[fresh_discovery]": "D",
-        "test_hasty[task_hygiene]": "C",
-        "test_hasty[error_recovery]": "C",
-        "test_hasty[full_lifecycle]": "C",
-        "test_hasty[multi_domain]": "C",
+        "test_good[discovery]": "A",
+        "test_good[hygiene]": "A",
+        "test_good[recovery]": "A",
+        "test_good[lifecycle]": "A",
+        "test_good[domains]": "A",
+        "test_hasty[discovery]": "D",
+        "test_hasty[hygiene]": "C",
+        "test_hasty[recovery]": "C",
+        "test_hasty[lifecycle]": "C",
+        "test_hasty[domains]": "C",
     }
     assert len((tmp_path / "GRADES.jsonl").read_text().splitlines()) == 10
     # The grade table fits a terminal of 100 columns, and each report-mode row below its
