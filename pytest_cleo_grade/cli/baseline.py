@@ -161,8 +161,8 @@ def run_save(args: argparse.Namespace) -> int:
     noun = "test" if len(grades) == 1 else "tests"
     print(
         terminal_text(
-            f"baseline of {len(grades)} {noun} written to {output} (from {source}: each test's "
-            "latest grade, or its latest series of runs):"
+            f"baseline of {len(grades)} {noun} written to {output} (from {source}: the tests of "
+            "its latest run, each test's latest grade or latest series of runs):"
         )
     )
     _print_means(grades, limit=SAVED_LINES, more=f"cleo-grade baseline show {output}")

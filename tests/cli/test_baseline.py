@@ -51,8 +51,8 @@ def test_save_writes_each_tests_latest_grade_and_a_repeated_tests_latest_series(
     assert main(["baseline", "save", str(out), "--history", str(source)]) == 0
     # What was saved, from where: each test's mean over the runs it holds.
     assert capsys.readouterr().out == (
-        f"baseline of 2 tests written to {out} (from {source}: each test's latest grade, or its "
-        "latest series of runs):\n"
+        f"baseline of 2 tests written to {out} (from {source}: the tests of its latest run, "
+        "each test's latest grade or latest series of runs):\n"
         "  t::a: 80.0%\n"
         "  t::b: 65.0% over 2 runs\n"
     )
