@@ -287,6 +287,10 @@ class BaselineGate:
             xml.add_global_property("cleo_baseline_missing_test", test)
         for test, _ in comparison.partial_tests:
             xml.add_global_property("cleo_baseline_partial_test", test)
+        for test, _ in comparison.rubric_changed:
+            xml.add_global_property("cleo_baseline_rubric_changed_test", test)
+        for test, _ in comparison.regraded:
+            xml.add_global_property("cleo_baseline_regraded_test", test)
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Save the baseline asked for (only what the run counts: a run of nothing but

@@ -550,6 +550,13 @@ def _compare(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
     return pytester.runpytest(*RULE_RUN, *gate, *extra)
 
 
+def _suite_properties(pytester: pytest.Pytester, name: str) -> list[str]:
+    root = ET.parse(pytester.path / "out.xml").getroot()
+    suite = root if root.tag == "testsuite" else root[0]
+    found = suite.findall("./properties/property")
+    return [str(p.get("value")) for p in found if p.get("name") == name]
+
+
 def test_a_rule_files_new_version_regrades_the_baselines_sessions_and_compares(
     pytester: pytest.Pytester,
 ) -> None:
@@ -593,8 +600,12 @@ def test_a_rule_file_edited_without_a_new_version_is_another_rubric(
     pytester.runpytest(*RULE_RUN, "--cleo-grade-save-baseline=base.json").assert_outcomes(passed=2)
     # The same version, other points: compared as they were, 50 -> 40 read as a regression.
     _rules(pytester, "1.0.0", listed=40, ended=60)
-    result = _compare(pytester)
+    result = _compare(pytester, "--junitxml=out.xml")
     assert result.ret == 0, result.stdout.str()
+    assert _suite_properties(pytester, "cleo_baseline_regraded_test") == [
+        "test_agent.py::test_one",
+        "test_agent.py::test_two",
+    ]
     result.stdout.fnmatch_lines(
         [
             "baseline re-graded under the current rubric (rules 1.0.0 (settings *) -> rules "
@@ -603,8 +614,10 @@ def test_a_rule_file_edited_without_a_new_version_is_another_rubric(
         ]
     )
     # Without the audit store holding the baseline's sessions: said, never a regression.
-    unseen = _compare(pytester, "--cleo-grade-db=elsewhere.db")
+    unseen = _compare(pytester, "--cleo-grade-db=elsewhere.db", "--junitxml=out.xml")
     assert unseen.ret == 0, unseen.stdout.str()
+    assert len(_suite_properties(pytester, "cleo_baseline_rubric_changed_test")) == 2
+    assert _suite_properties(pytester, "cleo_baseline_regraded_test") == []
     unseen.stdout.fnmatch_lines(
         [
             "not compared: rubric changed (rules 1.0.0 (settings *) -> rules 1.0.0 (settings *)"
