@@ -182,3 +182,37 @@ def test_without_the_sessions_in_the_store_a_changed_rubric_is_not_compared(
     regrade = StoreRegrader(empty, rubric_grader(path))
     result = compare_baseline(base, now, gate, regrade=regrade)
     assert result.regraded and not result.rubric_changed
+
+
+def test_a_test_moved_from_cleo_to_a_combination_is_regraded_under_the_combination(
+    tmp_path: Path,
+) -> None:
+    from pytest_cleo_grade.rubrics.cleo import grade_entries
+
+    path = rule_file(tmp_path / "rules.toml")
+    db = _store(tmp_path, ("old", LISTS_ONLY))
+    old = grade_entries(entries("old", *LISTS_ONLY), session_id="old")
+    base = grades_from_results([old.model_copy(update={"testId": "t::a"})])
+    combined = "cleo:0.5,rules:0.5"
+    now_result = grade_with_rubric(
+        combined,
+        entries("new", *LISTS_ONLY),
+        session_id="new",
+        config=RubricConfig(rubric_file=path),
+    )
+    now = grades_from_results([now_result.model_copy(update={"testId": "t::a"})])
+    assert now["t::a"].rubric_hash is not None
+    result = compare_baseline(
+        base, now, parse_tolerances("total:5"), regrade=StoreRegrader(db, rubric_grader(path))
+    )
+    assert result.regraded == (("t::a", f"cleo -> {combined} cleo 1.0.0 + rules 1.0.0"),)
+    (total,) = [c for c in result.changes if c.metric == "total"]
+    assert total.baseline == total.current == now_result.percent
+    # The combination's hash follows its parts' weights: another weighting is another rubric.
+    other = grade_with_rubric(
+        "cleo:0.7,rules:0.3",
+        entries("new", *LISTS_ONLY),
+        session_id="new",
+        config=RubricConfig(rubric_file=path),
+    )
+    assert (other.model_extra or {})["rubricHash"] != now["t::a"].rubric_hash

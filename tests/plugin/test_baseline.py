@@ -647,3 +647,29 @@ def test_latest_is_the_latest_run_so_a_test_deleted_from_the_suite_no_longer_cou
     assert main(["baseline", "save", str(out), "--history", str(history)]) == 0
     assert list(json.loads(out.read_text())["tests"]) == ["test_agent.py::test_one"]
     assert "baseline of 1 test written" in capsys.readouterr().out
+
+
+@pytest.mark.e2e  # two xdist workers; the controller re-grades in this process
+def test_a_repeated_tests_runs_are_regraded_each_from_its_session_under_xdist(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, REPEATED)
+    pytester.makefile(".txt", agent="flip")  # perfect and seventy_five in turn: 100 % and 50 %
+    _rules(pytester, "1.0.0")
+    pytester.runpytest(*RULE_RUN, "--cleo-grade-save-baseline=base.json").assert_outcomes(passed=4)
+    saved = json.loads((pytester.path / "base.json").read_text())["tests"]
+    assert len(saved["test_agent.py::test_agent"]["sessions"]) == 4
+    _rules(pytester, "1.1.0", listed=40, ended=60)  # the same runs: 100 % and 40 %
+    same = _compare(pytester, "-n", "2")
+    assert same.ret == 0, same.stdout.str()
+    same.stdout.fnmatch_lines(
+        [
+            "baseline re-graded under the current rubric (rules 1.0.0 -> rules 1.1.0): "
+            "test_agent.py::test_agent",
+            "  test_agent.py::test_agent total: 70.0% -> 70.0% (+0.0, tolerance 5 points)",
+        ]
+    )
+    pytester.makefile(".txt", agent="forty")
+    worse = _compare(pytester, "-n", "2")
+    assert worse.ret == 1
+    worse.stdout.fnmatch_lines(["REGRESSION test_agent.py::test_agent total: 70.0% -> 0.0% *"])
