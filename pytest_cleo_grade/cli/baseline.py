@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
+    add_db_option,
     add_history_option,
+    db_path,
     history_path,
     warning_line,
     warnings_to_stderr,
@@ -68,6 +70,13 @@ def register(subparsers: Any) -> None:
         metavar="EXPR",
         type=_tolerances,
         help="exit status 1 on drops beyond total:5, total:5%%, sessionDiscipline:10, ...",
+    )
+    add_db_option(diff)
+    diff.add_argument(
+        "--rubric-file",
+        metavar="FILE",
+        help="the rule or trajectory file NEW was graded with: a test graded under another "
+        "rubric than OLD's has OLD's sessions re-graded with it from the audit store (--db)",
     )
     diff.set_defaults(handler=run_diff)
 
@@ -161,8 +170,8 @@ def run_save(args: argparse.Namespace) -> int:
     noun = "test" if len(grades) == 1 else "tests"
     print(
         terminal_text(
-            f"baseline of {len(grades)} {noun} written to {output} (from {source}: each test's "
-            "latest grade, or its latest series of runs):"
+            f"baseline of {len(grades)} {noun} written to {output} (from {source}: the tests of "
+            "its latest run, each test's latest grade or latest series of runs):"
         )
     )
     _print_means(grades, limit=SAVED_LINES, more=f"cleo-grade baseline show {output}")
@@ -214,7 +223,15 @@ def run_diff(args: argparse.Namespace) -> int:
     new, short = _load(Path(args.new), candidate=True)
     expression: str | None = args.fail_on_regression
     tolerances = parse_tolerances(expression) if expression is not None else {}
-    comparison = compare_baseline(old, new, tolerances, short)
+    rubric_file = Path(args.rubric_file) if args.rubric_file else None
+    if rubric_file is not None and not rubric_file.is_file():
+        raise CommandError(
+            terminal_text(f"cleo-grade baseline: --rubric-file {rubric_file}: no such file")
+        )
+    from pytest_cleo_grade.grading._regrade import StoreRegrader, rubric_grader
+
+    regrade = StoreRegrader(db_path(args), rubric_grader(rubric_file))
+    comparison = compare_baseline(old, new, tolerances, short, regrade)
     gated = expression is not None
     for line in baseline_lines(comparison, gated=gated, option="--fail-on-regression"):
         print(terminal_text(line))

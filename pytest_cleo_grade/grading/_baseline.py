@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
@@ -20,7 +20,7 @@ from typing import Any, Final
 from pytest_cleo_grade.core._files import parse_json_strict, read_regular_bytes, write_atomically
 from pytest_cleo_grade.core.errors import CleoGradeError
 from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
-from pytest_cleo_grade.grading._run_ids import status_of
+from pytest_cleo_grade.grading._run_ids import run_id_of, status_of
 from pytest_cleo_grade.grading._runs import (
     counted_whole,
     excluded_of,
@@ -36,6 +36,7 @@ __all__ = [
     "BaselineComparison",
     "BaselineError",
     "Change",
+    "Regrader",
     "TestGrades",
     "Tolerance",
     "baseline_document",
@@ -53,6 +54,8 @@ __all__ = [
 
 BASELINE_FORMAT: Final = "cleo-grade-baseline"
 _VERSION: Final = 1
+#: The extra (and baseline field) holding a rubric's settings hash (rubrics/_identity.py's).
+HASH_KEY: Final = "rubricHash"
 #: The metric name of a test's total in tolerance expressions.
 TOTAL: Final = "total"
 # A metric is ``total`` or a dimension as grades name it: a combined rubric's are dotted
@@ -108,14 +111,23 @@ class TestGrades:
     #: where one graded (None: not recorded, so not compared).
     rubric_version: str | None = None
     judge_model: str | None = None
+    #: The hash of the rubric's settings (``rubricHash``: a rule file's rules), None when
+    #: not recorded: a file edited without a new version is another rubric all the same.
+    rubric_hash: str | None = None
+    #: The graded sessions, one per run (empty: not recorded): what a changed rubric
+    #: re-grades from the audit store.
+    sessions: tuple[str, ...] = ()
 
-    def identity(self) -> str:
-        """The rubric as a message names it: ``cleo``, ``rules 1.1.0``, ``weighted 1 (judge m)``."""
+    def identity(self, *, hashed: bool = False) -> str:
+        """The rubric as a message names it: ``cleo``, ``rules 1.1.0``, ``weighted 1 (judge m)``,
+        with the hash's first 12 digits when ``hashed`` (``rules 1.0.0 (settings 3f2a...)``)."""
         text = self.rubric or DEFAULT_RUBRIC
         if self.rubric_version:
             text += f" {self.rubric_version}"
         if self.judge_model:
             text += f" (judge {self.judge_model})"
+        if hashed and self.rubric_hash:
+            text += f" (settings {self.rubric_hash[:12]})"
         return text
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -133,6 +145,8 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
     rubrics: dict[str, str] = {}
     versions: dict[str, str | None] = {}
     models: dict[str, str | None] = {}
+    hashes: dict[str, str | None] = {}
+    sessions: dict[str, list[str]] = {}
     for result in sorted(results, key=_run_index):
         if status_of(result) == "ungradable":
             continue  # no score to keep or compare
@@ -141,6 +155,8 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
         rubrics[test_id] = str(extra.get("rubric") or DEFAULT_RUBRIC)
         versions[test_id] = _text(extra.get("rubricVersion"))
         models[test_id] = _text(extra.get("judgeModel"))
+        hashes[test_id] = _text(extra.get(HASH_KEY))
+        sessions.setdefault(test_id, []).append(result.session_id)
         totals.setdefault(test_id, []).append(result.percent)
         per_dim = dims.setdefault(test_id, {})
         for name, score in result.dimensions.items():
@@ -155,6 +171,8 @@ def grades_from_results(results: Iterable[Any]) -> dict[str, TestGrades]:
             rubrics[test_id],
             versions[test_id],
             models[test_id],
+            hashes[test_id],
+            tuple(sessions[test_id]),
         )
         for test_id, values in totals.items()
     }
@@ -172,9 +190,16 @@ def _run_index(result: Any) -> int:
 
 
 def latest_from_history(results: Sequence[Any], *, whole: bool = True) -> dict[str, TestGrades]:
-    """Each test's most recent grade in a history; a repeated test's most recent series
-    (its last ``runs`` lines that carry a run index), its latest whole one when ``whole`` (a
-    baseline: see :func:`runs.latest_whole_series`)."""
+    """Each test of the history's latest run with its most recent grade; a repeated test's
+    most recent series (its last ``runs`` lines that carry a run index), its latest whole
+    one when ``whole`` (a baseline: see :func:`runs.latest_whole_series`).
+
+    The latest run is the run id of the last line that carries one (every shard's lines, once
+    combined): a test deleted from the suite is in no later run, so it drops out. A history
+    whose lines carry no run id (written before they did) keeps every test it holds."""
+    members = _latest_run_tests(results)
+    if members is not None:
+        results = [r for r in results if _history_test(r) in members]
     pick = latest_whole_series if whole else latest_series
     # A line of a test that could not be graded holds no score: the test's grade before it
     # is its latest.
@@ -186,6 +211,14 @@ def latest_from_history(results: Sequence[Any], *, whole: bool = True) -> dict[s
     return grades_from_results(
         counted_whole(ordered, _history_test, lambda r: excluded_of(r.model_extra))
     )
+
+
+def _latest_run_tests(results: Sequence[Any]) -> set[str] | None:
+    """The tests with a line in the latest run (None: no line carries a run id)."""
+    run_id = next((run_id_of(r) for r in reversed(results) if run_id_of(r)), None)
+    if run_id is None:
+        return None
+    return {_history_test(r) for r in results if run_id_of(r) == run_id}
 
 
 def short_in_history(results: Sequence[Any]) -> dict[str, str]:
@@ -236,6 +269,9 @@ class BaselineComparison:
     #: Tests graded under another rubric (name, version or judge model) than the baseline's,
     #: with what changed: not compared, never a regression.
     rubric_changed: tuple[tuple[str, str], ...] = ()
+    #: Tests graded under another rubric whose baseline sessions were graded again under
+    #: this run's rubric from the audit store, with what changed: compared like with like.
+    regraded: tuple[tuple[str, str], ...] = ()
 
     @property
     def regressions(self) -> tuple[Change, ...]:
@@ -283,20 +319,29 @@ def _beyond(drop: float, allowed: float) -> bool:
     return round(drop, PLACES) > round(allowed, PLACES)
 
 
+#: Re-grades a baseline test's sessions under the rubric of this run's grades of it (the
+#: second argument): its grades under that rubric, or None when they cannot be had.
+Regrader = Callable[[TestGrades, TestGrades], "TestGrades | None"]
+
+
 def compare_baseline(
     baseline: Mapping[str, TestGrades],
     current: Mapping[str, TestGrades],
     tolerances: Mapping[str, Tolerance],
     partial: Mapping[str, str] | None = None,
+    regrade: Regrader | None = None,
 ) -> BaselineComparison:
     """Every common test's total and dimensions against the baseline; without a tolerance
     for a metric, its change is shown but never a regression. ``partial`` names repeated
     tests of which only some runs ran or were graded (with "1 of 4 runs ran"): they are
-    listed, not compared."""
+    listed, not compared. A test graded under another rubric than the baseline's is
+    compared with its baseline sessions re-graded under this run's rubric when ``regrade``
+    gives them, else listed as "rubric changed", never a regression."""
     partial = partial or {}
     changes: list[Change] = []
     seen_metrics = {TOTAL}
     changed: list[tuple[str, str]] = []
+    regraded: list[tuple[str, str]] = []
     parts: list[tuple[str, str]] = []
     for test_id, now in current.items():
         before = baseline.get(test_id)
@@ -308,9 +353,14 @@ def compare_baseline(
         if _rubric_changed(before, now):
             # Another rubric's percentages are no measure of this one's (a rule file's new
             # version, another judge model): a real drop could pass and a rubric change read
-            # as a regression. Said, not compared.
-            changed.append((test_id, f"{before.identity()} -> {now.identity()}"))
-            continue
+            # as a regression. The baseline's own sessions graded again under this rubric
+            # are; without them (or with a judge to ask) it is said, not compared.
+            again = regrade(before, now) if regrade is not None else None
+            if again is None or _rubric_changed(again, now):
+                changed.append((test_id, _what_changed(before, now)))
+                continue
+            regraded.append((test_id, _what_changed(before, now)))
+            before = again
         metrics = [TOTAL, *[m for m in before.dimensions if m in now.dimensions]]
         seen_metrics.update(metrics)
         for metric in metrics:
@@ -347,6 +397,7 @@ def compare_baseline(
         problems=problems,
         partial_tests=tuple(parts),
         rubric_changed=tuple(changed),
+        regraded=tuple(regraded),
     )
 
 
@@ -356,8 +407,16 @@ def _rubric_changed(before: TestGrades, now: TestGrades) -> bool:
         (before.rubric, now.rubric),
         (before.rubric_version, now.rubric_version),
         (before.judge_model, now.judge_model),
+        (before.rubric_hash, now.rubric_hash),
     )
     return any(a is not None and b is not None and a != b for a, b in pairs)
+
+
+def _what_changed(before: TestGrades, now: TestGrades) -> str:
+    """``rules 1.0.0 -> rules 1.1.0``; the settings' hashes when only they differ (a file
+    edited without a new version)."""
+    hashed = before.identity() == now.identity()
+    return f"{before.identity(hashed=hashed)} -> {now.identity(hashed=hashed)}"
 
 
 def baseline_document(grades: Mapping[str, TestGrades], *, source: str) -> dict[str, Any]:
@@ -369,6 +428,8 @@ def baseline_document(grades: Mapping[str, TestGrades], *, source: str) -> dict[
             **({"rubric": test.rubric} if test.rubric is not None else {}),
             **({"rubricVersion": test.rubric_version} if test.rubric_version else {}),
             **({"judgeModel": test.judge_model} if test.judge_model else {}),
+            **({HASH_KEY: test.rubric_hash} if test.rubric_hash else {}),
+            **({"sessions": list(test.sessions)} if test.sessions else {}),
             "percents": [round(v, PLACES) for v in test.totals],
             "dimensions": {
                 name: [round(v, PLACES) for v in values]
@@ -417,11 +478,14 @@ def parse_baseline(data: object, where: str) -> dict[str, TestGrades]:
         if rubric is not None and not (isinstance(rubric, str) and rubric):
             raise BaselineError(f"{at}.rubric: expected a rubric name")
         identity = {}
-        for key in ("rubricVersion", "judgeModel"):
+        for key in ("rubricVersion", "judgeModel", HASH_KEY):
             value = entry.get(key)
             if value is not None and not (isinstance(value, str) and value):
                 raise BaselineError(f"{at}.{key}: expected a non-empty string")
             identity[key] = value
+        sessions = entry.get("sessions", [])
+        if not isinstance(sessions, list) or not all(isinstance(s, str) and s for s in sessions):
+            raise BaselineError(f"{at}.sessions: expected a list of session ids")
         grades[test_id] = TestGrades(
             test_id,
             _numbers(entry.get("percents"), f"{at}.percents"),
@@ -429,6 +493,8 @@ def parse_baseline(data: object, where: str) -> dict[str, TestGrades]:
             rubric,
             identity["rubricVersion"],
             identity["judgeModel"],
+            identity[HASH_KEY],
+            tuple(sessions),
         )
     return grades
 

@@ -78,9 +78,20 @@ def _left_out_by_lf(config: pytest.Config) -> tuple[int, int]:
 class BaselineGate:
     """Controller-side baseline comparison and saving for one run."""
 
-    def __init__(self, options: RepeatOptions, history_path: Path) -> None:
+    def __init__(
+        self,
+        options: RepeatOptions,
+        history_path: Path,
+        *,
+        db_path: Path | None = None,
+        rubric_file: Path | None = None,
+    ) -> None:
         self.options = options
         self.history_path = history_path
+        #: The audit store a changed rubric re-grades the baseline's sessions from, and the
+        #: run's rubric file they are re-graded with.
+        self.db_path = db_path
+        self.rubric_file = rubric_file
         #: Each graded item's grade, an expected failure's too: whether it counts is known
         #: only once every run of its test has reported (see :func:`verdict.counted_tests`).
         self.graded: dict[str, GradedTest] = {}
@@ -229,8 +240,13 @@ class BaselineGate:
             tolerances = (
                 parse_tolerances(self.options.fail_on_regression or "") if self.gated else {}
             )
+            regrade = None
+            if self.db_path is not None:
+                from pytest_cleo_grade.grading._regrade import StoreRegrader, rubric_grader
+
+                regrade = StoreRegrader(self.db_path, rubric_grader(self.rubric_file))
             self.comparison = compare_baseline(
-                self.baseline, self._current(), tolerances, self._partial_series()
+                self.baseline, self._current(), tolerances, self._partial_series(), regrade
             )
             self._junit(config, self.comparison)
         return self.failed
@@ -271,6 +287,10 @@ class BaselineGate:
             xml.add_global_property("cleo_baseline_missing_test", test)
         for test, _ in comparison.partial_tests:
             xml.add_global_property("cleo_baseline_partial_test", test)
+        for test, _ in comparison.rubric_changed:
+            xml.add_global_property("cleo_baseline_rubric_changed_test", test)
+        for test, _ in comparison.regraded:
+            xml.add_global_property("cleo_baseline_regraded_test", test)
 
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         """Save the baseline asked for (only what the run counts: a run of nothing but

@@ -127,7 +127,12 @@ class Controller:
         #: The baseline gate, with --cleo-grade-baseline or --cleo-grade-save-baseline only.
         self.baseline: BaselineGate | None = None
         if repeat_options.baseline is not None or repeat_options.save_baseline is not None:
-            self.baseline = BaselineGate(repeat_options, options.history_path)
+            self.baseline = BaselineGate(
+                repeat_options,
+                options.history_path,
+                db_path=options.db_path,
+                rubric_file=options.rubric_file,
+            )
         # Keyed by node id: a test run again in the same session (a rerun plugin) keeps only
         # its final grade, so every graded test is stored exactly once.
         self.graded: dict[str, GradedTest] = {}

@@ -94,6 +94,10 @@ def baseline_lines(
     lines += [f"missing from this run (in baseline): {t}" for t in comparison.missing_tests]
     lines += [f"not compared, {why}: {t}" for t, why in comparison.partial_tests]
     lines += [f"not compared: rubric changed ({why}): {t}" for t, why in comparison.rubric_changed]
+    lines += [
+        f"baseline re-graded under the current rubric ({why}): {t}"
+        for t, why in comparison.regraded
+    ]
     others = [c for c in comparison.changes if not c.regressed and not c.note]
     lines += [f"  {change_text(c)}" for c in others if _shown(c)]
     return lines
@@ -156,10 +160,16 @@ def _lists(comparison: BaselineComparison) -> list[tuple[str, list[str]]]:
         f"{markdown_code_cell(clipped(test), in_table=False)}"
         for test, why in comparison.rubric_changed
     ]
+    regraded = [
+        f"\nBaseline re-graded under the current rubric ({markdown_cell(why)}): "
+        f"{markdown_code_cell(clipped(test), in_table=False)}"
+        for test, why in comparison.regraded
+    ]
     return [
         ("new tests", _listed("New test (not in baseline)", comparison.new_tests)),
         ("missing tests", _listed("Missing from this run (in baseline)", comparison.missing_tests)),
         ("tests not compared", partial),
+        ("tests re-graded", regraded),
     ]
 
 

@@ -18,6 +18,7 @@ from pytest_cleo_grade.core.errors import RubricError
 from pytest_cleo_grade.core.models import AuditEntry, DimensionScore, GradeResult, coerce_entries
 from pytest_cleo_grade.core.settings import relative_weights, rubric_weights_text
 from pytest_cleo_grade.rubrics._document import read_document
+from pytest_cleo_grade.rubrics._identity import HASH_KEY, settings_hash
 from pytest_cleo_grade.rubrics.protocol import (
     ConfigurableRubric,
     GradeContext,
@@ -98,11 +99,14 @@ class CombinedRubric:
         parts: dict[str, Any] = {}
         total = 0.0
         entry_count = 0
+        identities: dict[str, list[Any]] = {}
         for name, (rubric, weight) in self.parts.items():
             result = stamp_rubric(
                 rubric.grade(validated, session_id=session_id, now=timestamp, context=context),
                 rubric,
             )
+            part_extra = result.model_extra or {}
+            identities[name] = [weight, rubric.version, part_extra.get(HASH_KEY)]
             total += weight * result.percent
             entry_count = max(entry_count, result.entry_count)
             dimensions.update({f"{name}.{d}": score for d, score in result.dimensions.items()})
@@ -126,4 +130,6 @@ class CombinedRubric:
             entry_count=entry_count,
             points=points,
             parts=parts,
+            # The parts' weights, versions and settings: any of them changed is another rubric.
+            rubricHash=settings_hash(identities),
         )

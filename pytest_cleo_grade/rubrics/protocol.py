@@ -12,6 +12,7 @@ from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core.models import AuditEntry, GradeResult
 from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
 from pytest_cleo_grade.core.settings import JudgeCacheMode as CacheMode
+from pytest_cleo_grade.rubrics._identity import HASH_KEY
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.judges.protocol import Judge, JudgeConnector
@@ -117,7 +118,8 @@ class ConfigurableRubric(Rubric, Protocol):
 
 
 def stamp_rubric(result: GradeResult, rubric: Rubric) -> GradeResult:
-    """Record which rubric graded ``result`` as the extras ``rubric`` and ``rubricVersion``.
+    """Record which rubric graded ``result`` as the extras ``rubric`` and ``rubricVersion``
+    (and ``rubricHash``, its settings' hash, when the rubric has a ``settings_hash``).
 
     Results of the default CLEO rubric are returned unchanged so they stay byte-identical to
     the CLEO spec's GradeResult (no ``rubric`` key means CLEO). Keys a rubric already set win.
@@ -130,4 +132,9 @@ def stamp_rubric(result: GradeResult, rubric: Rubric) -> GradeResult:
         update["rubric"] = rubric.name
     if "rubricVersion" not in extra:
         update["rubricVersion"] = rubric.version
+    # A rubric that knows its settings' hash offers it (rules, weighted); one whose settings
+    # come with the test (trajectory, combined) sets it on its result itself.
+    digest = getattr(rubric, "settings_hash", None)
+    if HASH_KEY not in extra and isinstance(digest, str) and digest:
+        update[HASH_KEY] = digest
     return result.model_copy(update=update) if update else result

@@ -30,6 +30,7 @@ from pytest_cleo_grade.core.models import (
 )
 from pytest_cleo_grade.rubrics._cleo_calls import JS_WHITESPACE
 from pytest_cleo_grade.rubrics._document import parse_document, read_document, validate_document
+from pytest_cleo_grade.rubrics._identity import settings_hash
 from pytest_cleo_grade.rubrics._points import balance, per_violation, point
 from pytest_cleo_grade.rubrics._rule_spec import (
     AtMost,
@@ -127,6 +128,10 @@ def _other_kind(data: object) -> str | None:
     if "judge" in data or (isinstance(data.get("dimensions"), list) and data["dimensions"]):
         return "a weighted rubric file"
     return None
+
+
+def _spec_hash(spec: RuleSpec) -> str:
+    return settings_hash(spec.model_dump(mode="json"))
 
 
 @functools.cache
@@ -549,6 +554,11 @@ class RulesRubric:
     @property
     def version(self) -> str:
         return self.spec.version
+
+    @property
+    def settings_hash(self) -> str:
+        """The rule file's hash (``rubricHash``): an edited file differs at the same version."""
+        return _spec_hash(self.spec)
 
     @property
     def dimensions(self) -> Mapping[str, float]:

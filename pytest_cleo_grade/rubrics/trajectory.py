@@ -41,6 +41,7 @@ from pytest_cleo_grade.core.models import (
     order_entries,
 )
 from pytest_cleo_grade.rubrics._document import read_document
+from pytest_cleo_grade.rubrics._identity import HASH_KEY, settings_hash
 from pytest_cleo_grade.rubrics._patterns import PatternAlignment, align_patterns
 from pytest_cleo_grade.rubrics._points import point
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
@@ -546,7 +547,7 @@ class TrajectoryRubric:
                 "with [trajectory] expect = [...]"
             )
         mode = extra.get("expectMode") or (self.mode if not marked else None) or DEFAULT_MODE
-        return grade_trajectory(
+        result = grade_trajectory(
             entries,
             expect,
             mode=mode,
@@ -554,3 +555,9 @@ class TrajectoryRubric:
             now=now,
             task_id=context.task_id if context is not None else None,
         )
+        # The expected calls are this rubric's settings, the marker's or the file's: their
+        # hash tells a test whose expectations changed from one graded as before.
+        # (As given: parsed steps by their labels, a marker's strings and dicts as they are.)
+        steps = [item.label() if hasattr(item, "label") else item for item in expect]
+        digest = settings_hash({"expect": steps, "mode": mode})
+        return result.model_copy(update={HASH_KEY: digest})

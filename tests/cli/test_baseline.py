@@ -51,8 +51,8 @@ def test_save_writes_each_tests_latest_grade_and_a_repeated_tests_latest_series(
     assert main(["baseline", "save", str(out), "--history", str(source)]) == 0
     # What was saved, from where: each test's mean over the runs it holds.
     assert capsys.readouterr().out == (
-        f"baseline of 2 tests written to {out} (from {source}: each test's latest grade, or its "
-        "latest series of runs):\n"
+        f"baseline of 2 tests written to {out} (from {source}: the tests of its latest run, "
+        "each test's latest grade or latest series of runs):\n"
         "  t::a: 80.0%\n"
         "  t::b: 65.0% over 2 runs\n"
     )
@@ -237,3 +237,31 @@ def test_a_history_line_that_is_not_utf8_is_skipped_not_the_whole_history(
     assert "GRADES.jsonl:2:" in capsys.readouterr().err
     assert json.loads(saved.read_text())["tests"]["t::a"]["percents"] == [80.0]
     assert main(["baseline", "diff", str(path), str(path)]) == 0
+
+
+def test_diff_regrades_the_old_sessions_under_the_new_rule_file_from_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_cleo_grade.store import AuditStore
+    from tests.grading.test_baseline_regrade import LISTS_ONLY, entries, graded, rule_file
+
+    rules = rule_file(tmp_path / "rules.toml")
+    db = tmp_path / "audit.db"
+    with AuditStore(db) as audit:
+        audit.append_many(entries("old", *LISTS_ONLY))
+    old = history(tmp_path / "old.jsonl", graded(rules, "old", LISTS_ONLY))
+    rule_file(rules, version="1.1.0", listed=40, ended=60)
+    new = history(tmp_path / "new.jsonl", graded(rules, "new", LISTS_ONLY))
+    gate = ["--fail-on-regression", "total:5"]
+    capsys.readouterr()
+    args = ["baseline", "diff", str(old), str(new), *gate, "--rubric-file", str(rules)]
+    assert main([*args, "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "baseline re-graded under the current rubric (rules 1.0.0 -> rules 1.1.0): t::a" in out
+    assert "  t::a total: 40.0% -> 40.0% (+0.0, tolerance 5 points)" in out
+    # No store holding the old session: said, not compared, and never a regression.
+    assert main([*args, "--db", str(tmp_path / "none.db")]) == 0
+    out = capsys.readouterr().out
+    assert "not compared: rubric changed (rules 1.0.0 -> rules 1.1.0): t::a" in out
+    assert main([*args[:-1], str(tmp_path / "gone.toml")]) == 2
+    assert "--rubric-file" in capsys.readouterr().err

@@ -511,3 +511,165 @@ def test_one_run_named_by_its_node_id_or_a_run_that_failed_to_grade_is_no_whole_
     page = (pytester.path / "report.html").read_text()
     assert "not compared, 3 of 4 runs graded" in page
     assert "gate FAILED" not in page
+
+
+#: A rule file: 50 points for listing sessions first, 50 for ending the session.
+RULES = """
+name = "protocol"
+version = "{version}"
+
+[[dimensions]]
+name = "protocol"
+max = 100
+
+[[dimensions.rules]]
+id = "listed"
+kind = "called"
+match = {{ calls = ["session.list"] }}
+points = {listed}
+flag = "Never listed the sessions"
+
+[[dimensions.rules]]
+id = "ended"
+kind = "called"
+match = {{ calls = ["session.end"] }}
+points = {ended}
+flag = "Never ended the session"
+"""
+
+RULE_RUN = ("--cleo-grade-rubric=rules", "--cleo-grade-rubric-file=rules.toml")
+
+
+def _rules(pytester: pytest.Pytester, version: str, listed: int = 50, ended: int = 50) -> None:
+    text = RULES.format(version=version, listed=listed, ended=ended)
+    (pytester.path / "rules.toml").write_text(text)
+
+
+def _compare(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
+    gate = ("--cleo-grade-baseline=base.json", "--cleo-grade-fail-on-regression=total:5")
+    return pytester.runpytest(*RULE_RUN, *gate, *extra)
+
+
+def _suite_properties(pytester: pytest.Pytester, name: str) -> list[str]:
+    root = ET.parse(pytester.path / "out.xml").getroot()
+    suite = root if root.tag == "testsuite" else root[0]
+    found = suite.findall("./properties/property")
+    return [str(p.get("value")) for p in found if p.get("name") == name]
+
+
+def test_a_rule_files_new_version_regrades_the_baselines_sessions_and_compares(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "seventy_five")  # seventy_five lists, never ends
+    _rules(pytester, "1.0.0")
+    pytester.runpytest(*RULE_RUN, "--cleo-grade-save-baseline=base.json").assert_outcomes(passed=2)
+    saved = json.loads((pytester.path / "base.json").read_text())["tests"]
+    two = saved["test_agent.py::test_two"]
+    assert (two["percents"], two["rubricVersion"], len(two["rubricHash"])) == ([50.0], "1.0.0", 64)
+    assert len(two["sessions"]) == 1
+    # 1.1.0 moves 10 points from listing to ending: the same agent scores 40, not 50. Its
+    # baseline session, graded again under 1.1.0, scores 40 too: no regression.
+    _rules(pytester, "1.1.0", listed=40, ended=60)
+    same = _compare(pytester)
+    assert same.ret == 0, same.stdout.str()
+    same.stdout.fnmatch_lines(
+        [
+            "baseline gate passed: no drop beyond the tolerances",
+            "baseline re-graded under the current rubric (rules 1.0.0 -> rules 1.1.0): "
+            "test_agent.py::test_two",
+            "  test_agent.py::test_two total: 40.0% -> 40.0% (+0.0, tolerance 5 points)",
+        ]
+    )
+    assert "not compared" not in same.stdout.str()
+    # A real drop under the new rubric is still one: test_one's agent now never ends.
+    _agents(pytester, "seventy_five", "seventy_five")
+    worse = _compare(pytester)
+    assert worse.ret == 1
+    worse.stdout.fnmatch_lines(
+        ["REGRESSION test_agent.py::test_one total: 100.0% -> 40.0% (-60.0, tolerance 5 points)"]
+    )
+
+
+def test_a_rule_file_edited_without_a_new_version_is_another_rubric(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "seventy_five")
+    _rules(pytester, "1.0.0")
+    pytester.runpytest(*RULE_RUN, "--cleo-grade-save-baseline=base.json").assert_outcomes(passed=2)
+    # The same version, other points: compared as they were, 50 -> 40 read as a regression.
+    _rules(pytester, "1.0.0", listed=40, ended=60)
+    result = _compare(pytester, "--junitxml=out.xml")
+    assert result.ret == 0, result.stdout.str()
+    assert _suite_properties(pytester, "cleo_baseline_regraded_test") == [
+        "test_agent.py::test_one",
+        "test_agent.py::test_two",
+    ]
+    result.stdout.fnmatch_lines(
+        [
+            "baseline re-graded under the current rubric (rules 1.0.0 (settings *) -> rules "
+            "1.0.0 (settings *)): test_agent.py::test_two",
+            "  test_agent.py::test_two total: 40.0% -> 40.0% *",
+        ]
+    )
+    # Without the audit store holding the baseline's sessions: said, never a regression.
+    unseen = _compare(pytester, "--cleo-grade-db=elsewhere.db", "--junitxml=out.xml")
+    assert unseen.ret == 0, unseen.stdout.str()
+    assert len(_suite_properties(pytester, "cleo_baseline_rubric_changed_test")) == 2
+    assert _suite_properties(pytester, "cleo_baseline_regraded_test") == []
+    unseen.stdout.fnmatch_lines(
+        [
+            "not compared: rubric changed (rules 1.0.0 (settings *) -> rules 1.0.0 (settings *)"
+            "): test_agent.py::test_two",
+        ]
+    )
+    assert "REGRESSION" not in unseen.stdout.str()
+
+
+def test_latest_is_the_latest_run_so_a_test_deleted_from_the_suite_no_longer_counts(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_cleo_grade.cli.main import main
+
+    make_suite(pytester, SUITE)
+    _agents(pytester, "perfect", "forty")
+    pytester.runpytest("--cleo-grade-fail-under=0").assert_outcomes(passed=2)
+    # test_two deleted: the next run grades test_one alone.
+    make_suite(pytester, SUITE.split("def test_two")[0])
+    pytester.runpytest().assert_outcomes(passed=1)
+    third = pytester.runpytest("--cleo-grade-baseline=latest")
+    third.assert_outcomes(passed=1)
+    assert "test_two" not in third.stdout.str()  # never "missing from this run"
+    history = pytester.path / ".cleo" / "metrics" / "GRADES.jsonl"
+    capsys.readouterr()
+    out = pytester.path / "base.json"
+    assert main(["baseline", "save", str(out), "--history", str(history)]) == 0
+    assert list(json.loads(out.read_text())["tests"]) == ["test_agent.py::test_one"]
+    assert "baseline of 1 test written" in capsys.readouterr().out
+
+
+@pytest.mark.e2e  # two xdist workers; the controller re-grades in this process
+def test_a_repeated_tests_runs_are_regraded_each_from_its_session_under_xdist(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, REPEATED)
+    pytester.makefile(".txt", agent="flip")  # perfect and seventy_five in turn: 100 % and 50 %
+    _rules(pytester, "1.0.0")
+    pytester.runpytest(*RULE_RUN, "--cleo-grade-save-baseline=base.json").assert_outcomes(passed=4)
+    saved = json.loads((pytester.path / "base.json").read_text())["tests"]
+    assert len(saved["test_agent.py::test_agent"]["sessions"]) == 4
+    _rules(pytester, "1.1.0", listed=40, ended=60)  # the same runs: 100 % and 40 %
+    same = _compare(pytester, "-n", "2")
+    assert same.ret == 0, same.stdout.str()
+    same.stdout.fnmatch_lines(
+        [
+            "baseline re-graded under the current rubric (rules 1.0.0 -> rules 1.1.0): "
+            "test_agent.py::test_agent",
+            "  test_agent.py::test_agent total: 70.0% -> 70.0% (+0.0, tolerance 5 points)",
+        ]
+    )
+    pytester.makefile(".txt", agent="forty")
+    worse = _compare(pytester, "-n", "2")
+    assert worse.ret == 1
+    worse.stdout.fnmatch_lines(["REGRESSION test_agent.py::test_agent total: 70.0% -> 0.0% *"])

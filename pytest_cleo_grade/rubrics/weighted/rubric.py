@@ -51,6 +51,7 @@ from pytest_cleo_grade.judges.protocol import (
     cache_key,
     load_json_reply,
 )
+from pytest_cleo_grade.rubrics._identity import settings_hash
 from pytest_cleo_grade.rubrics._points import point
 from pytest_cleo_grade.rubrics.cleo import EMPTY_SESSION_FLAG
 from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig
@@ -525,6 +526,12 @@ class WeightedJudgeRubric:
     def version(self) -> str:
         """The spec's version."""
         return self.spec.version
+
+    @property
+    def settings_hash(self) -> str:
+        """The spec's hash (``rubricHash``), the judge's table left out: a new endpoint is no
+        new rubric, and a new model is recorded as ``judgeModel``."""
+        return settings_hash(self.spec.model_dump(mode="json", exclude={"judge"}))
 
     @property
     def dimensions(self) -> Mapping[str, float]:
