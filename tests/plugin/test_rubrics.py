@@ -479,6 +479,51 @@ def test_a_judge_failure_fails_only_its_test_with_the_endpoint_error(
     assert "ERROR" not in result.stdout.str()
 
 
+def test_a_judge_outage_is_could_not_be_graded_in_every_output_not_a_worse_agent(
+    pytester: pytest.Pytester, judge: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The judge answers 503 to every request (its retries included): the test is not an
+    # agent that got worse, and every output says it could not be graded, with the reason.
+    for _ in range(20):
+        judge.push(Status(503, '{"error": {"message": "overloaded"}}'))
+    make_suite(
+        pytester,
+        """
+        @pytest.mark.cleo_grade(rubric="weighted")
+        def test_judged(graded_session):
+            perfect(graded_session)
+
+        def test_cleo(graded_session):
+            perfect(graded_session)
+        """,
+    )
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest(
+        *judge_args(judge), "--junitxml=out.xml", "--cleo-grade-html=r.html", "--cleo-grade-gate=C"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "test_agent.py::test_judged  *ungradable  not graded",
+            "could not be graded: test_agent.py::test_judged: cannot grade with rubric weighted: "
+            "judge *503*",
+            "*(1 could not be graded)",
+            "gate FAILED: 1 test could not be graded (mean 100%)",
+        ]
+    )
+    cases = {c.get("name"): c for c in ET.parse(pytester.path / "out.xml").iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases["test_judged"].iter("property")}
+    assert props["cleo_status"] == "ungradable"
+    assert "503" in str(props["cleo_reason"])
+    history = (pytester.path / ".cleo" / "metrics" / "GRADES.jsonl").read_text().splitlines()
+    statuses = sorted(json.loads(line)["cleoStatus"] for line in history)
+    assert statuses == ["passed", "ungradable"]
+    assert "| ungradable | not graded |" in summary.read_text()
+    assert "ungradable" in (pytester.path / "r.html").read_text()
+
+
 def test_an_invalid_judge_reply_fails_the_test_showing_the_raw_reply(
     pytester: pytest.Pytester, judge: FakeJudgeServer
 ) -> None:
