@@ -178,6 +178,14 @@ def test_the_receiver_takes_otlp_json_gzip_encoded_too(session: GradeSession) ->
     assert_same_grade(session.entries, grade_by_hand(session.id))
 
 
+def _has_otlp_protobuf() -> bool:
+    try:
+        import opentelemetry.proto.collector.logs.v1.logs_service_pb2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def test_a_malformed_payload_gets_400_with_the_reason(session: GradeSession) -> None:
     bad = request([{**json_span("tasks_find", 0), "startTimeUnixNano": "soon"}])
     with OtlpReceiver(session.id, session.ingest) as receiver:
@@ -188,9 +196,12 @@ def test_a_malformed_payload_gets_400_with_the_reason(session: GradeSession) -> 
     assert status == 400
     assert b"spans[0].startTimeUnixNano: expected a 64-bit integer, got 'soon'" in reply
     assert status_pb == 400
-    assert (status_other, status_logs) == (404, 200)
+    # An empty protobuf logs export holds no records; without opentelemetry-proto (the otel
+    # extra, absent from the lowest leg) it cannot be read, and is refused saying so.
+    readable = _has_otlp_protobuf()
+    assert (status_other, status_logs) == (404, 200 if readable else 400)
     # A path the receiver does not know is an export lost too: refused, with the others.
-    assert len(receiver.problems) == 3
+    assert len(receiver.problems) == (3 if readable else 4)
     assert session.entries == []
 
 
