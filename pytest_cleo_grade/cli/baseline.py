@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -17,7 +18,7 @@ from pytest_cleo_grade.cli.common import (
     warning_line,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.core._files import parse_json_strict, replaced_input
+from pytest_cleo_grade.core._files import MAX_LINE_BYTES, parse_json_strict, replaced_input
 from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
@@ -93,7 +94,9 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
 
     not_utf8: BaselineError | None = None
     try:
-        text: str | None = read_text(path)
+        # A baseline document is read whole, so it is at most MAX_LINE_BYTES; a larger file
+        # is a history, read a line at a time (bounds belong to its lines, not to the file).
+        text: str | None = None if _larger_than_a_baseline(path) else read_text(path)
     except BaselineError as exc:
         # Not UTF-8 throughout: a history with a damaged line is read as every other command
         # reads it (that line skipped, named with its number), never refused whole.
@@ -131,6 +134,12 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
     if candidate:
         return latest_from_history(results, whole=False), short_in_history(results)
     return latest_from_history(results), {}
+
+
+def _larger_than_a_baseline(path: Path) -> bool:
+    """A regular file longer than any baseline document is read (OSError passes through)."""
+    info = path.stat()
+    return stat.S_ISREG(info.st_mode) and info.st_size > MAX_LINE_BYTES
 
 
 def _checked(read: Callable[[], T]) -> T:

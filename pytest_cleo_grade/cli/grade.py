@@ -449,38 +449,41 @@ def _print_grade(args: argparse.Namespace, result: GradeResult) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.core.models import format_timestamp
     from pytest_cleo_grade.store import AuditStore
-    from pytest_cleo_grade.store.history import read_grades
+    from pytest_cleo_grade.store.history import iter_grades
 
     path = history_path(args)
     with warnings_to_stderr():
         if args.db and not args.history:
             path = Path(args.db)
             with AuditStore(path, read_only=True) as store:
-                grades = store.grades(args.session_id)
+                grades: Iterable[GradeResult] = store.grades(args.session_id)
         else:
-            grades = read_grades(path, session_id=args.session_id)
-    if args.json:
-        print_json([g.to_report_dict() for g in grades])
-        return 0
-    if not grades:
+            # A line at a time: a history of years keeps only the rows' cells in memory.
+            grades = iter_grades(path, session_id=args.session_id)
+        if args.json:
+            print_json([g.to_report_dict() for g in grades])
+            return 0
+        rows = [_list_row(g) for g in grades]
+    if not rows:
         of = "" if args.session_id is None else f" of session {args.session_id}"
         print(terminal_text(f"No grades{of} in {path}"))
         return 0
-    rows = [
-        (
-            terminal_text(g.session_id),
-            f"{g.total_score:g}/{g.max_score:g}",
-            f"{g.display_percent}%",
-            g.letter,
-            format_timestamp(g.timestamp),
-            str(len(g.flags)),
-        )
-        for g in grades
-    ]
     header = ("SESSION", "SCORE", "PERCENT", "GRADE", "TIMESTAMP", "FLAGS")
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _list_row(g: GradeResult) -> tuple[str, str, str, str, str, str]:
+    from pytest_cleo_grade.core.models import format_timestamp
+
+    return (
+        terminal_text(g.session_id),
+        f"{g.total_score:g}/{g.max_score:g}",
+        f"{g.display_percent}%",
+        g.letter,
+        format_timestamp(g.timestamp),
+        str(len(g.flags)),
+    )
