@@ -85,11 +85,9 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
     from pytest_cleo_grade.grading._baseline import (
         BASELINE_FORMAT,
         BaselineError,
-        latest_from_history,
         parse_baseline,
         read_baseline,
         read_text,
-        short_in_history,
     )
 
     not_utf8: BaselineError | None = None
@@ -116,24 +114,27 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
                 _checked(lambda: read_baseline(path))
     if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
         return _checked(lambda: parse_baseline(data, str(path))), {}
-    from pytest_cleo_grade.store.history import read_grades
+    from pytest_cleo_grade.grading._history_file import latest_from_history_file
+
+    # Read as a baseline, a history gives each test's latest whole series; as the candidate,
+    # its latest series, and the tests whose series is short.
+    def read() -> tuple[dict[str, TestGrades], dict[str, str], int]:
+        return latest_from_history_file(path, whole=not candidate, candidate=candidate)
 
     if not_utf8 is None:
         with warnings_to_stderr():
-            results = read_grades(path)
+            grades, short, count = read()
     else:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            results = read_grades(path)
-        if not results:  # no history either: the file's own one-line error
+            grades, short, count = read()
+        if not count:  # no history either: the file's own one-line error
             raise CommandError(f"cleo-grade baseline: {not_utf8}")
         for warning in caught:
             print(warning_line(warning.message), file=sys.stderr)
-    if not results:
+    if not count:
         raise CommandError(f"cleo-grade baseline: {path}: neither a baseline nor a grade history")
-    if candidate:
-        return latest_from_history(results, whole=False), short_in_history(results)
-    return latest_from_history(results), {}
+    return grades, short
 
 
 def _larger_than_a_baseline(path: Path) -> bool:

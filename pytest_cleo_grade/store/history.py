@@ -8,7 +8,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -39,6 +39,7 @@ __all__ = [
     "append_grades",
     "grade_line",
     "iter_grades",
+    "iter_numbered_grades",
     "read_grades",
     "sync_history",
 ]
@@ -252,6 +253,15 @@ def iter_grades(
 ) -> Iterator[GradeResult]:
     """:func:`read_grades` one grade at a time, in file order, the same lines skipped with
     the same warnings: a history of any size is read with the memory of its longest line."""
+    for _number, result in iter_numbered_grades(path, session_id):
+        yield result
+
+
+def iter_numbered_grades(
+    path: str | os.PathLike[str], session_id: str | None = None, only: Container[int] | None = None
+) -> Iterator[tuple[int, GradeResult]]:
+    """(line number, grade) of :func:`iter_grades`; with ``only``, the lines of those numbers
+    alone are parsed (a second pass over lines a first pass chose), the rest passed over."""
     target = Path(path)
     try:
         handle = open_regular(target)
@@ -268,9 +278,11 @@ def iter_grades(
                     "database), not a grade history"
                 )
             for number, raw in iter_lines(handle, str(target), on_long=_long_line(target)):
+                if only is not None and number not in only:
+                    continue
                 result = _parse_line(target, number, raw)
                 if result is not None and (session_id is None or result.session_id == session_id):
-                    yield result
+                    yield number, result
         except OSError as exc:
             raise HistoryError(f"{target}: cannot read history: {exc.strerror or exc}") from exc
 
