@@ -1,4 +1,5 @@
-"""Baselines from a history file of any size: two passes, never every grade at once.
+"""Baselines and the latest run from a history file of any size: two passes, never every
+grade at once.
 
 The first pass validates every line (the same lines skipped with the same warnings as
 ``read_grades``) but keeps of each only what picks a test's latest grade or series: its number
@@ -14,12 +15,13 @@ import os
 import warnings
 from typing import Any, Final
 
+from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.grading._baseline import TestGrades, latest_from_history, short_in_history
 from pytest_cleo_grade.grading._run_ids import RUN_ID_KEY, STATUS_KEY, run_id_of, status_of
 from pytest_cleo_grade.grading._runs import SERIES_KEY, latest_series, latest_whole_series
 from pytest_cleo_grade.store.history import iter_numbered_grades
 
-__all__ = ["latest_from_history_file"]
+__all__ = ["latest_from_history_file", "run_lines_file"]
 
 #: The extras the picks read (latest_series, latest_whole_series, short_series, the run id).
 _PICK_KEYS: Final = ("testId", RUN_ID_KEY, "run", "runs", SERIES_KEY, "adaptive", STATUS_KEY)
@@ -84,3 +86,27 @@ def _picked(lines: list[_Line]) -> set[int]:
     if latest is not None:
         wanted.update(line.number for line in lines if run_id_of(line) == latest)
     return wanted
+
+
+def run_lines_file(
+    path: str | os.PathLike[str], run_id: str | None = None
+) -> tuple[list[GradeResult], int]:
+    """The lines ``latest_run`` reads of the history at ``path``: every line of ``run_id``,
+    else of the run id of the last line not graded by hand, in file order (every line when
+    that line carries none: a history written before lines did); and how many grades the
+    history holds. Two passes: the first keeps each line's number under its run id only."""
+    numbers: dict[str | None, list[int]] = {}
+    last: str | None = None
+    count = 0
+    for number, result in iter_numbered_grades(path):
+        count += 1
+        line_run = run_id_of(result)
+        numbers.setdefault(line_run, []).append(number)
+        if result.evaluator != "manual":
+            last = line_run
+    chosen = run_id if run_id is not None else last
+    wanted = None if chosen is None else set(numbers.get(chosen, ()))
+    del numbers
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # said in the first pass
+        return [result for _, result in iter_numbered_grades(path, only=wanted)], count

@@ -115,3 +115,31 @@ def test_a_short_latest_series_takes_the_whole_one_before_it_from_the_second_pas
     assert grades == latest_from_history(whole)
     assert grades["t::b"].totals == (60.0, 70.0)
     assert grades["t::a"].totals == (99.0,)
+
+
+def test_the_latest_runs_lines_are_the_ones_a_whole_read_would_pick(tmp_path: Path) -> None:
+    from pytest_cleo_grade.grading._history_file import run_lines_file
+    from pytest_cleo_grade.grading._run_ids import latest_run_id, of_run
+
+    path = tmp_path / "GRADES.jsonl"
+    append_grades(
+        [
+            grade("t::a", 10, runId="r1"),
+            grade("t::b", 20, runId="r2"),
+            grade("t::a", 30, runId="r1"),  # shards of r1 and r2 interleaved
+            grade("t::a", 40, runId="r2"),
+        ],
+        path,
+    )
+    manual = grade("t::a", 50, runId="r1").model_copy(update={"evaluator": "manual"})
+    append_grades([manual], path)
+    whole = read_grades(path)
+    automatic = [r for r in whole if r.evaluator != "manual"]
+    assert latest_run_id(automatic) == "r2"  # a hand grade after the run is not the run
+    assert run_lines_file(path) == (of_run(whole, "r2"), 5)
+    assert run_lines_file(path, "r1") == (of_run(whole, "r1"), 5)
+    assert run_lines_file(path, "r9") == ([], 5)
+    # A last line without a run id (written before lines carried one): every line.
+    append_grades([grade("t::c", 60)], path)
+    assert run_lines_file(path) == (read_grades(path), 6)
+    assert run_lines_file(tmp_path / "nope.jsonl") == ([], 0)
