@@ -105,7 +105,9 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
         why = exc.strerror or exc
         raise CommandError(f"cleo-grade baseline: {path}: cannot read: {why}") from None
     data = None
-    if text is not None:
+    if text is not None and f'"{BASELINE_FORMAT}"' not in text[:4096] and _lines_of_json(text):
+        pass  # a history: whole, its text is no one JSON document (not worth parsing as one)
+    elif text is not None:
         try:
             data = parse_json_strict(text)
         except ValueError:  # not one JSON document (a history, or no JSON): a history
@@ -135,6 +137,18 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
     if not count:
         raise CommandError(f"cleo-grade baseline: {path}: neither a baseline nor a grade history")
     return grades, short
+
+
+def _lines_of_json(text: str) -> bool:
+    """Whether ``text``'s first line is a JSON object and more text follows: JSON lines,
+    never one JSON document (whose strict parse of a large history took seconds)."""
+    first, _, rest = text.partition("\n")
+    if not rest.strip():
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _larger_than_a_baseline(path: Path) -> bool:
