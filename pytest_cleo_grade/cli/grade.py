@@ -167,23 +167,34 @@ def grade_entries_file(path: str, session_id: str | None = None) -> GradeResult:
     calls, not the entries: the same grade as :func:`grade_entries` over the whole file, with
     the session chosen and the errors raised as ``cleo-grade grade --entries`` does.
     """
-    from pytest_cleo_grade.rubrics._cleo_calls import graded_call
+    from pytest_cleo_grade.rubrics._fast_calls import calls_of_lines
     from pytest_cleo_grade.rubrics.cleo import grade_calls, session_order
-    from pytest_cleo_grade.store.sources import iter_entry_batches
+    from pytest_cleo_grade.store.sources import map_entry_batches
 
     calls: list[GradedCall] = []
     owners: list[str | None] = []
     # One string object per session id, not one per entry.
     shared: dict[str | None, str | None] = {}
-    for batch in iter_entry_batches(path):
-        ids = list(map(_SESSION_OF, batch))
+    # Lines of the usual shape become graded calls without models (rubrics._fast_calls);
+    # any other batch is validated entry by entry, its errors named as ever.
+    for ids, batch_calls in map_entry_batches(
+        path, _calls_of_entries, workers=0, fast=calls_of_lines
+    ):
         owners.extend(map(shared.setdefault, ids, ids))
-        calls.extend(map(graded_call, batch))
+        calls.extend(batch_calls)
     chosen = _choose_session(path, shared, session_id)
     order = session_order(owners, list(map(_CALL_TIME, calls)), chosen)
     if order is not None:
         calls = [calls[i] for i in order]
     return grade_calls(calls, session_id=chosen)
+
+
+def _calls_of_entries(
+    batch: list[AuditEntry],
+) -> tuple[list[str | None], list[GradedCall]]:
+    from pytest_cleo_grade.rubrics._cleo_calls import graded_call
+
+    return list(map(_SESSION_OF, batch)), list(map(graded_call, batch))
 
 
 def session_source(
