@@ -42,7 +42,6 @@ def calls_of_lines(lines: list[bytes]) -> tuple[list[str | None], list[GradedCal
     """
     sessions: list[str | None] = []
     calls: list[GradedCall] = []
-    times: dict[str, datetime] = {}  # a log's calls share many a timestamp
     try:
         texts = b"\n".join(lines).decode("utf-8").split("\n")
     except UnicodeDecodeError:
@@ -60,14 +59,9 @@ def calls_of_lines(lines: list[bytes]) -> tuple[list[str | None], list[GradedCal
         if type(data) is not dict or not data.keys() <= _ENTRY_KEYS:
             return None
         stamp = data.get("timestamp")
-        if type(stamp) is not str:
-            return None
-        when = times.get(stamp)
+        when = _time(stamp) if type(stamp) is str else None
         if when is None:
-            when = _time(stamp)
-            if when is None:
-                return None
-            times[stamp] = when
+            return None
         session = data.get("sessionId")
         domain = data.get("domain")
         operation = data.get("operation")
@@ -129,7 +123,9 @@ def _time(stamp: str) -> datetime | None:
     if not _TIME.fullmatch(stamp):
         return None
     try:
-        value = datetime.fromisoformat(stamp).astimezone(UTC)
+        value = datetime.fromisoformat(stamp)
+        if value.tzinfo is not UTC:  # "Z" reads as UTC itself
+            value = value.astimezone(UTC)
     except (ValueError, OverflowError):
         return None
     sub = value.microsecond % 1000
