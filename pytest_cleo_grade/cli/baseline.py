@@ -94,7 +94,8 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
     try:
         # A baseline document is read whole, so it is at most MAX_LINE_BYTES; a larger file
         # is a history, read a line at a time (bounds belong to its lines, not to the file).
-        text: str | None = None if _larger_than_a_baseline(path) else read_text(path)
+        history = _larger_than_a_baseline(path) or _starts_as_history(path)
+        text: str | None = None if history else read_text(path)
     except BaselineError as exc:
         # Not UTF-8 throughout: a history with a damaged line is read as every other command
         # reads it (that line skipped, named with its number), never refused whole.
@@ -137,6 +138,26 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
     if not count:
         raise CommandError(f"cleo-grade baseline: {path}: neither a baseline nor a grade history")
     return grades, short
+
+
+def _starts_as_history(path: Path) -> bool:
+    """Whether the file's first MiB holds :func:`_lines_of_json` (not read whole then)."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        return False
+    with path.open("rb") as handle:
+        head = handle.read(1024 * 1024)
+    first, newline, rest = head.partition(b"\n")
+    try:
+        text = head[: len(first) + 1 + len(rest.partition(b"\n")[0])].decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    from pytest_cleo_grade.grading._baseline import BASELINE_FORMAT
+
+    return (
+        bool(newline)
+        and f'"{BASELINE_FORMAT}"' not in head[:4096].decode("utf-8", "replace")
+        and _lines_of_json(text)
+    )
 
 
 def _lines_of_json(text: str) -> bool:
