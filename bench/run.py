@@ -7,6 +7,8 @@ ratios) and the target.
     .venv/bin/python bench/run.py             # the full table (about eight minutes)
     .venv/bin/python bench/run.py --quick     # smaller sizes, for a smoke test
     .venv/bin/python bench/run.py --only cli  # the CLI's start-up rows alone (half a minute)
+    .venv/bin/python bench/run.py --only history --history-lines 20000  # the history readers
+    .venv/bin/python bench/run.py --only entries --entries-lines 200000 # grade --entries
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from floors import (
 )
 from grade import synthetic
 from harness import Figure, Row, alternate, paired_ratio, table
+from history import history_rows
 from report_page import report_row
 
 from pytest_cleo_grade import grade_entries
@@ -348,6 +351,32 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def entries_file_row(tmp: Path, size: int, rounds: int) -> Row:
+    """``cleo-grade grade --entries`` (its reader and grader, in this process) against the
+    floor: ``json.loads`` per line feeding the hand-written grader, over the same file."""
+    path = tmp / "entries-file.jsonl"
+    write_jsonl(path, size)
+
+    def project() -> None:
+        grade_entries_file(str(path), "bench")
+
+    def floor() -> None:
+        with path.open(encoding="utf-8") as handle:
+            tuple_grade([to_row(json.loads(line)) for line in handle])
+
+    figures = alternate({"project": project, "floor": floor}, rounds)
+    p, f = figures["project"], figures["floor"]
+    ratio = paired_ratio(p, f)
+    return Row(
+        f"grade --entries, a {size:,}-line file vs json.loads per line + the floor grader",
+        f"{p.min:.2f} / {p.median:.2f} s",
+        f"{f.min:.2f} / {f.median:.2f} s",
+        ratio,
+        "<= 1.5x",
+        ratio <= 1.5,
+    )
+
+
 def memory_row(tmp: Path, size: int, rounds: int) -> Row:
     path = tmp / "memory.jsonl"
     write_jsonl(path, size)
@@ -462,7 +491,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=("cli", "adaptive"), help="only these rows")
+    parser.add_argument(
+        "--only", choices=("cli", "adaptive", "history", "entries"), help="only these rows"
+    )
+    parser.add_argument(
+        "--history-lines", type=int, default=None, help="lines of the generated history (200,000)"
+    )
+    parser.add_argument(
+        "--entries-lines", type=int, default=None, help="lines of the entries file (1,000,000)"
+    )
     parser.add_argument("--peak", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak:
@@ -480,6 +517,14 @@ def main() -> None:
         if args.only == "adaptive":
             print(table(adaptive_rows(tmp)))
             return
+        history_lines = args.history_lines or (20_000 if args.quick else 200_000)
+        entries_lines = args.entries_lines or large
+        if args.only == "history":
+            print(table(history_rows(tmp, history_lines, rounds)))
+            return
+        if args.only == "entries":
+            print(table([entries_file_row(tmp, entries_lines, rounds)]))
+            return
         # A process start is a few tens of milliseconds: many rounds steady its median.
         cli = cli_rows(tmp, max(21, rounds * 7))
         if args.only == "cli":
@@ -489,12 +534,14 @@ def main() -> None:
             # The plugin row is a difference of whole pytest runs: more rounds steady it.
             *plugin_row(tmp, 60 if args.quick else 300, 30, rounds + 4),
             *grade_rows((1_000, large), rounds + 2),
+            entries_file_row(tmp, entries_lines, rounds),
             memory_row(tmp, large, 2),
             *import_row(tmp, large // 10, rounds + 2),
             read_row(tmp, large // 10, rounds + 4),
             report_row(tmp, 1_000 if args.quick else 10_000, 20 if args.quick else 200, rounds + 2),
             *cli,
             *adaptive_rows(tmp),
+            *history_rows(tmp, history_lines, rounds),
         ]
     print(table(rows))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ from pytest_cleo_grade.cli.common import (
     warning_line,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.core._files import parse_json_strict, replaced_input
+from pytest_cleo_grade.core._files import MAX_LINE_BYTES, parse_json_strict, replaced_input
 from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
@@ -93,16 +94,17 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
     from pytest_cleo_grade.grading._baseline import (
         BASELINE_FORMAT,
         BaselineError,
-        latest_from_history,
         parse_baseline,
         read_baseline,
         read_text,
-        short_in_history,
     )
 
     not_utf8: BaselineError | None = None
     try:
-        text: str | None = read_text(path)
+        # A baseline document is read whole, so it is at most MAX_LINE_BYTES; a larger file
+        # is a history, read a line at a time (bounds belong to its lines, not to the file).
+        history = _larger_than_a_baseline(path) or _starts_as_history(path)
+        text: str | None = None if history else read_text(path)
     except BaselineError as exc:
         # Not UTF-8 throughout: a history with a damaged line is read as every other command
         # reads it (that line skipped, named with its number), never refused whole.
@@ -113,7 +115,9 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
         why = exc.strerror or exc
         raise CommandError(f"cleo-grade baseline: {path}: cannot read: {why}") from None
     data = None
-    if text is not None:
+    if text is not None and f'"{BASELINE_FORMAT}"' not in text[:4096] and _lines_of_json(text):
+        pass  # a history: whole, its text is no one JSON document (not worth parsing as one)
+    elif text is not None:
         try:
             data = parse_json_strict(text)
         except ValueError:  # not one JSON document (a history, or no JSON): a history
@@ -122,24 +126,65 @@ def _load(path: Path, *, candidate: bool) -> tuple[dict[str, TestGrades], dict[s
                 _checked(lambda: read_baseline(path))
     if isinstance(data, dict) and data.get("format") == BASELINE_FORMAT:
         return _checked(lambda: parse_baseline(data, str(path))), {}
-    from pytest_cleo_grade.store.history import read_grades
+    from pytest_cleo_grade.grading._history_file import latest_from_history_file
+
+    # Read as a baseline, a history gives each test's latest whole series; as the candidate,
+    # its latest series, and the tests whose series is short.
+    def read() -> tuple[dict[str, TestGrades], dict[str, str], int]:
+        return latest_from_history_file(path, whole=not candidate, candidate=candidate)
 
     if not_utf8 is None:
         with warnings_to_stderr():
-            results = read_grades(path)
+            grades, short, count = read()
     else:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            results = read_grades(path)
-        if not results:  # no history either: the file's own one-line error
+            grades, short, count = read()
+        if not count:  # no history either: the file's own one-line error
             raise CommandError(f"cleo-grade baseline: {not_utf8}")
         for warning in caught:
             print(warning_line(warning.message), file=sys.stderr)
-    if not results:
+    if not count:
         raise CommandError(f"cleo-grade baseline: {path}: neither a baseline nor a grade history")
-    if candidate:
-        return latest_from_history(results, whole=False), short_in_history(results)
-    return latest_from_history(results), {}
+    return grades, short
+
+
+def _starts_as_history(path: Path) -> bool:
+    """Whether the file's first MiB holds :func:`_lines_of_json` (not read whole then)."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        return False
+    with path.open("rb") as handle:
+        head = handle.read(1024 * 1024)
+    first, newline, rest = head.partition(b"\n")
+    try:
+        text = head[: len(first) + 1 + len(rest.partition(b"\n")[0])].decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    from pytest_cleo_grade.grading._baseline import BASELINE_FORMAT
+
+    return (
+        bool(newline)
+        and f'"{BASELINE_FORMAT}"' not in head[:4096].decode("utf-8", "replace")
+        and _lines_of_json(text)
+    )
+
+
+def _lines_of_json(text: str) -> bool:
+    """Whether ``text``'s first line is a JSON object and more text follows: JSON lines,
+    never one JSON document (whose strict parse of a large history took seconds)."""
+    first, _, rest = text.partition("\n")
+    if not rest.strip():
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def _larger_than_a_baseline(path: Path) -> bool:
+    """A regular file longer than any baseline document is read (OSError passes through)."""
+    info = path.stat()
+    return stat.S_ISREG(info.st_mode) and info.st_size > MAX_LINE_BYTES
 
 
 def _checked(read: Callable[[], T]) -> T:

@@ -167,23 +167,34 @@ def grade_entries_file(path: str, session_id: str | None = None) -> GradeResult:
     calls, not the entries: the same grade as :func:`grade_entries` over the whole file, with
     the session chosen and the errors raised as ``cleo-grade grade --entries`` does.
     """
-    from pytest_cleo_grade.rubrics._cleo_calls import graded_call
+    from pytest_cleo_grade.rubrics._fast_calls import calls_of_lines
     from pytest_cleo_grade.rubrics.cleo import grade_calls, session_order
-    from pytest_cleo_grade.store.sources import iter_entry_batches
+    from pytest_cleo_grade.store.sources import map_entry_batches
 
     calls: list[GradedCall] = []
     owners: list[str | None] = []
     # One string object per session id, not one per entry.
     shared: dict[str | None, str | None] = {}
-    for batch in iter_entry_batches(path):
-        ids = list(map(_SESSION_OF, batch))
+    # Lines of the usual shape become graded calls without models (rubrics._fast_calls);
+    # any other batch is validated entry by entry, its errors named as ever.
+    for ids, batch_calls in map_entry_batches(
+        path, _calls_of_entries, workers=0, fast=calls_of_lines
+    ):
         owners.extend(map(shared.setdefault, ids, ids))
-        calls.extend(map(graded_call, batch))
+        calls.extend(batch_calls)
     chosen = _choose_session(path, shared, session_id)
     order = session_order(owners, list(map(_CALL_TIME, calls)), chosen)
     if order is not None:
         calls = [calls[i] for i in order]
     return grade_calls(calls, session_id=chosen)
+
+
+def _calls_of_entries(
+    batch: list[AuditEntry],
+) -> tuple[list[str | None], list[GradedCall]]:
+    from pytest_cleo_grade.rubrics._cleo_calls import graded_call
+
+    return list(map(_SESSION_OF, batch)), list(map(graded_call, batch))
 
 
 def session_source(
@@ -449,38 +460,41 @@ def _print_grade(args: argparse.Namespace, result: GradeResult) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.core.models import format_timestamp
     from pytest_cleo_grade.store import AuditStore
-    from pytest_cleo_grade.store.history import read_grades
+    from pytest_cleo_grade.store.history import iter_grades
 
     path = history_path(args)
     with warnings_to_stderr():
         if args.db and not args.history:
             path = Path(args.db)
             with AuditStore(path, read_only=True) as store:
-                grades = store.grades(args.session_id)
+                grades: Iterable[GradeResult] = store.grades(args.session_id)
         else:
-            grades = read_grades(path, session_id=args.session_id)
-    if args.json:
-        print_json([g.to_report_dict() for g in grades])
-        return 0
-    if not grades:
+            # A line at a time: a history of years keeps only the rows' cells in memory.
+            grades = iter_grades(path, session_id=args.session_id)
+        if args.json:
+            print_json([g.to_report_dict() for g in grades])
+            return 0
+        rows = [_list_row(g) for g in grades]
+    if not rows:
         of = "" if args.session_id is None else f" of session {args.session_id}"
         print(terminal_text(f"No grades{of} in {path}"))
         return 0
-    rows = [
-        (
-            terminal_text(g.session_id),
-            f"{g.total_score:g}/{g.max_score:g}",
-            f"{g.display_percent}%",
-            g.letter,
-            format_timestamp(g.timestamp),
-            str(len(g.flags)),
-        )
-        for g in grades
-    ]
     header = ("SESSION", "SCORE", "PERCENT", "GRADE", "TIMESTAMP", "FLAGS")
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _list_row(g: GradeResult) -> tuple[str, str, str, str, str, str]:
+    from pytest_cleo_grade.core.models import format_timestamp
+
+    return (
+        terminal_text(g.session_id),
+        f"{g.total_score:g}/{g.max_score:g}",
+        f"{g.display_percent}%",
+        g.letter,
+        format_timestamp(g.timestamp),
+        str(len(g.flags)),
+    )

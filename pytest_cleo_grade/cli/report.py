@@ -85,6 +85,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.grading._history_file import run_lines_file
     from pytest_cleo_grade.reports._display import summary_lines
     from pytest_cleo_grade.reports._html import latest_run
     from pytest_cleo_grade.store.history import read_grades
@@ -104,8 +105,13 @@ def run_report(args: argparse.Namespace) -> int:
             raise CommandError(f"{where}: {args.baseline}: {exc.strerror or exc}") from None
         baseline = {key: grades[key].totals for key in grades}
     with warnings_to_stderr():
-        results = read_grades(history)
-    if not results:
+        if args.html is None:
+            # Only the run reported is kept: a history of years is read a line at a time.
+            results, count = run_lines_file(history, _given_run_id(args.run_id))
+        else:  # the page's trend shows every run
+            results = read_grades(history)
+            count = len(results)
+    if not count:
         raise CommandError(f"{where}: {history}: no grades in the history")
     run_id = _run_id(args.run_id, results)
     run = latest_run(results, threshold=args.fail_under, gate=args.gate, run_id=run_id)
@@ -131,6 +137,17 @@ def run_report(args: argparse.Namespace) -> int:
         tests, its = ("test", "its") if count == 1 else ("tests", "their")
         print(f"cleo-grade: {count} {tests} below {its} threshold failed", file=sys.stderr)
     return 1 if run.gate_failed or failed else 0
+
+
+def _given_run_id(given: str | None) -> str | None:
+    """``--run-id`` when valid (None: not given, or :func:`_run_id` says what is wrong with
+    it once the history is known to hold grades, as before it was read a run at a time)."""
+    from pytest_cleo_grade.grading._run_ids import parse_run_id
+
+    try:
+        return None if given is None else parse_run_id(given)
+    except ValueError:
+        return None
 
 
 def _run_id(given: str | None, results: Sequence[GradeResult]) -> str | None:

@@ -127,7 +127,6 @@ class BaselineGate:
         from pytest_cleo_grade.core.errors import CleoGradeError
         from pytest_cleo_grade.grading._baseline import (
             BaselineError,
-            latest_from_history,
             read_baseline,
         )
 
@@ -135,12 +134,13 @@ class BaselineGate:
         try:
             if where == "latest":
                 from pytest_cleo_grade.core.errors import warnings_shown_not_raised
-                from pytest_cleo_grade.store.history import read_grades
+                from pytest_cleo_grade.grading._history_file import latest_from_history_file
 
                 if not self.history_path.exists():
                     raise FileNotFoundError(self.history_path)
                 with warnings_shown_not_raised():  # a corrupt line is skipped with a warning
-                    self.baseline = latest_from_history(read_grades(self.history_path))
+                    # Two passes a line at a time: a history of years is never held whole.
+                    self.baseline = latest_from_history_file(self.history_path)[0]
             else:
                 self.baseline = read_baseline(Path(where))
         except FileNotFoundError as exc:

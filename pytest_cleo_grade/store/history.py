@@ -8,7 +8,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -38,6 +38,8 @@ __all__ = [
     "append_grade",
     "append_grades",
     "grade_line",
+    "iter_grades",
+    "iter_numbered_grades",
     "read_grades",
     "sync_history",
 ]
@@ -240,16 +242,33 @@ def read_grades(path: str | os.PathLike[str], session_id: str | None = None) -> 
     skipped with a CleoGradeWarning naming its line number, so one bad line never hides the
     rest; a lone surrogate escape elsewhere (agent text, see :func:`grade_line`) reads back
     as written. Only ``\n`` ends a line. A history that is not a regular file, or that is an
-    SQLite database, is a HistoryError.
+    SQLite database, is a HistoryError. A reader that needs less than every grade at once
+    iterates :func:`iter_grades` instead: memory then follows a line, not the file.
     """
+    return list(iter_grades(path, session_id))
+
+
+def iter_grades(
+    path: str | os.PathLike[str], session_id: str | None = None
+) -> Iterator[GradeResult]:
+    """:func:`read_grades` one grade at a time, in file order, the same lines skipped with
+    the same warnings: a history of any size is read with the memory of its longest line."""
+    for _number, result in iter_numbered_grades(path, session_id):
+        yield result
+
+
+def iter_numbered_grades(
+    path: str | os.PathLike[str], session_id: str | None = None, only: Container[int] | None = None
+) -> Iterator[tuple[int, GradeResult]]:
+    """(line number, grade) of :func:`iter_grades`; with ``only``, the lines of those numbers
+    alone are parsed (a second pass over lines a first pass chose), the rest passed over."""
     target = Path(path)
     try:
         handle = open_regular(target)
     except FileNotFoundError:
-        return []
+        return
     except OSError as exc:
         raise HistoryError(f"{target}: cannot read history: {exc.strerror or exc}") from exc
-    results: list[GradeResult] = []
     with handle:
         try:
             if os.pread(handle.fileno(), len(SQLITE_HEADER), 0) == SQLITE_HEADER:
@@ -259,12 +278,13 @@ def read_grades(path: str | os.PathLike[str], session_id: str | None = None) -> 
                     "database), not a grade history"
                 )
             for number, raw in iter_lines(handle, str(target), on_long=_long_line(target)):
+                if only is not None and number not in only:
+                    continue
                 result = _parse_line(target, number, raw)
                 if result is not None and (session_id is None or result.session_id == session_id):
-                    results.append(result)
+                    yield number, result
         except OSError as exc:
             raise HistoryError(f"{target}: cannot read history: {exc.strerror or exc}") from exc
-    return results
 
 
 def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:

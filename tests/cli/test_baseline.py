@@ -265,3 +265,26 @@ def test_diff_regrades_the_old_sessions_under_the_new_rule_file_from_the_store(
     assert "not compared: rubric changed (rules 1.0.0 -> rules 1.1.0): t::a" in out
     assert main([*args[:-1], str(tmp_path / "gone.toml")]) == 2
     assert "--rubric-file" in capsys.readouterr().err
+
+
+def test_a_history_larger_than_any_baseline_file_is_read_a_line_at_a_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Years of runs: more than the 64 MiB a baseline document is read whole with. Lines of
+    # blanks (skipped by every reader) make the size without a year of grades to parse.
+    source = history(tmp_path / "GRADES.jsonl", grade("t::a", 50))
+    with source.open("ab") as handle:
+        for _ in range(65):
+            handle.write(b" " * (1024 * 1024) + b"\n")
+    append_grades([grade("t::a", 80), grade("t::b", 40)], source)
+    assert source.stat().st_size > 64 * 1024 * 1024
+    out = tmp_path / "baseline.json"
+    assert main(["baseline", "save", str(out), "--history", str(source)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert "baseline of 2 tests written" in captured.out
+    assert json.loads(out.read_text())["tests"]["t::a"]["percents"] == [80.0]
+    assert main(["baseline", "show", str(source)]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == ""
+    assert "t::a" in shown.out and "80.0%" in shown.out and "t::b" in shown.out

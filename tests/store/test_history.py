@@ -303,3 +303,27 @@ def test_a_file_where_the_historys_directory_should_be_is_named_as_such(tmp_path
         f"{tmp_path / 'afile' / 'GRADES.jsonl'}: cannot append grade: a parent of the path is "
         "not a directory"
     )
+
+
+def test_iter_grades_reads_the_history_a_line_at_a_time(tmp_path: Path) -> None:
+    from pytest_cleo_grade.store.history import iter_grades
+
+    path = tmp_path / "GRADES.jsonl"
+    append_grade(sample("a"), path)  # type: ignore[arg-type]
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write('{"sessionId": "torn", "totalSc\n')
+    append_grade(sample("b"), path)  # type: ignore[arg-type]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        grades = iter_grades(path)
+        assert next(grades).session_id == "a"
+        # The torn line after it is not parsed yet: nothing is held but the line in hand.
+        assert caught == []
+        assert [g.session_id for g in grades] == ["b"]
+    assert [str(w.message) for w in caught] == [
+        f"{path}:2: skipped corrupt grade line: invalid JSON "
+        "(Unterminated string starting at: line 1 column 23 (char 22))"
+    ]
+    with pytest.warns(CleoGradeWarning):
+        assert list(iter_grades(path, session_id="b")) == [sample("b")]
+    assert list(iter_grades(tmp_path / "nope.jsonl")) == []

@@ -1,0 +1,108 @@
+"""Graded calls read from JSON lines without models equal those of validated entries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.cli import main
+from pytest_cleo_grade.cli.grade import grade_entries_file
+from pytest_cleo_grade.core.models import validate_entry_dicts
+from pytest_cleo_grade.rubrics._cleo_calls import graded_call
+from pytest_cleo_grade.rubrics._fast_calls import calls_of_lines
+from pytest_cleo_grade.rubrics.cleo import grade_entries
+
+USUAL = [
+    {
+        "timestamp": "2026-03-01T12:00:00Z",
+        "sessionId": "s1",
+        "domain": "session",
+        "operation": "list",
+        "params": None,
+        "result": {"success": True, "exitCode": 0, "duration": 3},
+        "metadata": {"source": "mcp", "gateway": "cleo_query"},
+        "error": None,
+    },
+    {
+        "timestamp": "2026-03-01T12:00:01.123456+02:00",  # an offset; microseconds dropped
+        "domain": "tasks",
+        "operation": "add",
+        "params": {"title": " Fix Login ", "description": "\ufeff", "parent": "T1"},
+        "result": {"success": True},
+    },
+    {
+        "timestamp": "2026-03-01T12:00:02.5Z",
+        "sessionId": "s1",
+        "domain": "tasks",
+        "operation": "show",
+        "params": {"taskId": "T404", "deep": {"list": [1, 2.5, None]}},
+        "result": {"success": False, "exitCode": 4, "duration": 1.5},
+        "metadata": {"taskId": "T404", "userId": None},
+        "error": "E_NOT_FOUND",
+    },
+]
+
+
+def lines_of(entries: list[dict[str, object]]) -> list[bytes]:
+    return [json.dumps(entry).encode() for entry in entries]
+
+
+def test_the_usual_lines_give_the_calls_of_their_validated_entries() -> None:
+    read = calls_of_lines(lines_of(USUAL))
+    assert read is not None
+    entries = validate_entry_dicts(USUAL)
+    assert read == ([e.session_id for e in entries], [graded_call(e) for e in entries])
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"timestamp": "2026-03-01 12:00:00Z"},  # a space, which pydantic reads
+        {"timestamp": "2026-03-01T12:00:00"},  # no timezone: the models' error
+        {"timestamp": 1767225600},
+        {"session_id": "s1"},  # the field's name, not its alias
+        {"extra": 1},
+        {"domain": ""},
+        {"result": {"success": 1}},
+        {"result": {"success": True, "exitCode": True}},
+        {"result": {"success": True, "duration": -1}},
+        {"metadata": {"source": "mcp", "custom": "kept by the model"}},
+        {"params": []},
+    ],
+)
+def test_any_other_shape_is_left_to_the_models(odd: dict[str, object]) -> None:
+    line = {**USUAL[0], **odd}
+    assert calls_of_lines(lines_of([USUAL[1], line])) is None
+
+
+def test_an_integer_too_long_to_read_back_is_left_to_the_models() -> None:
+    line = json.dumps(USUAL[0]).encode().replace(b'"params": null', b'"params": {"n": 1}')
+    assert calls_of_lines([line]) is not None
+    assert calls_of_lines([line.replace(b'"n": 1', b'"n": ' + b"1" * 5000)]) is None
+
+
+def test_a_file_grades_the_same_through_either_path_and_errors_name_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    usual = tmp_path / "usual.jsonl"
+    usual.write_text("".join(json.dumps({**e, "sessionId": "s1"}) + "\n" for e in USUAL))
+    mixed = tmp_path / "mixed.jsonl"  # one odd line: its batch goes through the models
+    mixed.write_text(
+        usual.read_text()
+        + json.dumps({**USUAL[0], "sessionId": "s1", "timestamp": "2026-03-01 12:00:03Z"})
+        + "\n"
+    )
+    for path in (usual, mixed):
+        entries = validate_entry_dicts([json.loads(line) for line in path.read_text().splitlines()])
+        expected = grade_entries(entries, session_id="s1")
+        got = grade_entries_file(str(path))
+        assert got.model_dump(exclude={"timestamp"}) == expected.model_dump(exclude={"timestamp"})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(usual.read_text() + json.dumps({**USUAL[0], "timestamp": "noon"}) + "\n")
+    assert main(["grade", "--entries", str(bad), "--no-save"]) == 2
+    assert capsys.readouterr().err == (
+        f"cleo-grade: error: {bad}:4: timestamp: must be an ISO 8601 date and time with a "
+        "timezone (2026-03-01T12:00:00Z), not 'noon'\n"
+    )
