@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ def test_a_session_the_store_never_saw_exits_four_and_writes_nothing(
     store = in_tmp / ".cleo" / "audit.db"
 
     def grade_rows() -> int:
-        with sqlite3.connect(store) as db:
+        with closing(sqlite3.connect(store)) as db, db:  # closed, not only committed
             tables = {row[0] for row in db.execute("select name from sqlite_master")}
             return (
                 db.execute("select count(*) from grades").fetchone()[0] if "grades" in tables else 0

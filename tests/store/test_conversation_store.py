@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def test_the_cap_holds_across_writes_and_what_it_leaves_out_is_counted(tmp_path:
 
 def test_a_store_without_the_table_reads_as_no_conversation(tmp_path: Path) -> None:
     path = tmp_path / "cleo.db"
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed, not only committed
         conn.execute(
             "CREATE TABLE audit_log (id TEXT, timestamp TEXT, action TEXT, details_json TEXT, "
             "success INTEGER, session_id TEXT)"
@@ -80,7 +81,7 @@ def test_a_corrupt_row_is_named(tmp_path: Path) -> None:
     path = tmp_path / "audit.db"
     with AuditStore(path) as store:
         store.append_conversation("s1", talk())
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed, not only committed
         conn.execute("UPDATE conversation SET role = 'narrator' WHERE kind = 'message'")
     with AuditStore(path) as store, pytest.raises(StoreError, match=r"conversation row \d+"):
         store.session_conversation("s1")
