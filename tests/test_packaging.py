@@ -30,6 +30,13 @@ def dist_info(tmp_path_factory: pytest.TempPathFactory) -> Path:
     backend writes an egg-info folder next to pyproject.toml, which must not land in the tree).
     """
     work = tmp_path_factory.mktemp("build")
+    return _build_hook(work, "prepare_metadata_for_build_wheel", timeout=120)
+
+
+def _build_hook(work: Path, hook: str, *, timeout: float) -> Path:
+    """What setuptools' build ``hook`` makes from a copy of the sources under ``work``: its
+    output folder's entry (the backend writes an egg-info folder next to pyproject.toml,
+    which must not land in the tree)."""
     source = work / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
@@ -39,19 +46,15 @@ def dist_info(tmp_path_factory: pytest.TempPathFactory) -> Path:
         source / "pytest_cleo_grade",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    out = work / "metadata"
+    out = work / "out"
     out.mkdir()
-    hook = (
-        "import sys\n"
-        "from setuptools import build_meta\n"
-        "print(build_meta.prepare_metadata_for_build_wheel(sys.argv[1]))\n"
-    )
+    code = f"import sys\nfrom setuptools import build_meta\nprint(build_meta.{hook}(sys.argv[1]))\n"
     done = subprocess.run(
-        [sys.executable, "-c", hook, str(out)],
+        [sys.executable, "-c", code, str(out)],
         cwd=source,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -194,32 +197,8 @@ def test_a_platform_without_fcntl_gets_a_one_line_import_error() -> None:
 @pytest.mark.e2e
 def test_the_wheel_ships_the_package_data_the_commands_read(tmp_path: Path) -> None:
     # `cleo-grade skill` reads the ct-grade skill file, the rule rubric its cleo.toml.
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "pytest_cleo_grade",
-        source / "pytest_cleo_grade",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    out = tmp_path / "wheel"
-    out.mkdir()
-    hook = (
-        "import sys\n"
-        "from setuptools import build_meta\n"
-        "print(build_meta.build_wheel(sys.argv[1]))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", hook, str(out)],
-        cwd=source,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    with zipfile.ZipFile(out / done.stdout.strip().splitlines()[-1]) as wheel:
+    wheel_path = _build_hook(tmp_path, "build_wheel", timeout=300)
+    with zipfile.ZipFile(wheel_path) as wheel:
         names = set(wheel.namelist())
         skill = wheel.read("pytest_cleo_grade/cli/ct_grade_skill.md").decode("utf-8")
     assert "pytest_cleo_grade/rubrics/cleo.toml" in names
