@@ -6,7 +6,7 @@ line's run id (``runId``) where the history has one, else its ``series`` (the ru
 pytest run of a repeated test), else each line on its own, in the history's order. A flip is
 two consecutive runs of the window with different verdicts; the flip rate is flips over
 (runs - 1). A run passes when its line says so (``cleoStatus``: ``passed``; ``below`` and
-``ungradable`` fail), else when its percentage reaches the line's ``failUnder`` or the
+``ungradable`` fail), else when its percentage reaches the line's ``cleoThreshold`` or the
 threshold given.
 """
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pytest_cleo_grade.core.models import GradeResult
+from pytest_cleo_grade.grading._run_ids import RUN_ID_KEY, STATUS_KEY, THRESHOLD_KEY
 from pytest_cleo_grade.grading._runs import SERIES_KEY
 from pytest_cleo_grade.grading._verdict import passes
 
@@ -32,10 +33,6 @@ __all__ = [
 
 #: The pytest runs of a test ``cleo-grade flaky`` looks at, unless ``--runs`` says.
 DEFAULT_WINDOW: Final = 10
-#: The extra keys a run id or status may have on a history line (written by other versions).
-_RUN_ID_KEYS: Final = ("runId", "run_id")
-_STATUS_KEYS: Final = ("cleoStatus", "cleo_status", "status")
-THRESHOLD_KEY: Final = "failUnder"
 
 
 class NoThreshold(ValueError):
@@ -101,9 +98,9 @@ def _extra(result: GradeResult) -> dict[str, Any]:
 
 def _group(result: GradeResult, number: int) -> tuple[str, object]:
     extra = _extra(result)
-    for key in _RUN_ID_KEYS:
-        if isinstance(extra.get(key), str) and extra[key]:
-            return ("run", extra[key])
+    run = extra.get(RUN_ID_KEY)
+    if isinstance(run, str) and run:
+        return ("run", run)
     if extra.get(SERIES_KEY) is not None and extra.get("run") is not None:
         return ("series", extra[SERIES_KEY])
     return ("line", number)
@@ -112,10 +109,9 @@ def _group(result: GradeResult, number: int) -> tuple[str, object]:
 def verdict_of(result: GradeResult, threshold: float | None) -> bool:
     """Whether one run passed (see the module's docstring); NoThreshold when it cannot say."""
     extra = _extra(result)
-    for key in _STATUS_KEYS:
-        status = extra.get(key)
-        if status in ("passed", "below", "ungradable"):
-            return bool(status == "passed")
+    status = extra.get(STATUS_KEY)
+    if status in ("passed", "below", "ungradable"):
+        return bool(status == "passed")
     own = extra.get(THRESHOLD_KEY)
     if isinstance(own, int | float) and not isinstance(own, bool):
         return passes(result.percent, float(own))

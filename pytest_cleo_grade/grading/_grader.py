@@ -260,10 +260,7 @@ def grade_test(
     # A comparison grades the agent's output (set_output), which an empty log does not void.
     if result.entry_count == 0 and not allow_empty and not comparison:
         raise GradingFailed(f"cleo-grade: {nodeid}: {NOTHING_CAPTURED}")
-    # The threshold on the history line lets `cleo-grade flaky` tell each run's verdict.
     update: dict[str, Any] = {"testId": nodeid}
-    if threshold is not None:
-        update["failUnder"] = threshold
     trace = session.graded_trace()
     if trace is not None and "traceId" not in (result.model_extra or {}):
         update["traceId"] = trace  # where an export puts the grade (Langfuse: the trace)

@@ -53,8 +53,8 @@ def test_flip_rate_counts_verdict_changes_between_consecutive_runs() -> None:
 def test_statuses_and_line_thresholds_beat_the_given_threshold() -> None:
     lines = [
         grade("t::a", 90, 0, cleoStatus="below"),  # a status says it
-        grade("t::a", 50, 1, failUnder=40),  # its own threshold
-        grade("t::a", 90, 2, cleo_status="ungradable"),
+        grade("t::a", 50, 1, cleoThreshold=40),  # its own threshold
+        grade("t::a", 90, 2, cleoStatus="ungradable"),
     ]
     (test,) = flip_table(lines, threshold=95)
     assert test.verdicts == (False, True, False)
@@ -128,7 +128,7 @@ def test_write_quarantine_adds_flipped_tests_and_releases_them_after_m_stable_ru
 ) -> None:
     path = tmp_path / "GRADES.jsonl"
     quarantine = tmp_path / "q.json"
-    history(path, [grade("t::a", 40 if at % 2 else 90, at, failUnder=70) for at in range(4)])
+    history(path, [grade("t::a", 40 if at % 2 else 90, at, cleoThreshold=70) for at in range(4)])
     args = ["flaky", "--history", str(path), "--write-quarantine", str(quarantine)]
     assert main([*args, "--stable-runs", "3"]) == 0
     assert "quarantine" in capsys.readouterr().out
@@ -137,11 +137,11 @@ def test_write_quarantine_adds_flipped_tests_and_releases_them_after_m_stable_ru
     assert first.stable_runs == 3
     assert first.tests[0].reason == "3 flips in 4 runs (100%)"
     # Two passing runs: stable for 2 of the 3 the file asks; still quarantined.
-    history(path, [grade("t::a", 90, at, failUnder=70) for at in (10, 11)])
+    history(path, [grade("t::a", 90, at, cleoThreshold=70) for at in (10, 11)])
     assert main(args) == 0
     assert read_quarantine(quarantine).ids == {"t::a"}
     # The third: released (M is kept in the file).
-    history(path, [grade("t::a", 90, 12, failUnder=70)])
+    history(path, [grade("t::a", 90, 12, cleoThreshold=70)])
     capsys.readouterr()
     assert main([*args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -161,7 +161,7 @@ def test_write_quarantine_adds_flipped_tests_and_releases_them_after_m_stable_ru
 def test_a_bad_quarantine_file_is_one_line_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
 ) -> None:
-    path = history(tmp_path / "GRADES.jsonl", [grade("t::a", 40, 0, failUnder=70)])
+    path = history(tmp_path / "GRADES.jsonl", [grade("t::a", 40, 0, cleoThreshold=70)])
     quarantine = tmp_path / "q.json"
     quarantine.write_text(text)
     assert main(["flaky", "--history", str(path), "--write-quarantine", str(quarantine)]) == 2
