@@ -33,8 +33,12 @@ typecheck: $(STAMP)
 # With PYTHONDONTWRITEBYTECODE set (some shells and images set it), every xdist worker and
 # every Python a test starts compiled the whole package and its dependencies again; the
 # suite keeps its bytecode cache (__pycache__, ignored by git) whatever the shell says.
+# tests/temp_root.sh says where the suite's temporary files go (a tmpfs when there is one with
+# room, and then a passing test's directory is removed when it ends); a TMPDIR you set wins.
 test: lint typecheck
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 2 -q $(PYTEST_ARGS)
+	@tmp=$$(sh tests/temp_root.sh); set -x; \
+	env -u PYTHONDONTWRITEBYTECODE $${tmp:+TMPDIR=$$tmp} $(BIN)/python -m pytest -n 2 --dist worksteal -q \
+		$${tmp:+-o tmp_path_retention_policy=failed} $(PYTEST_ARGS)
 
 schemas: $(STAMP)
 	$(BIN)/python -m pytest_cleo_grade.core.schemas schemas

@@ -7,6 +7,7 @@ points that must stay light.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -52,7 +53,9 @@ def folder_of(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else None
 
 
-def imports_of(path: Path) -> set[str]:
+@functools.cache
+def imports_of(path: Path) -> frozenset[str]:
+    """Every name a module imports (parsed once: every check below reads it)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -66,13 +69,14 @@ def imports_of(path: Path) -> set[str]:
                     names.add(candidate)
                 else:
                     names.add(node.module)
-    return names
+    return frozenset(names)
 
 
 MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 FOLDERS = sorted({f for f in map(folder_of, MODULES) if f is not None})
 
 
+@functools.cache
 def folder_imports() -> dict[str, set[str]]:
     """Which folders each folder imports (its own left out)."""
     graph: dict[str, set[str]] = {folder: set() for folder in FOLDERS}
