@@ -107,6 +107,7 @@ _stuck: set[Path] = set()
 def _lock(
     fd: int, path: Path, timeout: float | None = None, outcome: str = "nothing appended"
 ) -> None:
+    appending = timeout is None  # a writer's wait, which _stuck shortens
     if timeout is None:
         timeout = 0.0 if path in _stuck else LOCK_TIMEOUT_S
     deadline = time.monotonic() + timeout
@@ -116,7 +117,8 @@ def _lock(
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                _stuck.add(path)
+                if appending:
+                    _stuck.add(path)
                 raise HistoryError(
                     f"{path}: locked by another process for more than {timeout:.0f} s "
                     f"(a hung or stopped cleo-grade or pytest?): {outcome}"
@@ -124,7 +126,8 @@ def _lock(
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
         else:
-            _stuck.discard(path)
+            if appending:
+                _stuck.discard(path)
             return
 
 

@@ -1,0 +1,94 @@
+"""``cleo-grade history compact`` against a real second process holding the history's lock
+(a pytest run appending its grades): it waits, or says so in one line, and loses nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.cli import main
+from tests.cli.test_history_compact import HISTORY, archive_rows, line, merged, runs_history
+from tests.processes import DEADLINE, read_line, wait_until_open
+
+pytestmark = pytest.mark.e2e
+
+BIN = Path(sys.executable).parent
+
+#: A writer of the history as pytest's controller is one: it takes the lock the way
+#: append_grades does, says so, and appends its line (argv[2]) once told to (a line on stdin).
+HOLDER = """
+import os, sys
+from pathlib import Path
+from pytest_cleo_grade.store import history
+with history._locked_append(Path(sys.argv[1])) as fd:
+    print("locked", flush=True)
+    sys.stdin.readline()
+    os.write(fd, sys.argv[2].encode())
+"""
+
+
+def holding(path: Path, text: bytes) -> subprocess.Popen[bytes]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), text.decode()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout is not None
+    assert read_line(holder.stdout.fileno()) == b"locked\n"
+    return holder
+
+
+def release(holder: subprocess.Popen[bytes]) -> None:
+    assert holder.stdin is not None
+    holder.stdin.write(b"go\n")
+    holder.stdin.close()
+    assert holder.wait(timeout=DEADLINE) == 0
+    assert holder.stdout is not None
+    holder.stdout.close()
+
+
+def test_a_history_held_by_a_writer_is_one_line_and_stays_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    original = runs_history(tmp_path, 3)
+    appended = line("t::0", 90, "run-3")
+    holder = holding(tmp_path / HISTORY, appended)
+    try:
+        assert main(["history", "compact", "--keep-runs", "1", "--wait", "0"]) == 2
+    finally:
+        release(holder)
+    assert capsys.readouterr().err == (
+        f"cleo-grade: error: {tmp_path / HISTORY}: locked by another process for more than "
+        "0 s (a hung or stopped cleo-grade or pytest?): nothing changed\n"
+    )
+    assert (tmp_path / HISTORY).read_bytes() == original + appended
+    assert archive_rows(tmp_path) == []
+
+
+def test_compact_waits_for_a_writer_holding_the_lock_and_keeps_its_line(
+    tmp_path: Path,
+) -> None:
+    original = runs_history(tmp_path, 3)
+    appended = line("t::0", 90, "run-3")  # the newest run's: kept
+    holder = holding(tmp_path / HISTORY, appended)
+    try:
+        command = ["history", "compact", "--keep-runs", "1", "--wait", str(DEADLINE)]
+        compact = subprocess.Popen(
+            [str(BIN / "cleo-grade"), *command],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        wait_until_open(compact.pid, tmp_path / HISTORY)
+    finally:
+        release(holder)  # its line lands while compact waits for the lock
+    out, err = compact.communicate(timeout=DEADLINE)
+    assert (compact.returncode, err) == (0, b"")
+    assert out.startswith(b"cleo-grade: kept 1 run (1 line), archived 3 runs (6 lines)")
+    kept = (tmp_path / HISTORY).read_bytes()
+    assert kept == appended
+    assert merged(kept, archive_rows(tmp_path)) == original + appended
