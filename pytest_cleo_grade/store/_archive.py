@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,12 @@ State = Literal["pending", "done", "restoring"]
 
 #: How many archived lines one INSERT statement carries.
 _INSERT_CHUNK: Final = 1000
+#: How a line's bytes are kept. Compressed: grade lines shrink to about 40 % one by one,
+#: and a 2 kB line, alone on a 4 kB page uncompressed, shares it with four others, so the
+#: store a CI cache carries grows by a fifth of what the history loses rather than twice it.
+_ENCODING: Final = "zlib"
+#: zlib's fastest level: within a few percent of the default's size, in two thirds the time.
+_LEVEL: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +152,8 @@ def add_batch(
                         line.test_id,
                         line.session_id,
                         line.timestamp,
-                        line.raw,
+                        _ENCODING,
+                        zlib.compress(line.raw, _LEVEL),
                     )
                 )
                 if len(chunk) >= _INSERT_CHUNK:
@@ -164,7 +172,7 @@ def add_batch(
 def _insert_lines(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
     conn.executemany(
         "INSERT INTO history_archive (batch, line_number, run_id, test_id, session_id, "
-        "timestamp, raw) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "timestamp, encoding, raw) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         rows,
     )
 
@@ -218,15 +226,31 @@ def batch_lines(store: AuditStore, batch: int) -> Iterator[ArchivedLine]:
     """A batch's lines by line number, read a few at a time (not the batch at once)."""
     try:
         cursor = store._conn.execute(
-            "SELECT line_number, run_id, test_id, session_id, timestamp, raw "
+            "SELECT line_number, run_id, test_id, session_id, timestamp, encoding, raw "
             "FROM history_archive WHERE batch = ? ORDER BY line_number",
             (batch,),
         )
         while rows := cursor.fetchmany(_INSERT_CHUNK):
             for row in rows:
-                yield ArchivedLine(row[0], row[1], row[2], row[3], row[4], bytes(row[5]))
+                raw = _decoded(row[5], row[6], store.path, row[0])
+                yield ArchivedLine(row[0], row[1], row[2], row[3], row[4], raw)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{store.path}: cannot read the history archive: {describe(exc)}") from exc
+
+
+def _decoded(encoding: object, raw: object, path: Path, number: int) -> bytes:
+    """An archived line's bytes; StoreError for one the archive cannot give back whole
+    (a restore writes nothing rather than a file missing a line)."""
+    try:
+        if encoding == _ENCODING and isinstance(raw, bytes):
+            return zlib.decompress(raw)
+    except zlib.error as exc:
+        raise StoreError(
+            f"{path}: history archive line {number}: corrupt ({exc}): nothing restored"
+        ) from exc
+    raise StoreError(
+        f"{path}: history archive line {number}: unknown encoding {encoding!r}: nothing restored"
+    )
 
 
 def archived_run_lines(store: AuditStore, key: str, run_id: str) -> int:

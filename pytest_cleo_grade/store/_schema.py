@@ -141,8 +141,8 @@ def _create_conversation(db: Database) -> None:
 @MIGRATIONS(name="0004_history_archive")
 def _create_history_archive(db: Database) -> None:
     # Lines `cleo-grade history compact` moved out of a GRADES.jsonl (store._archive): each
-    # compaction is a batch, its lines kept byte for byte (a BLOB: a corrupt line is not even
-    # UTF-8) with the place they held, so `history restore` puts back the very file.
+    # compaction is a batch, its lines kept byte for byte (a BLOB, zlib-compressed: see
+    # ``encoding``) with the place they held, so `history restore` puts back the very file.
     db.execute(
         """
         CREATE TABLE history_archive_batches (
@@ -171,6 +171,7 @@ def _create_history_archive(db: Database) -> None:
             test_id TEXT,
             session_id TEXT,
             timestamp TEXT,
+            encoding TEXT NOT NULL,
             raw BLOB NOT NULL
         )
         """

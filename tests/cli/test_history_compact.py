@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import zlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -60,10 +61,10 @@ def archive_rows(root: Path) -> list[tuple[int, int, str | None, str | None, byt
     conn = sqlite3.connect(root / STORE)
     try:
         return [
-            (row[0], row[1], row[2], row[3], bytes(row[4]))
+            (row[0], row[1], row[2], row[3], zlib.decompress(row[4]))
             for row in conn.execute(
                 "SELECT batch, line_number, run_id, test_id, raw FROM history_archive "
-                "ORDER BY batch, line_number"
+                "WHERE encoding = 'zlib' ORDER BY batch, line_number"
             )
         ]
     finally:
