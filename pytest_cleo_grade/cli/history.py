@@ -141,7 +141,7 @@ def run_restore(args: argparse.Namespace) -> int:
 
     where = "cleo-grade history restore"
     # A history lost since (a cache that kept only the store) is restored from the archive.
-    history, store = _paths(args, where, history_needed=False)
+    history, store = _paths(args, where, history_needed=args.dry_run)
     try:
         done = restore(history, store, dry_run=args.dry_run, wait=args.wait)
     except OSError as exc:

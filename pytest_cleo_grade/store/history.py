@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import fcntl
 import json
 import os
@@ -22,6 +23,7 @@ from pytest_cleo_grade.core._files import (
     SQLITE_HEADER,
     SURROGATE_ESCAPE,
     NotRegularFileError,
+    SymlinkRefusedError,
     check_nesting,
     compact_json_utf8,
     finite_float,
@@ -168,7 +170,12 @@ def locked_history(path: str | os.PathLike[str], *, timeout: float) -> Iterator[
     HistoryError after ``timeout`` seconds of another process holding the lock."""
     target = Path(path)
     while True:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the file is rewritten: never through a link
+                raise SymlinkRefusedError(target) from None
+            raise
         try:
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):

@@ -255,6 +255,22 @@ def test_a_store_or_a_history_that_is_not_one_is_refused_untouched(
     assert archive_rows(project) == []
 
 
+def test_a_history_that_is_a_symbolic_link_is_never_rewritten_through_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = runs_history(project, 3)
+    (project / "elsewhere.jsonl").write_bytes(original)
+    (project / HISTORY).unlink()
+    (project / HISTORY).symlink_to(project / "elsewhere.jsonl")
+    assert main(["history", "compact", "--keep-runs", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"cleo-grade history compact: {project / HISTORY}: is a symbolic link; refusing to "
+        "write through it (remove it or name the real file)\n"
+    )
+    assert (project / "elsewhere.jsonl").read_bytes() == original
+    assert (project / HISTORY).is_symlink()
+
+
 def test_a_store_of_a_newer_version_is_refused_before_the_history_changes(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -92,3 +93,16 @@ def test_compact_waits_for_a_writer_holding_the_lock_and_keeps_its_line(
     kept = (tmp_path / HISTORY).read_bytes()
     assert kept == appended
     assert merged(kept, archive_rows(tmp_path)) == original + appended
+
+
+@pytest.mark.parametrize("argv", [["history", "--help"], ["history", "compact", "--help"]])
+def test_history_help_loads_neither_pydantic_nor_the_store(argv: list[str]) -> None:
+    from tests.cli.test_main import PROBE
+
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, check=True
+    )
+    status, out, modules = json.loads(done.stdout)
+    assert status == 0 and "usage: cleo-grade history" in out
+    assert not {m.split(".")[0] for m in modules} & {"pydantic", "sqlite_utils", "sqlite3"}
+    assert "pytest_cleo_grade.store._compact" not in modules
