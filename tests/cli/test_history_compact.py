@@ -438,3 +438,36 @@ def test_history_help_lists_its_actions(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     for option in ("--keep-runs N", "--history PATH", "--db PATH, --store PATH", "--dry-run"):
         assert option in out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_any_mix_of_runs_compactions_and_appends_restores_to_the_very_bytes(
+    project: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
+    import random
+
+    chance = random.Random(seed)
+    runs = [None, *(f"run-{n}" for n in range(6))]
+    junk = [b"\n", b"garbage\n", b"[1, 2]\n", b'{"runId": "run-1"}\n', b"\x80\x81\n"]
+
+    def some_lines(count: int, at: int) -> bytes:
+        return b"".join(
+            chance.choice(junk)
+            if chance.random() < 0.1
+            else line(f"t::{chance.randrange(4)}", at + i, chance.choice(runs))
+            for i in range(count)
+        )
+
+    expected = write(project, some_lines(40, 0))
+    for round_ in range(3):
+        keep = chance.randrange(1, 5)
+        assert main(["history", "compact", "--keep-runs", str(keep)]) == 0
+        appended = some_lines(chance.randrange(0, 8), 100 * (round_ + 1))
+        with (project / HISTORY).open("ab") as history:
+            history.write(appended)
+        expected += appended
+    assert len({row[0] for row in archive_rows(project)}) >= 2  # batches to undo, in turn
+    capsys.readouterr()
+    assert main(["history", "restore"]) == 0
+    assert (project / HISTORY).read_bytes() == expected
+    assert archive_rows(project) == []
