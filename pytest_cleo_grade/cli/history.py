@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Final
 from pytest_cleo_grade.cli.common import CommandError, add_history_option, db_path, history_path
 
 if TYPE_CHECKING:
-    from pytest_cleo_grade.store._compact import Compaction, Restoration, RunLines
+    from pytest_cleo_grade.store._compact import Compaction, RunLines
+    from pytest_cleo_grade.store._restore import Restoration
 
 __all__ = ["archived_run_hint", "register"]
 
@@ -137,7 +138,7 @@ def run_compact(args: argparse.Namespace) -> int:
 
 def run_restore(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.core._text import terminal_text
-    from pytest_cleo_grade.store._compact import restore
+    from pytest_cleo_grade.store._restore import restore
 
     where = "cleo-grade history restore"
     # A history lost since (a cache that kept only the store) is restored from the archive.

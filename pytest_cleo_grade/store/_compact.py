@@ -1,5 +1,5 @@
 """Compacting GRADES.jsonl: older runs' lines moved into the store's archive, the file
-rewritten atomically under its writers' lock, and put back byte for byte by a restore.
+rewritten atomically under its writers' lock (store._restore puts the lines back).
 
 Crash safety, step by step (``compact``): the new file is written beside the old one and
 fsynced; the archive's batch is committed as ``pending``; the new file replaces the old one
@@ -16,33 +16,33 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import stat
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Final
+from typing import Final
 
-from pytest_cleo_grade.core._files import MAX_LINE_BYTES, exclusive_temp_file
+from pytest_cleo_grade.core._files import MAX_LINE_BYTES
 from pytest_cleo_grade.core.errors import HistoryError
-from pytest_cleo_grade.core.models import format_timestamp
 from pytest_cleo_grade.store._archive import (
     ArchivedLine,
-    Batch,
     BatchFacts,
     add_batch,
-    batch_lines,
-    batches,
-    drop_batches,
     history_key,
     set_state,
+)
+from pytest_cleo_grade.store._rewrite import (
+    COPY_CHUNK,
+    now,
+    put_in_place,
+    reader,
+    settle,
+    temp_beside,
 )
 from pytest_cleo_grade.store._store import AuditStore
 from pytest_cleo_grade.store.history import locked_history
 
-__all__ = ["LEGACY_RUN", "Compaction", "Restoration", "RunLines", "compact", "restore"]
+__all__ = ["LEGACY_RUN", "Compaction", "RunLines", "compact"]
 
 #: How the lines that carry no run id (written before lines carried one) are named: they
 #: are one run, the legacy one, as old as its newest line.
@@ -52,7 +52,6 @@ LEGACY_RUN: Final = "(lines without a run id)"
 #: the readers' line limit, without its newline). It stays where it is, warned about by
 #: every reader as before.
 _UNREAD: Final = -1
-_COPY_CHUNK: Final = 1 << 20
 
 
 @dataclass(slots=True)
@@ -96,21 +95,6 @@ class Compaction:
 
 
 @dataclass(slots=True)
-class Restoration:
-    """What a restore did (or, dry, would do)."""
-
-    batches: int = 0
-    lines: int = 0
-    runs: int = 0
-    size_before: int = 0
-    size_after: int = 0
-    #: Batches whose kept lines no longer start the history (it was replaced or edited
-    #: since): their lines were put back before it rather than between its lines.
-    misplaced: list[str] = field(default_factory=list)
-    settled: int = 0
-
-
-@dataclass(slots=True)
 class _Scan:
     """Pass one over the history: each line's start and owner, and each run's totals."""
 
@@ -142,7 +126,7 @@ def compact(
         raise HistoryError(f"{store_path}: no audit store there (name one with --db)")
     with AuditStore(store_path) as store, locked_history(history, timeout=wait) as fd:
         key = history_key(store_path, history)
-        settled = _settle(store, key, fd)
+        settled = settle(store, key, fd)
         scan = _scan(fd, str(history))
         keep = _runs_kept(scan.runs, keep_runs)
         report = Compaction(
@@ -169,8 +153,8 @@ def compact(
                 kept_bytes=report.size_after,
                 kept_sha256=digest,
             )
-            batch = add_batch(store, key, _now(), facts, _ArchivedLines(fd, scan, kept))
-            _replace(written, history)
+            batch = add_batch(store, key, now(), facts, _ArchivedLines(fd, scan, kept))
+            put_in_place(written, history)
             partial = None
         finally:
             if partial is not None:
@@ -178,56 +162,6 @@ def compact(
                     partial.unlink()
         set_state(store, [batch], "done")
         return report
-
-
-def restore(history: Path, store_path: Path, *, dry_run: bool, wait: float) -> Restoration:
-    """Put every line the archive holds for ``history`` back where it was, newest batch
-    first (each undone onto the file the next older one left), and drop them from the
-    archive. A missing history is restored as the archive holds it."""
-    if not store_path.is_file():
-        raise HistoryError(f"{store_path}: no audit store there (name one with --db)")
-    with AuditStore(store_path) as store:
-        if not history.exists() and not dry_run:
-            _create_empty(history)
-        with locked_history(history, timeout=wait) as fd:
-            key = history_key(store_path, history)
-            report = Restoration(settled=_settle(store, key, fd))
-            done = [batch for batch in batches(store, key) if batch.state == "done"]
-            report.size_before = os.fstat(fd).st_size
-            if not done:
-                report.size_after = report.size_before
-                return report
-            report.batches = len(done)
-            runs: set[str | None] = set()
-            for batch in done:
-                for line in batch_lines(store, batch.id):
-                    report.lines += 1
-                    runs.add(line.run_id)
-            report.runs = len(runs)
-            report.size_after = report.size_before + sum(
-                b.facts.original_bytes - b.facts.kept_bytes for b in done
-            )
-            if dry_run:
-                # Only the newest batch's kept lines start the file as it is; the older
-                # ones start the file each undo leaves, which a dry run does not write.
-                if not _starts_with_kept(fd, done[-1]):
-                    report.misplaced = [done[-1].archived_at]
-                return report
-            written = _restored_file(store, fd, history, done, report)
-            partial: Path | None = written
-            try:
-                size, digest = _size_and_hash(written)
-                report.size_after = size
-                ids = [batch.id for batch in done]
-                set_state(store, ids, "restoring", (size, digest))
-                _replace(written, history)
-                partial = None
-            finally:
-                if partial is not None:
-                    with contextlib.suppress(OSError):
-                        partial.unlink()
-            drop_batches(store, ids)
-            return report
 
 
 # -- pass one: who owns each line ----------------------------------------------------------
@@ -239,7 +173,7 @@ def _scan(fd: int, where: str) -> _Scan:
     shared: dict[str, str] = {}  # one string per distinct test id, not one per line
     digest = hashlib.sha256()
     offset = 0
-    with _reader(fd) as handle:
+    with reader(fd) as handle:
         while line := handle.readline(MAX_LINE_BYTES + 1):
             digest.update(line)
             number = len(scan.offsets) + 1
@@ -247,7 +181,7 @@ def _scan(fd: int, where: str) -> _Scan:
             offset += len(line)
             if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
                 # Longer than any reader reads: read through, never held whole.
-                while not line.endswith(b"\n") and (line := handle.readline(_COPY_CHUNK)):
+                while not line.endswith(b"\n") and (line := handle.readline(COPY_CHUNK)):
                     digest.update(line)
                     offset += len(line)
                 scan.owners.append(_UNREAD)
@@ -321,7 +255,7 @@ def _write_kept(fd: int, history: Path, scan: _Scan, kept: array[int]) -> tuple[
     """The kept lines, in order, in a new fsynced file beside ``history``; its path and
     the SHA-256 of its content."""
     digest = hashlib.sha256()
-    out_fd, partial = _temp_beside(history, os.fstat(fd))
+    out_fd, partial = temp_beside(history, os.fstat(fd))
     try:
         with os.fdopen(out_fd, "wb") as out:
             index = 0
@@ -367,191 +301,14 @@ class _ArchivedLines:
             yield ArchivedLine(index + 1, run.run_id, keys[0], keys[1], keys[2], raw)
 
 
-# -- restore ----------------------------------------------------------------------------
-
-
-def _restored_file(
-    store: AuditStore, fd: int, history: Path, done: list[Batch], report: Restoration
-) -> Path:
-    """The history with every ``done`` batch undone, newest first, in an fsynced file
-    beside it."""
-    source: Path | None = None  # None: the locked history itself
-    try:
-        for batch in reversed(done):
-            out_fd, partial = _temp_beside(history, os.fstat(fd))
-            with os.fdopen(out_fd, "wb") as out:
-                with _open_source(fd, source) as src:
-                    if _prefix_is(src, batch.facts.kept_bytes, batch.facts.kept_sha256):
-                        _merge(store, batch, src, out)
-                    else:
-                        report.misplaced.append(batch.archived_at)
-                        _put_before(store, batch, src, out)
-                out.flush()
-                os.fsync(out.fileno())
-            if source is not None:
-                source.unlink()
-            source = partial
-    except BaseException:
-        if source is not None:
-            with contextlib.suppress(OSError):
-                source.unlink()
-        raise
-    assert source is not None
-    return source
-
-
-def _merge(store: AuditStore, batch: Batch, src: IO[bytes], out: IO[bytes]) -> None:
-    """The file before ``batch``: its archived lines back between the kept lines that
-    start ``src``, then whatever was appended after the compaction."""
-    src.seek(0)
-    position = 1  # the number, in the file before the batch, of the next line written
-    for line in batch_lines(store, batch.id):
-        _copy_lines(src, out, line.line_number - position)
-        out.write(line.raw)
-        position = line.line_number + 1
-    shutil.copyfileobj(src, out, _COPY_CHUNK)
-
-
-def _put_before(store: AuditStore, batch: Batch, src: IO[bytes], out: IO[bytes]) -> None:
-    # The history no longer starts with what compact kept (replaced by a cache miss, edited):
-    # the archived lines, older than anything in it, go first, in their order.
-    for line in batch_lines(store, batch.id):
-        out.write(line.raw)
-    src.seek(0)
-    shutil.copyfileobj(src, out, _COPY_CHUNK)
-
-
-def _copy_lines(src: IO[bytes], out: IO[bytes], count: int) -> None:
-    """Copy ``count`` whole lines (however long) from ``src`` to ``out``."""
-    while count > 0:
-        piece = src.readline(_COPY_CHUNK)
-        if not piece:
-            return
-        out.write(piece)
-        if piece.endswith(b"\n"):
-            count -= 1
-
-
-# -- settling what an interrupted command left ----------------------------------------------
-
-
-def _settle(store: AuditStore, key: str, fd: int) -> int:
-    """Settle the batches an interrupted compaction or restore left; how many there were."""
-    settled = 0
-    for batch in batches(store, key):
-        if batch.state == "pending":
-            settled += 1
-            facts = batch.facts
-            with _reader(fd) as handle:
-                replaced = not _prefix_is(handle, facts.original_bytes, facts.original_sha256)
-            if replaced:
-                set_state(store, [batch.id], "done")
-            else:  # the history is still the file compact read: its lines never left it
-                drop_batches(store, [batch.id])
-        elif batch.state == "restoring":
-            settled += 1
-            assert batch.restored_bytes is not None and batch.restored_sha256 is not None
-            with _reader(fd) as handle:
-                put_back = _prefix_is(handle, batch.restored_bytes, batch.restored_sha256)
-            if put_back:
-                drop_batches(store, [batch.id])
-            else:
-                set_state(store, [batch.id], "done")
-    return settled
-
-
-def _starts_with_kept(fd: int, batch: Batch) -> bool:
-    with _reader(fd) as handle:
-        return _prefix_is(handle, batch.facts.kept_bytes, batch.facts.kept_sha256)
-
-
-def _prefix_is(handle: IO[bytes], size: int, sha256: str) -> bool:
-    """Whether the first ``size`` bytes of ``handle`` hash to ``sha256``."""
-    handle.seek(0)
-    digest = hashlib.sha256()
-    left = size
-    while left > 0:
-        chunk = handle.read(min(left, _COPY_CHUNK))
-        if not chunk:
-            return False
-        digest.update(chunk)
-        left -= len(chunk)
-    return digest.hexdigest() == sha256
-
-
 # -- files ------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _reader(fd: int) -> Iterator[IO[bytes]]:
-    """A buffered reader of the locked descriptor from its start (its own descriptor: the
-    lock stays with ``fd``)."""
-    handle = os.fdopen(os.dup(fd), "rb")
-    try:
-        handle.seek(0)
-        yield handle
-    finally:
-        handle.close()
-
-
-@contextlib.contextmanager
-def _open_source(fd: int, source: Path | None) -> Iterator[IO[bytes]]:
-    if source is None:
-        with _reader(fd) as handle:
-            yield handle
-    else:
-        with source.open("rb") as handle:
-            yield handle
 
 
 def _chunks(fd: int, start: int, size: int) -> Iterator[bytes]:
     while size > 0:
-        chunk = os.pread(fd, min(size, _COPY_CHUNK), start)
+        chunk = os.pread(fd, min(size, COPY_CHUNK), start)
         if not chunk:
             raise HistoryError("the history changed while it was locked: nothing archived")
         yield chunk
         start += len(chunk)
         size -= len(chunk)
-
-
-def _temp_beside(history: Path, like: os.stat_result) -> tuple[int, Path]:
-    """A new file beside the history, with the history's permissions."""
-    try:
-        fd, partial = exclusive_temp_file(history)
-    except OSError as exc:
-        raise HistoryError(
-            f"{history}: cannot write a file beside it: {exc.strerror or exc}: nothing changed"
-        ) from exc
-    os.fchmod(fd, stat.S_IMODE(like.st_mode))
-    return fd, partial
-
-
-def _replace(partial: Path, history: Path) -> None:
-    os.replace(partial, history)
-    # The rename itself survives a power cut only once the directory is synced.
-    directory = os.open(history.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
-def _create_empty(history: Path) -> None:
-    from pytest_cleo_grade.core._files import make_parents, open_append_no_follow
-
-    make_parents(history)
-    os.close(open_append_no_follow(history))
-
-
-def _size_and_hash(path: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(_COPY_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
-
-
-def _now() -> str:
-    return format_timestamp(datetime.now(UTC))
