@@ -4,6 +4,7 @@ file rewritten atomically, and every byte back, in its place."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import zlib
 from datetime import UTC, datetime, timedelta
@@ -471,3 +472,32 @@ def test_any_mix_of_runs_compactions_and_appends_restores_to_the_very_bytes(
     assert main(["history", "restore"]) == 0
     assert (project / HISTORY).read_bytes() == expected
     assert archive_rows(project) == []
+
+
+def _shape(text: str) -> str:
+    """A line with its numbers, run ids, times and sizes made alike."""
+    text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "TIME", text)
+    text = re.sub(r"\b(github|run)-[\w-]+", "RUN", text)
+    text = re.sub(r"[\d,.]+ (MB|kB|B)\b", "SIZE", text)
+    return re.sub(r"\d[\d,]*", "N", text)
+
+
+def test_the_ci_pages_compact_transcript_is_what_the_command_prints(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "ci.md").read_text(encoding="utf-8")
+    block = page.split("$ cleo-grade history compact --keep-runs 20 --dry-run\n", 1)[1]
+    block = block.split("\n```", 1)[0]
+    shown = [_shape(text) for text in block.splitlines() if text != "..."]
+    runs_history(project, 4)
+    real: list[str] = []
+    for argv in (["--dry-run"], [], []):
+        assert main(["history", "compact", "--keep-runs", "2", *argv]) == 0
+        real.append(
+            f"$ cleo-grade history compact --keep-runs 20{' ' if argv else ''}{''.join(argv)}"
+        )
+        real.extend(capsys.readouterr().out.splitlines())
+    assert shown == [_shape(text) for text in real[1:]]
+    hint = page.split("$ cleo-grade report --run-id github-9100037-1\n", 1)[1].split("\n", 1)[0]
+    assert main(["report", "--run-id", "run-0"]) == 2
+    assert _shape(capsys.readouterr().err.rstrip("\n")) == _shape(hint)
