@@ -88,14 +88,18 @@ def history_key(store: Path, history: Path) -> str:
 
 
 def batches(store: AuditStore, key: str) -> list[Batch]:
-    """The history's batches, oldest first."""
-    rows = _select(
-        store,
-        "SELECT id, archived_at, state, original_lines, original_bytes, original_sha256, "
-        "kept_lines, kept_bytes, kept_sha256, restored_bytes, restored_sha256 "
-        "FROM history_archive_batches WHERE history = ? ORDER BY id",
-        (key,),
-    )
+    """The history's batches, oldest first (none in a store opened read-only that predates
+    the archive)."""
+    try:
+        rows = _select(
+            store,
+            "SELECT id, archived_at, state, original_lines, original_bytes, original_sha256, "
+            "kept_lines, kept_bytes, kept_sha256, restored_bytes, restored_sha256 "
+            "FROM history_archive_batches WHERE history = ? ORDER BY id",
+            (key,),
+        )
+    except _NoArchive:
+        return []
     return [
         Batch(
             id=row[0],

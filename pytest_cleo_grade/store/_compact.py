@@ -124,9 +124,11 @@ def compact(
     HistoryError; FileNotFoundError for a missing history)."""
     if not store_path.is_file():
         raise HistoryError(f"{store_path}: no audit store there (name one with --db)")
-    with AuditStore(store_path) as store, locked_history(history, timeout=wait) as fd:
+    # A dry run opens the store read-only: it neither migrates it nor settles a batch.
+    opened = AuditStore(store_path, read_only=dry_run)
+    with opened as store, locked_history(history, timeout=wait) as fd:
         key = history_key(store_path, history)
-        settled = settle(store, key, fd)
+        settled = 0 if dry_run else settle(store, key, fd)
         scan = _scan(fd, str(history))
         keep = _runs_kept(scan.runs, keep_runs)
         report = Compaction(

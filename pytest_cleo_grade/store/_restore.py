@@ -56,12 +56,13 @@ def restore(history: Path, store_path: Path, *, dry_run: bool, wait: float) -> R
     archive. A missing history is restored as the archive holds it."""
     if not store_path.is_file():
         raise HistoryError(f"{store_path}: no audit store there (name one with --db)")
-    with AuditStore(store_path) as store:
+    # A dry run opens the store read-only: it neither migrates it nor settles a batch.
+    with AuditStore(store_path, read_only=dry_run) as store:
         if not history.exists() and not dry_run:
             _create_empty(history)
         with locked_history(history, timeout=wait) as fd:
             key = history_key(store_path, history)
-            report = Restoration(settled=settle(store, key, fd))
+            report = Restoration(settled=0 if dry_run else settle(store, key, fd))
             done = [batch for batch in batches(store, key) if batch.state == "done"]
             report.size_before = os.fstat(fd).st_size
             if not done:

@@ -193,6 +193,25 @@ def test_dry_run_lists_the_runs_it_would_move_and_changes_nothing(
     assert (project / STORE).read_bytes() == store_before
 
 
+def test_a_dry_run_leaves_a_store_of_before_the_archive_unmigrated(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs_history(project, 3)
+    conn = sqlite3.connect(project / STORE)
+    with conn:  # as a store written before the archive existed
+        conn.execute("DROP TABLE history_archive")
+        conn.execute("DROP TABLE history_archive_batches")
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0004_history_archive'")
+    conn.close()
+    before = (project / STORE).read_bytes()
+    assert main(["history", "compact", "--keep-runs", "1", "--dry-run"]) == 0
+    assert main(["history", "restore", "--dry-run"]) == 0
+    assert (project / STORE).read_bytes() == before
+    assert capsys.readouterr().out.splitlines()[-1].startswith("cleo-grade: nothing to restore")
+    assert main(["history", "compact", "--keep-runs", "1"]) == 0  # migrates, then archives
+    assert len(archive_rows(project)) == 4
+
+
 def test_nothing_to_archive_when_the_history_holds_no_more_runs_than_kept(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
