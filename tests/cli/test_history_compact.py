@@ -520,3 +520,13 @@ def test_the_ci_pages_compact_transcript_is_what_the_command_prints(
     hint = page.split("$ cleo-grade report --run-id github-9100037-1\n", 1)[1].split("\n", 1)[0]
     assert main(["report", "--run-id", "run-0"]) == 2
     assert _shape(capsys.readouterr().err.rstrip("\n")) == _shape(hint)
+
+
+def test_a_run_id_that_drives_a_terminal_is_printed_inert(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(project, line("t::a", 1, "\x1b]0;pwned\x07\x1b[2J") + line("t::a", 2, "run-2"))
+    assert main(["history", "compact", "--keep-runs", "1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert out.startswith("would archive run ")
