@@ -307,40 +307,6 @@ def test_a_store_of_a_newer_version_is_refused_before_the_history_changes(
     assert (project / HISTORY).read_bytes() == original
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
-def test_a_history_whose_directory_cannot_be_written_is_left_as_it_was(
-    project: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    original = runs_history(project, 3)
-    folder = (project / HISTORY).parent
-    folder.chmod(0o555)
-    try:
-        assert main(["history", "compact", "--keep-runs", "1"]) == 2
-    finally:
-        folder.chmod(0o755)
-    assert "cannot write a file beside it" in capsys.readouterr().err
-    assert (project / HISTORY).read_bytes() == original
-    assert archive_rows(project) == []
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only file")
-def test_a_store_that_cannot_be_written_leaves_the_history_as_it_was(
-    project: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    original = runs_history(project, 3)
-    (project / STORE).chmod(0o444)
-    (project / STORE).parent.chmod(0o555)
-    try:
-        assert main(["history", "compact", "--keep-runs", "1"]) == 2
-    finally:
-        (project / STORE).parent.chmod(0o755)
-        (project / STORE).chmod(0o644)
-    err = capsys.readouterr().err
-    assert err.startswith("cleo-grade: error: ") and err.count("\n") == 1
-    assert (project / HISTORY).read_bytes() == original
-    assert archive_rows(project) == []
-
-
 def test_a_full_disk_beside_the_history_changes_neither_it_nor_the_store(
     project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -106,3 +106,52 @@ def test_history_help_loads_neither_pydantic_nor_the_store(argv: list[str]) -> N
     assert status == 0 and "usage: cleo-grade history" in out
     assert not {m.split(".")[0] for m in modules} & {"pydantic", "sqlite_utils", "sqlite3"}
     assert "pytest_cleo_grade.store._compact" not in modules
+
+
+def _without_override() -> list[str]:
+    """The prefix that runs a command unable to write what its permissions refuse: as root,
+    without the capabilities that override them (setpriv, util-linux); else nothing."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permissions refuse root nothing")
+    caps = "-dac_override,-dac_read_search"
+    return [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
+
+
+@pytest.mark.parametrize("locked", ["store", "history's directory"])
+def test_what_cannot_be_written_is_one_line_and_the_history_stays_whole(
+    tmp_path: Path, locked: str
+) -> None:
+    from tests.cli.test_history_compact import STORE
+
+    original = runs_history(tmp_path, 3)
+    made_read_only = (
+        [tmp_path / STORE, tmp_path / STORE.parent]
+        if locked == "store"
+        else [(tmp_path / HISTORY).parent]
+    )
+    for path in made_read_only:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        command = [str(BIN / "cleo-grade"), "history", "compact", "--keep-runs", "1"]
+        done = subprocess.run(
+            [*_without_override(), *command],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+        )
+    finally:
+        for path in made_read_only:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("cleo-grade: error: ") and done.stderr.count("\n") == 1
+    assert ("readonly database" in done.stderr) == (locked == "store")
+    assert (tmp_path / HISTORY).read_bytes() == original
+    assert archive_rows(tmp_path) == []
+    assert sorted(p.name for p in (tmp_path / HISTORY).parent.iterdir()) == ["GRADES.jsonl"]
