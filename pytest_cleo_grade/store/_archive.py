@@ -23,6 +23,7 @@ __all__ = [
     "archived_run_lines",
     "batch_lines",
     "batches",
+    "counted",
     "drop_batches",
     "history_key",
     "set_state",
@@ -255,6 +256,18 @@ def _decoded(encoding: object, raw: object, path: Path, number: int) -> bytes:
     raise StoreError(
         f"{path}: history archive line {number}: unknown encoding {encoding!r}: nothing restored"
     )
+
+
+def counted(store: AuditStore, ids: Sequence[int]) -> tuple[int, int]:
+    """How many lines, and of how many runs (lines without a run id: one), the batches hold."""
+    marks = ", ".join("?" * len(ids))
+    rows = _select(
+        store,
+        f"SELECT count(*), count(DISTINCT coalesce(run_id, '')) FROM history_archive "
+        f"WHERE batch IN ({marks})",
+        list(ids),
+    )
+    return int(rows[0][0]), int(rows[0][1])
 
 
 def archived_run_lines(store: AuditStore, key: str, run_id: str) -> int:

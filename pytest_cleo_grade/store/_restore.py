@@ -16,6 +16,7 @@ from pytest_cleo_grade.store._archive import (
     Batch,
     batch_lines,
     batches,
+    counted,
     drop_batches,
     history_key,
     set_state,
@@ -69,12 +70,7 @@ def restore(history: Path, store_path: Path, *, dry_run: bool, wait: float) -> R
                 report.size_after = report.size_before
                 return report
             report.batches = len(done)
-            runs: set[str | None] = set()
-            for batch in done:
-                for line in batch_lines(store, batch.id):
-                    report.lines += 1
-                    runs.add(line.run_id)
-            report.runs = len(runs)
+            report.lines, report.runs = counted(store, [batch.id for batch in done])
             report.size_after = report.size_before + sum(
                 b.facts.original_bytes - b.facts.kept_bytes for b in done
             )
@@ -107,6 +103,7 @@ def _restored_file(
     """The history with every ``done`` batch undone, newest first, in an fsynced file
     beside it."""
     source: Path | None = None  # None: the locked history itself
+    partial: Path | None = None
     try:
         for batch in reversed(done):
             out_fd, partial = temp_beside(history, os.fstat(fd))
@@ -121,11 +118,12 @@ def _restored_file(
                 os.fsync(out.fileno())
             if source is not None:
                 source.unlink()
-            source = partial
+            source, partial = partial, None
     except BaseException:
-        if source is not None:
-            with contextlib.suppress(OSError):
-                source.unlink()
+        for left in (source, partial):
+            if left is not None:
+                with contextlib.suppress(OSError):
+                    left.unlink()
         raise
     assert source is not None
     return source
