@@ -389,6 +389,7 @@ def test_a_crash_during_a_restore_neither_loses_nor_doubles_a_line(
         monkeypatch.setattr(os, "replace", killed)
         assert main(["history", "restore"]) == 130
         monkeypatch.setattr(os, "replace", real)
+        assert [p.name for p in (project / HISTORY).parent.iterdir()] == ["GRADES.jsonl"]
         if not crash_after_replace:
             assert (project / HISTORY).read_bytes() == compacted
             assert len(archive_rows(project)) == 6
