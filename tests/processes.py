@@ -8,6 +8,7 @@ import os
 import select
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 #: For an inner ``pytest`` run in a subprocess: leaves out a plugin no test here is about.
 #: LangSmith's (installed with the langchain extra) imports its whole client at start-up,
@@ -64,3 +65,26 @@ class Exits:
         for fd in self._fds:
             os.close(fd)
         self._fds.clear()
+
+
+def wait_until_open(pid: int, path: Path, timeout: float = DEADLINE) -> None:
+    """Return once process ``pid`` holds ``path`` open (it is then waiting for its lock);
+    fail if it exits first or the deadline passes."""
+    target = str(path.resolve())
+    watched = os.pidfd_open(pid)
+    try:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            folder = f"/proc/{pid}/fd"
+            for name in os.listdir(folder):
+                try:
+                    if os.readlink(f"{folder}/{name}") == target:
+                        return
+                except FileNotFoundError:
+                    continue  # closed while listed
+            # Wakes at once if the process exits; else looks again in a moment.
+            exited, _, _ = select.select([watched], [], [], 0.005)
+            assert not exited, "the process ended before it opened the history"
+        raise AssertionError(f"process {pid} never opened {target}")
+    finally:
+        os.close(watched)

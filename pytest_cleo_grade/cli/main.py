@@ -66,6 +66,11 @@ COMMANDS: Final = (
         "regrade",
         "grade a run's stored sessions again under the current rubric, into a new run",
     ),
+    (
+        "history",
+        "history",
+        "compact the grade history (archive older runs into the store), or restore it",
+    ),
 )
 _MODULE_OF: Final = {name: module for name, module, _ in COMMANDS}
 

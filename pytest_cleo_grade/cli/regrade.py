@@ -81,7 +81,12 @@ def run_regrade(args: argparse.Namespace) -> int:
         raise CommandError(f"{WHERE}: {history}: its last line carries no run id (pass --run-id)")
     lines = [line for line in of_run(results, run_id) if line.entry_count]
     if not lines:
-        raise CommandError(terminal_text(f"{WHERE}: no graded sessions of run {run_id}"))
+        from pytest_cleo_grade.cli.history import archived_run_hint
+
+        hint = archived_run_hint(args, run_id)
+        raise CommandError(
+            terminal_text(f"{WHERE}: {hint or f'no graded sessions of run {run_id}'}")
+        )
     regraded: list[GradeResult] = []
     with AuditStore(store, read_only=True) as audit:
         for line in lines:

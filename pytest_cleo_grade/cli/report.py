@@ -113,7 +113,7 @@ def run_report(args: argparse.Namespace) -> int:
             count = len(results)
     if not count:
         raise CommandError(f"{where}: {history}: no grades in the history")
-    run_id = _run_id(args.run_id, results)
+    run_id = _run_id(args.run_id, results, args)
     run = latest_run(results, threshold=args.fail_under, gate=args.gate, run_id=run_id)
     if args.html is not None:
         _write_html(args, run, results, history, baseline)
@@ -150,7 +150,9 @@ def _given_run_id(given: str | None) -> str | None:
         return None
 
 
-def _run_id(given: str | None, results: Sequence[GradeResult]) -> str | None:
+def _run_id(
+    given: str | None, results: Sequence[GradeResult], args: argparse.Namespace
+) -> str | None:
     if given is None:
         return None
     from pytest_cleo_grade.grading._run_ids import of_run, parse_run_id
@@ -160,8 +162,15 @@ def _run_id(given: str | None, results: Sequence[GradeResult]) -> str | None:
     except ValueError as exc:
         raise CommandError(f"cleo-grade report: --run-id: {exc}") from None
     if not of_run(results, run_id):
+        from pytest_cleo_grade.cli.history import archived_run_hint
+
+        hint = archived_run_hint(args, run_id)
         raise CommandError(
-            terminal_text(f"cleo-grade report: --run-id: no grades of run {run_id} in the history")
+            terminal_text(
+                f"cleo-grade report: --run-id: {hint}"
+                if hint
+                else f"cleo-grade report: --run-id: no grades of run {run_id} in the history"
+            )
         )
     return run_id
 

@@ -138,6 +138,48 @@ def _create_conversation(db: Database) -> None:
     db.execute("CREATE INDEX idx_conversation_session_time ON conversation (session_id, timestamp)")
 
 
+@MIGRATIONS(name="0004_history_archive")
+def _create_history_archive(db: Database) -> None:
+    # Lines `cleo-grade history compact` moved out of a GRADES.jsonl (store._archive): each
+    # compaction is a batch, its lines kept byte for byte (a BLOB, zlib-compressed: see
+    # ``encoding``) with the place they held, so `history restore` puts back the very file.
+    db.execute(
+        """
+        CREATE TABLE history_archive_batches (
+            id INTEGER PRIMARY KEY,
+            history TEXT NOT NULL,
+            archived_at TEXT NOT NULL,
+            state TEXT NOT NULL,
+            original_lines INTEGER NOT NULL,
+            original_bytes INTEGER NOT NULL,
+            original_sha256 TEXT NOT NULL,
+            kept_lines INTEGER NOT NULL,
+            kept_bytes INTEGER NOT NULL,
+            kept_sha256 TEXT NOT NULL,
+            restored_bytes INTEGER,
+            restored_sha256 TEXT
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE history_archive (
+            id INTEGER PRIMARY KEY,
+            batch INTEGER NOT NULL REFERENCES history_archive_batches (id),
+            line_number INTEGER NOT NULL,
+            run_id TEXT,
+            test_id TEXT,
+            session_id TEXT,
+            timestamp TEXT,
+            encoding TEXT NOT NULL,
+            raw BLOB NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_history_archive_batch ON history_archive (batch, line_number)")
+    db.execute("CREATE INDEX idx_history_archive_run ON history_archive (run_id)")
+
+
 #: (``_sqlite.CURRENT_MIGRATIONS`` repeats them for the CLI's fast writer; a test holds the two
 #: equal.)
 KNOWN_MIGRATIONS: Final = frozenset(m.name for m in MIGRATIONS._migrations)

@@ -39,7 +39,9 @@ MIGRATIONS_TABLE: Final = "_sqlite_migrations"
 MIGRATION_SET: Final = "pytest_cleo_grade"
 #: Every migration the store has (``store._schema.KNOWN_MIGRATIONS``, which a test holds equal):
 #: a store that applied exactly these is current.
-CURRENT_MIGRATIONS: Final = frozenset({"0001_audit_log_and_grades", "0002_conversation"})
+CURRENT_MIGRATIONS: Final = frozenset(
+    {"0001_audit_log_and_grades", "0002_conversation", "0004_history_archive"}
+)
 
 
 def same_file(opened: os.stat_result, path: Path) -> bool:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import fcntl
 import json
 import os
+import stat
 import time
 import warnings
 from collections.abc import Callable, Container, Iterable, Iterator
@@ -20,10 +22,13 @@ from pytest_cleo_grade.core._files import (
     MAX_NESTING,
     SQLITE_HEADER,
     SURROGATE_ESCAPE,
+    NotRegularFileError,
+    SymlinkRefusedError,
     check_nesting,
     compact_json_utf8,
     finite_float,
     iter_lines,
+    kind_of,
     make_parents,
     open_append_no_follow,
     open_regular,
@@ -32,6 +37,7 @@ from pytest_cleo_grade.core._files import (
 from pytest_cleo_grade.core.errors import CleoGradeWarning, HistoryError
 from pytest_cleo_grade.core.models import GradeResult, format_validation_error
 from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+from pytest_cleo_grade.store._sqlite import same_file
 
 __all__ = [
     "DEFAULT_HISTORY",
@@ -40,6 +46,7 @@ __all__ = [
     "grade_line",
     "iter_grades",
     "iter_numbered_grades",
+    "locked_history",
     "read_grades",
     "sync_history",
 ]
@@ -99,46 +106,92 @@ LOCK_TIMEOUT_S: Final = 75.0
 _stuck: set[Path] = set()
 
 
-def _lock(fd: int, path: Path) -> None:
-    deadline = time.monotonic() + (0.0 if path in _stuck else LOCK_TIMEOUT_S)
+def _lock(
+    fd: int, path: Path, timeout: float | None = None, outcome: str = "nothing appended"
+) -> None:
+    appending = timeout is None  # a writer's wait, which _stuck shortens
+    if timeout is None:
+        timeout = 0.0 if path in _stuck else LOCK_TIMEOUT_S
+    deadline = time.monotonic() + timeout
     pause = 0.001
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                _stuck.add(path)
+                if appending:
+                    _stuck.add(path)
                 raise HistoryError(
-                    f"{path}: locked by another process for more than {LOCK_TIMEOUT_S:.0f} s "
-                    "(a hung or stopped cleo-grade or pytest?): nothing appended"
+                    f"{path}: locked by another process for more than {timeout:.0f} s "
+                    f"(a hung or stopped cleo-grade or pytest?): {outcome}"
                 ) from None
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
         else:
-            _stuck.discard(path)
+            if appending:
+                _stuck.discard(path)
             return
 
 
 @contextmanager
 def _locked_append(path: Path) -> Iterator[int]:
     make_parents(path)
-    # Never through a symbolic link (a planted one would carry grades out of the project),
-    # never into a FIFO or a device.
-    fd = open_append_no_follow(path)
-    try:
-        # Checked before the lock: the audit store holds a lock on its own file, which this
-        # process's store (the CLI saving into both) would hold against us for ever.
-        if os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER:
-            raise HistoryError(
-                f"{path}: an SQLite database (an audit store, a CLEO project's database), not "
-                "a grade history: nothing appended (name a .jsonl file)"
-            )
-        # An exclusive lock serialises writers across processes; O_APPEND alone does not
-        # guarantee that a large line is written in one piece.
-        _lock(fd, path)
-        yield fd
-    finally:
-        os.close(fd)  # closing releases the lock
+    while True:
+        # Never through a symbolic link (a planted one would carry grades out of the
+        # project), never into a FIFO or a device.
+        fd = open_append_no_follow(path)
+        try:
+            # Checked before the lock: the audit store holds a lock on its own file, which
+            # this process's store (the CLI saving into both) would hold against us for ever.
+            if os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER:
+                raise HistoryError(
+                    f"{path}: an SQLite database (an audit store, a CLEO project's database), "
+                    "not a grade history: nothing appended (name a .jsonl file)"
+                )
+            # An exclusive lock serialises writers across processes; O_APPEND alone does not
+            # guarantee that a large line is written in one piece.
+            _lock(fd, path)
+            if not same_file(os.fstat(fd), path):
+                # `cleo-grade history compact` replaced the file while we waited for its
+                # lock: a line appended to the old one would be lost with it.
+                continue
+            yield fd
+            return
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+@contextmanager
+def locked_history(path: str | os.PathLike[str], *, timeout: float) -> Iterator[int]:
+    """A read descriptor of the existing history at ``path`` holding the lock its writers
+    take, for a command that rewrites the file (``history compact``): no append can land
+    between its read and its replace, and an appender that waited for the lock appends to
+    the new file (see :func:`_locked_append`). FileNotFoundError when there is none;
+    HistoryError after ``timeout`` seconds of another process holding the lock."""
+    target = Path(path)
+    while True:
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the file is rewritten: never through a link
+                raise SymlinkRefusedError(target) from None
+            raise
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise NotRegularFileError(target, kind_of(mode))
+            if os.pread(fd, len(SQLITE_HEADER), 0) == SQLITE_HEADER:
+                raise HistoryError(
+                    f"{target}: an SQLite database (an audit store, a CLEO project's "
+                    "database), not a grade history"
+                )
+            _lock(fd, target, timeout, "nothing changed")
+            if not same_file(os.fstat(fd), target):
+                continue  # rewritten by another compaction while we waited
+            yield fd
+            return
+        finally:
+            os.close(fd)
 
 
 def append_grade(result: GradeResult, path: str | os.PathLike[str]) -> None:

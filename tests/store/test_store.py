@@ -59,7 +59,11 @@ def test_store_and_its_directory_are_created_and_migrations_recorded(tmp_path: P
     with AuditStore(path) as opened:
         applied = opened.db.execute("SELECT name FROM _sqlite_migrations").fetchall()
     assert path.is_file()
-    assert [row[0] for row in applied] == ["0001_audit_log_and_grades", "0002_conversation"]
+    assert [row[0] for row in applied] == [
+        "0001_audit_log_and_grades",
+        "0002_conversation",
+        "0004_history_archive",
+    ]
 
 
 def test_reopening_a_store_keeps_its_rows_and_applies_nothing_twice(tmp_path: Path) -> None:
@@ -68,7 +72,7 @@ def test_reopening_a_store_keeps_its_rows_and_applies_nothing_twice(tmp_path: Pa
         first.append(entry())
     with AuditStore(path) as second:
         assert second.count() == 1
-        assert second.db.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == 2
+        assert second.db.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == 3
 
 
 def test_entry_round_trips_through_the_store_losslessly(store: AuditStore) -> None:
