@@ -345,13 +345,16 @@ def test_a_stdio_client_runs_the_whole_lifecycle_on_the_installed_command(
     anyio.run(main_)
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """``cleo-grade mcp --http 127.0.0.1:0`` in a process: its URL and the token it printed."""
-    env = {k: v for k, v in os.environ.items() if k not in (*VARIABLES, "CLEO_GRADE_MCP_TOKEN")}
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
+    """``cleo-grade mcp --http 127.0.0.1:0`` in a process: its URL, the token it printed and its
+    working directory; one server for the module's HTTP tests (each starts its own session)."""
+    cwd = tmp_path_factory.mktemp("mcp-http")
+    # Set up before any test's autouse fixtures clear the environment: nothing CLEO_ gets in.
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES and not k.startswith("CLEO_")}
     process = subprocess.Popen(
         [str(BIN / "cleo-grade"), "mcp", "--http", "127.0.0.1:0"],
-        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -360,7 +363,7 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
         token_line = read_line(process.stderr.fileno()).decode()
         assert serving.startswith("cleo-grade mcp: serving http://127.0.0.1:"), serving
         assert token_line.startswith("cleo-grade mcp: token "), token_line
-        yield serving.split()[-1], token_line.split()[-1]
+        yield serving.split()[-1], token_line.split()[-1], cwd
     finally:
         process.terminate()
         process.wait(timeout=DEADLINE)
@@ -370,9 +373,9 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 @pytest.mark.e2e
 def test_an_http_client_with_the_token_runs_the_whole_lifecycle(
-    tmp_path: Path, http_server: tuple[str, str]
+    http_server: tuple[str, str, Path],
 ) -> None:
-    url, token = http_server
+    url, token, cwd = http_server
 
     async def main_() -> None:
         headers = {"Authorization": f"Bearer {token}"}
@@ -380,7 +383,7 @@ def test_an_http_client_with_the_token_runs_the_whole_lifecycle(
             httpx2.AsyncClient(headers=headers, timeout=DEADLINE) as http,
             Client(streamable_http_client(url, http_client=http)) as client,
         ):
-            await lifecycle(client, tmp_path)
+            await lifecycle(client, cwd)
 
     anyio.run(main_)
 
@@ -388,9 +391,9 @@ def test_an_http_client_with_the_token_runs_the_whole_lifecycle(
 @pytest.mark.e2e
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong-token", "Basic eDp5"])
 def test_an_http_request_without_the_token_is_refused(
-    http_server: tuple[str, str], authorization: str | None
+    http_server: tuple[str, str, Path], authorization: str | None
 ) -> None:
-    url, _ = http_server
+    url, _, _ = http_server
     request = urllib.request.Request(
         url, data=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}', method="POST",
         headers={"Content-Type": "application/json", "Accept": "application/json"},
