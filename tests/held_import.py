@@ -12,16 +12,20 @@ import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tests.processes import read_line
+from tests.processes import DEADLINE, read_line
 
 CLI = "import sys; from pytest_cleo_grade.cli import main; sys.exit(main())"
+#: An import still running this long after its hold writes every thread's stack to stderr
+#: (faulthandler), before a test's DEADLINE for it ends: an import that hangs (seen once, on
+#: a machine at load 6, after a Ctrl-C) then fails its test saying where it waited.
+DUMP_AFTER = DEADLINE - 15
 
 #: Run first in the import's process. When its source is about to hand over batch number AT
 #: (the first one opens the store, so the store is open and its transaction holds the rows
 #: of the batches before), the import says so on the READY pipe and waits on the HOLD pipe,
 #: until the test closes its end (or a signal's handler raises out of the read).
 HOLD = """
-import os
+import faulthandler, os
 from pytest_cleo_grade.store import sources
 
 read_batches = sources._raw_batches
@@ -30,6 +34,7 @@ def held(handle, where):
     for number, batch in enumerate(read_batches(handle, where)):
         if number == {at}:
             os.write({ready}, b"holding\\n")
+            faulthandler.dump_traceback_later({dump_after})
             os.read({hold}, 1)
         yield batch
 
@@ -51,6 +56,18 @@ class HeldImport:
             self.child.kill()
             _, err = self.child.communicate()
             raise AssertionError(f"the import never got to its hold: {err}")
+
+    def communicate(self, timeout: float = DEADLINE) -> tuple[str, str]:
+        """The import's output once it ends; an import still running after ``timeout`` is
+        killed and the test fails with where each of its threads was (see DUMP_AFTER)."""
+        try:
+            return self.child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            _, err = self.child.communicate()
+            raise AssertionError(
+                f"the import did not end within {timeout:.0f} s; its stderr:\n{err}"
+            ) from None
 
     def go_on(self) -> None:
         """Let the import go on from its hold."""
@@ -80,7 +97,8 @@ def start_held_import(
     (unless told not to wait)."""
     ready_out, ready_in = os.pipe()
     hold_out, hold_in = os.pipe()
-    code = textwrap.dedent(HOLD).format(at=at, ready=ready_in, hold=hold_out) + CLI
+    code = textwrap.dedent(HOLD).format(at=at, ready=ready_in, hold=hold_out, dump_after=DUMP_AFTER)
+    code += CLI
     try:
         child = subprocess.Popen(
             [sys.executable, "-c", code, "import", *argv],

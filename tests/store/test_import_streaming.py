@@ -250,7 +250,7 @@ def test_a_failed_import_never_removes_a_store_another_import_filled_meanwhile(
         os.close(opened_in)
         opened = read_line(opened_out)
         b.go_on()
-        _, b_err = b.child.communicate(timeout=DEADLINE)
+        _, b_err = b.communicate()
         a_out, a_err = a.communicate(timeout=DEADLINE)
     finally:
         b.close()

@@ -290,7 +290,7 @@ def workers_of(pid: int) -> list[int]:
 def test_ctrl_c_during_an_import_with_workers_leaves_nothing(tmp_path: Path) -> None:
     held = started_import(tmp_path)
     os.killpg(held.pid, signal.SIGINT)  # the importing process and its workers alike
-    out, err = held.child.communicate(timeout=DEADLINE)
+    out, err = held.communicate()
     assert (held.child.returncode, out, err) == (130, "", "cleo-grade: interrupted\n")
     assert not (tmp_path / ".cleo").exists()
 
@@ -302,7 +302,7 @@ def test_a_terminated_import_leaves_nothing(tmp_path: Path, workers: str) -> Non
     # the import as Ctrl-C does, instead of leaving a new store with no entries behind.
     held = started_import(tmp_path, workers=workers)
     os.killpg(held.pid, signal.SIGTERM)
-    out, err = held.child.communicate(timeout=DEADLINE)
+    out, err = held.communicate()
     assert (held.child.returncode, out, err) == (143, "", "cleo-grade: terminated\n")
     assert not (tmp_path / ".cleo").exists()
 
@@ -397,7 +397,7 @@ def test_a_sigterm_the_caller_ignores_stays_ignored(tmp_path: Path) -> None:
     held = started_import(tmp_path, workers="0", ignoring=signal.SIGTERM, count=500, hold_at=3)
     os.killpg(held.pid, signal.SIGTERM)  # a handler would run as the hold's read returns
     held.go_on()
-    out, err = held.child.communicate(timeout=DEADLINE)
+    out, err = held.communicate()
     assert (held.child.returncode, err) == (0, "")
     assert out.startswith("Imported 500 entries into ")
     assert len(stored(tmp_path / ".cleo" / "audit.db")[0]) == 500
@@ -417,7 +417,7 @@ def test_repeated_sigterms_do_not_cut_the_undo_short(tmp_path: Path) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-    out, err = held.child.communicate(timeout=DEADLINE)
+    out, err = held.communicate()
     assert held.child.returncode in (143, -signal.SIGTERM), err
     assert (out, err) in {("", "cleo-grade: terminated\n"), ("", "")}
     assert not (tmp_path / ".cleo").exists()
@@ -435,7 +435,7 @@ def test_a_worker_killed_during_an_import_is_one_line_and_leaves_nothing(tmp_pat
         os.kill(workers[0], signal.SIGKILL)
         killed.wait()  # the pool hears of it while the import holds, then meets it
     held.go_on()
-    out, err = held.child.communicate(timeout=DEADLINE)
+    out, err = held.communicate()
     assert (held.child.returncode, out) == (2, ""), err
     assert err.startswith("cleo-grade: error: a worker process stopped unexpectedly (")
     assert err.endswith("; set CLEO_GRADE_IMPORT_WORKERS=0 to work in one process\n")
@@ -457,7 +457,7 @@ def test_ctrl_c_while_the_workers_start_still_interrupts(tmp_path: Path) -> None
             pass
         workers = workers_of(held.pid)
         os.killpg(held.pid, signal.SIGINT)
-        out, err = held.child.communicate(timeout=DEADLINE)
+        out, err = held.communicate()
         assert (held.child.returncode, out, err) == (130, "", "cleo-grade: interrupted\n")
         assert not (tmp_path / str(attempt) / ".cleo").exists()
         assert not [w for w in workers if _running(w)]
@@ -473,7 +473,7 @@ def test_workers_die_with_an_importing_process_killed_outright(tmp_path: Path) -
     assert workers, "no worker processes were started"
     with Exits(workers) as gone:
         held.child.kill()
-        held.child.communicate(timeout=DEADLINE)
+        held.communicate()
         gone.wait()
     assert not [w for w in workers if _running(w)]
 
