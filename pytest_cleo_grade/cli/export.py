@@ -136,17 +136,39 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     return case
 
 
+def _latest_by_session_file(history: Path) -> list[GradeResult]:
+    """:func:`latest_by_session` of the history, through its index when it has one (only
+    those lines are read)."""
+    from pytest_cleo_grade.store._history_index import Line, StaleIndex, open_index
+    from pytest_cleo_grade.store.history import read_grades
+
+    index = open_index(history)
+    if index is not None:
+        with index:
+            rows = index.query(
+                "SELECT l.number, l.offset, l.length, l.session_id FROM (SELECT min(number) "
+                "AS first, max(number) AS last FROM lines WHERE problem IS NULL "
+                "GROUP BY session_id) AS s JOIN lines AS l ON l.number = s.last ORDER BY s.first"
+            )
+            try:
+                grades = [grade for _, grade in index.grades(Line(*row) for row in rows)]
+            except StaleIndex:
+                index.forget()
+            else:
+                index.warn_skipped()
+                return grades
+    return latest_by_session(read_grades(history))
+
+
 def run_junit(args: argparse.Namespace) -> int:
     from junit_xml import TestSuite, to_xml_report_string
-
-    from pytest_cleo_grade.store.history import read_grades
 
     history = history_path(args)
     if args.output != "-":
         refuse_replacing(Path(args.output), history, db_path(args), where="cleo-grade junit")
     existing_history(args, where="cleo-grade junit")
     with warnings_to_stderr():
-        grades = latest_by_session(read_grades(history))
+        grades = _latest_by_session_file(history)
     threshold: float | None = args.fail_under
     if threshold is not None and not grades:
         _say_not_applied(threshold, history)

@@ -475,7 +475,8 @@ def run_list(args: argparse.Namespace) -> int:
         if args.json:
             print_json([g.to_report_dict() for g in grades])
             return 0
-        rows = [_list_row(g) for g in grades]
+        indexed = None if args.db and not args.history else _indexed_rows(path, args.session_id)
+        rows = [_list_row(g) for g in grades] if indexed is None else indexed
     if not rows:
         of = "" if args.session_id is None else f" of session {args.session_id}"
         print(terminal_text(f"No grades{of} in {path}"))
@@ -485,6 +486,29 @@ def run_list(args: argparse.Namespace) -> int:
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _indexed_rows(
+    path: Path, session_id: str | None
+) -> list[tuple[str, str, str, str, str, str]] | None:
+    """The rows from the history's index (no line parsed), or None: read the history."""
+    from pytest_cleo_grade.store._history_index import open_index
+
+    index = open_index(path)
+    if index is None:
+        return None
+    with index:
+        index.warn_skipped()
+        of = "" if session_id is None else " AND session_id = ?"
+        cursor = index.query(
+            "SELECT session_id, total, max, percent, letter, timestamp, flags FROM lines "
+            f"WHERE problem IS NULL{of} ORDER BY number",
+            () if session_id is None else (session_id,),
+        )
+        return [
+            (terminal_text(s), f"{t:g}/{m:g}", f"{p}%", letter, when, str(flags))
+            for s, t, m, p, letter, when, flags in cursor
+        ]
 
 
 def _list_row(g: GradeResult) -> tuple[str, str, str, str, str, str]:

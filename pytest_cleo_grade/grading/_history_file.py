@@ -11,6 +11,7 @@ lines kept are every line each test's pick (and its latest whole series), the la
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from typing import Any, Final
@@ -19,6 +20,7 @@ from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.grading._baseline import TestGrades, latest_from_history, short_in_history
 from pytest_cleo_grade.grading._run_ids import RUN_ID_KEY, STATUS_KEY, run_id_of, status_of
 from pytest_cleo_grade.grading._runs import SERIES_KEY, latest_series, latest_whole_series
+from pytest_cleo_grade.store._history_index import HistoryIndex, Line, StaleIndex, open_index
 from pytest_cleo_grade.store.history import iter_numbered_grades
 
 __all__ = ["latest_from_history_file", "run_lines_file"]
@@ -47,7 +49,17 @@ def latest_from_history_file(
 ) -> tuple[dict[str, TestGrades], dict[str, str], int]:
     """:func:`latest_from_history` of the history at ``path`` (``whole`` as there), with
     ``candidate`` :func:`short_in_history` of it (else ``{}``), and how many grades it holds
-    (0: none, or no history there). Lines skipped with read_grades's warnings."""
+    (0: none, or no history there). Lines skipped with read_grades's warnings.
+
+    Through the history's index when it has one (store._history_index): the first pass is
+    then the index's rows, and only the lines picked are read from the file."""
+    index = open_index(path)
+    if index is not None:
+        with index:
+            try:
+                return _latest_indexed(index, whole=whole, candidate=candidate)
+            except StaleIndex:
+                index.forget()
     # One string per distinct value (run ids, test ids): 200,000 lines hold few.
     shared: dict[object, object] = {}
     lines: list[_Line] = []
@@ -66,6 +78,33 @@ def latest_from_history_file(
         # Every line the first pass skipped was said then; the picked lines parsed before.
         warnings.simplefilter("ignore")
         picked = [result for _, result in iter_numbered_grades(path, only=wanted)]
+    short = short_in_history(picked) if candidate else {}
+    return latest_from_history(picked, whole=whole), short, count
+
+
+def _latest_indexed(
+    index: HistoryIndex, *, whole: bool, candidate: bool
+) -> tuple[dict[str, TestGrades], dict[str, str], int]:
+    shared: dict[object, object] = {}
+    lines: list[_Line] = []
+    where: dict[int, Line] = {}
+    rows = index.query(
+        "SELECT number, offset, length, session_id, extras FROM lines "
+        "WHERE problem IS NULL ORDER BY number"
+    )
+    for number, offset, length, session, extras in rows:
+        kept = {}
+        if extras:
+            for key, value in json.loads(extras).items():
+                kept[key] = shared.setdefault(value, value) if isinstance(value, str) else value
+        session = str(shared.setdefault(session, session))
+        lines.append(_Line(number, session, kept))
+        where[number] = Line(number, offset, length, session)
+    wanted, count = _picked(lines), len(lines)
+    del lines
+    picked = [result for _, result in index.grades(where[n] for n in sorted(wanted))]
+    del where
+    index.warn_skipped()
     short = short_in_history(picked) if candidate else {}
     return latest_from_history(picked, whole=whole), short, count
 
@@ -94,7 +133,15 @@ def run_lines_file(
     """The lines ``latest_run`` reads of the history at ``path``: every line of ``run_id``,
     else of the run id of the last line not graded by hand, in file order (every line when
     that line carries none: a history written before lines did); and how many grades the
-    history holds. Two passes: the first keeps each line's number under its run id only."""
+    history holds. Through the history's index when it has one (only the run's lines are
+    read), else two passes: the first keeps each line's number under its run id only."""
+    index = open_index(path)
+    if index is not None:
+        with index:
+            try:
+                return _run_lines_indexed(index, run_id)
+            except StaleIndex:
+                index.forget()
     numbers: dict[str | None, list[int]] = {}
     last: str | None = None
     count = 0
@@ -110,3 +157,18 @@ def run_lines_file(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # said in the first pass
         return [result for _, result in iter_numbered_grades(path, only=wanted)], count
+
+
+def _run_lines_indexed(index: HistoryIndex, run_id: str | None) -> tuple[list[GradeResult], int]:
+    chosen = run_id
+    if chosen is None:
+        last = index.query(
+            "SELECT run_id FROM lines WHERE problem IS NULL AND evaluator != 'manual' "
+            "ORDER BY number DESC LIMIT 1"
+        ).fetchone()
+        chosen = None if last is None else last[0]
+    lines = index.lines() if chosen is None else index.lines("run_id = ?", (chosen,))
+    results = [result for _, result in index.grades(lines)]
+    count = index.count()
+    index.warn_skipped()
+    return results, count

@@ -1,0 +1,285 @@
+"""The history's index: kept in step with GRADES.jsonl (tailed, rebuilt), and never a wrong
+answer when it is stale, corrupt or cannot be written (the JSONL wins)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from pytest_cleo_grade.cli.main import main
+from pytest_cleo_grade.core.errors import CleoGradeWarning
+from pytest_cleo_grade.core.models import DimensionScore, GradeResult
+from pytest_cleo_grade.grading._history_file import latest_from_history_file, run_lines_file
+from pytest_cleo_grade.store._history_index import INDEX_VARIABLE, index_path, open_index
+from pytest_cleo_grade.store.history import append_grades, grade_line
+
+
+def grade(run: int, test: int, total: int) -> GradeResult:
+    return GradeResult.model_validate(
+        {
+            "sessionId": f"s-{run}-{test}",
+            "totalScore": total,
+            "maxScore": 100,
+            "dimensions": {"sessionDiscipline": DimensionScore(score=total // 5, max=20)},
+            "timestamp": datetime(2026, 1, 1 + run, tzinfo=UTC),
+            "entryCount": 3,
+            "testId": f"t::{test}",
+            "runId": f"run-{run}",
+        }
+    )
+
+
+def runs(path: Path, first: int, count: int, tests: int = 3, total: int = 40) -> None:
+    append_grades(
+        [grade(run, test, total) for run in range(first, first + count) for test in range(tests)],
+        path,
+    )
+
+
+def latest_totals(path: Path) -> list[tuple[str, float]]:
+    results, _count = run_lines_file(path)
+    return [(r.session_id, r.total_score) for r in results]
+
+
+def streamed(path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """What every reader says of the history with the index turned off."""
+    with monkeypatch.context() as patch:
+        patch.setenv(INDEX_VARIABLE, "off")
+        return (run_lines_file(path), latest_from_history_file(path, candidate=True))
+
+
+def indexed(path: Path) -> object:
+    index = open_index(path)
+    assert index is not None
+    index.close()
+    return (run_lines_file(path), latest_from_history_file(path, candidate=True))
+
+
+def mark_first_row(path: Path) -> None:
+    """A mark in the index that only a rebuild removes (a tail keeps the rows it has)."""
+    with sqlite3.connect(index_path(path)) as conn:
+        conn.execute("UPDATE lines SET timestamp = 'kept' WHERE number = 1")
+    conn.close()
+
+
+def first_row_kept(path: Path) -> bool:
+    conn = sqlite3.connect(index_path(path))
+    try:
+        row = conn.execute("SELECT timestamp = 'kept' FROM lines WHERE number = 1").fetchone()
+    finally:
+        conn.close()
+    return bool(row[0])
+
+
+def test_readers_through_the_index_answer_as_a_streaming_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 5)
+    assert indexed(history) == streamed(history, monkeypatch)
+    assert index_path(history).is_file()
+    assert latest_totals(history) == [("s-4-0", 40), ("s-4-1", 40), ("s-4-2", 40)]
+    assert run_lines_file(history, "run-2")[0][0].session_id == "s-2-0"
+
+
+def test_appended_lines_are_indexed_as_a_tail_not_a_rebuild(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    assert latest_totals(history)[0] == ("s-2-0", 40)
+    mark_first_row(history)
+    runs(history, 3, 2, total=70)
+    assert latest_totals(history) == [("s-4-0", 70), ("s-4-1", 70), ("s-4-2", 70)]
+    assert first_row_kept(history)
+    assert indexed(history) == streamed(history, monkeypatch)
+
+
+def test_a_history_rewritten_under_the_same_name_is_indexed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 4)
+    assert latest_totals(history)[0] == ("s-3-0", 40)
+    mark_first_row(history)
+    # As a compaction does: a new file, longer than the old one, renamed over it.
+    fresh = tmp_path / "new.jsonl"
+    runs(fresh, 10, 6, total=90)
+    os.replace(fresh, history)
+    assert latest_totals(history) == [("s-15-0", 90), ("s-15-1", 90), ("s-15-2", 90)]
+    assert not first_row_kept(history)
+    assert indexed(history) == streamed(history, monkeypatch)
+
+
+def test_a_truncated_history_is_indexed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 4)
+    assert latest_totals(history)[0] == ("s-3-0", 40)
+    lines = history.read_bytes().splitlines(keepends=True)
+    with history.open("r+b") as handle:
+        handle.truncate(sum(len(line) for line in lines[:6]))  # runs 0 and 1 only
+    assert latest_totals(history) == [("s-1-0", 40), ("s-1-1", 40), ("s-1-2", 40)]
+    assert indexed(history) == streamed(history, monkeypatch)
+
+
+def test_a_line_edited_in_place_at_the_same_size_is_read_as_edited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    assert latest_totals(history)[1] == ("s-2-1", 40)
+    before = history.stat()
+    data = history.read_bytes()
+    line = grade_line(grade(2, 1, 40)).encode()
+    assert data.count(line) == 1
+    history.write_bytes(data.replace(line, line.replace(b'"totalScore":40', b'"totalScore":45')))
+    # Same size; a clock too coarse to move the time would hide the edit, so it is moved.
+    os.utime(history, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+    assert history.stat().st_size == before.st_size
+    assert latest_totals(history)[1] == ("s-2-1", 45)
+    assert indexed(history) == streamed(history, monkeypatch)
+
+
+def test_a_head_edited_while_the_file_grew_is_indexed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 2)
+    assert latest_totals(history)[0] == ("s-1-0", 40)
+    mark_first_row(history)
+    data = history.read_bytes()
+    history.write_bytes(b"not json\n" + data)  # a line put in front, then more appended
+    runs(history, 2, 1)
+    with pytest.warns(CleoGradeWarning, match=r"GRADES\.jsonl:1: skipped corrupt grade line"):
+        assert latest_totals(history)[0] == ("s-2-0", 40)
+    assert not first_row_kept(history)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CleoGradeWarning)
+        assert indexed(history) == streamed(history, monkeypatch)
+
+
+def test_a_torn_last_line_is_indexed_again_once_the_next_grade_is_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 2)
+    with history.open("ab") as handle:
+        handle.write(b'{"sessionId": "torn", "tot')  # a writer killed mid-line
+    with pytest.warns(CleoGradeWarning, match=r":7: skipped corrupt grade line: invalid JSON"):
+        assert latest_totals(history)[0] == ("s-1-0", 40)
+    runs(history, 2, 1, total=55)
+    with pytest.warns(CleoGradeWarning, match=r":7: skipped corrupt grade line: invalid JSON"):
+        assert latest_totals(history) == [("s-2-0", 55), ("s-2-1", 55), ("s-2-2", 55)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CleoGradeWarning)
+        assert indexed(history) == streamed(history, monkeypatch)
+
+
+def test_skipped_lines_warn_alike_through_the_index_and_streaming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 1)
+    with history.open("ab") as handle:
+        handle.write(b"[1, 2]\n\n" + grade_line(grade(1, 0, 120)).encode() + b"\n")
+    runs(history, 1, 1)
+
+    def said(reader: object) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert callable(reader)
+            reader()
+        return [str(w.message) for w in caught]
+
+    through_index = said(lambda: indexed(history))
+    through_stream = said(lambda: streamed(history, monkeypatch))
+    assert through_index == through_stream
+    assert any(":4:" in m and "not a JSON object" in m for m in through_index)
+    assert any(":6:" in m and "totalScore is above maxScore" in m for m in through_index)
+    assert not any(":5:" in m for m in through_index)  # a blank line is no grade, silently
+
+
+def test_a_corrupt_index_file_is_replaced_and_answers_stay_right(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    latest_totals(history)
+    index_path(history).write_bytes(b"garbage, not SQLite " * 500)
+    assert latest_totals(history)[0] == ("s-2-0", 40)
+    assert index_path(history).read_bytes().startswith(b"SQLite format 3\x00")
+    assert indexed(history) == streamed(history, monkeypatch)
+
+
+def test_index_rows_that_point_at_the_wrong_lines_fall_back_to_the_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    latest_totals(history)
+    with sqlite3.connect(index_path(history)) as conn:
+        # Every row of the latest run now points at line 1 (run 0's first grade).
+        conn.execute("UPDATE lines SET offset = 0 WHERE run_id = 'run-2'")
+    conn.close()
+    assert latest_totals(history) == [("s-2-0", 40), ("s-2-1", 40), ("s-2-2", 40)]
+    # The lie was noticed: the next open rebuilds, and reads through the index again.
+    assert indexed(history) == streamed(history, monkeypatch)
+    with sqlite3.connect(index_path(history)) as conn:
+        assert conn.execute("SELECT count(*) FROM lines WHERE offset = 0").fetchone() == (1,)
+    conn.close()
+
+
+def test_no_writable_index_means_a_streaming_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    index_path(history).mkdir()  # what cannot be opened as a database
+    assert open_index(history) is None
+    assert latest_totals(history)[0] == ("s-2-0", 40)
+    assert indexed_or_none(history) == streamed(history, monkeypatch)
+    index_path(history).rmdir()
+    outside = tmp_path / "elsewhere.db"
+    index_path(history).symlink_to(outside)  # never followed out of the directory
+    assert open_index(history) is None
+    assert not outside.exists()
+    assert latest_totals(history)[0] == ("s-2-0", 40)
+    monkeypatch.setenv(INDEX_VARIABLE, "off")
+    index_path(history).unlink()
+    assert latest_totals(history)[0] == ("s-2-0", 40)
+    assert not index_path(history).exists()
+
+
+def indexed_or_none(path: Path) -> object:
+    return (run_lines_file(path), latest_from_history_file(path, candidate=True))
+
+
+def test_list_and_junit_print_alike_through_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    append_grades([grade(3, 0, 33).model_copy(update={"total_score": 33.5})], history)
+    commands = (
+        ["list", "--history", str(history)],
+        ["list", "--history", str(history), "--session-id", "s-1-2"],
+        ["junit", "-", "--history", str(history)],
+    )
+    for argv in commands:
+        assert main(argv) in (0, 1)
+        through_index = capsys.readouterr()
+        assert index_path(history).is_file()
+        monkeypatch.setenv(INDEX_VARIABLE, "off")
+        assert main(argv) in (0, 1)
+        assert capsys.readouterr() == through_index
+        monkeypatch.delenv(INDEX_VARIABLE)
+    assert main(["list", "--history", str(history)]) == 0
+    out = capsys.readouterr().out
+    assert "s-3-0    33.5/100  34%" in out
