@@ -111,6 +111,15 @@ def register(subparsers: Any) -> None:
         metavar="ID",
         help="only this session",
     )
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument(
+        "--run-id", dest="run_id", metavar="ID", help="only this run's grades (its runId)"
+    )
+    which.add_argument(
+        "--latest-run",
+        action="store_true",
+        help="only the latest run's grades (the run cleo-grade report shows)",
+    )
     listing.add_argument("--json", action="store_true", help="print GradeResults as JSON")
     add_history_option(listing)
     listing.add_argument(
@@ -464,21 +473,29 @@ def run_list(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.store.history import iter_grades
 
     path = history_path(args)
+    run_id, one_run = _run_option(args)
+    grades: Iterable[GradeResult]
     with warnings_to_stderr():
-        if args.db and not args.history:
+        if one_run:
+            grades = _run_grades(path, run_id, args.session_id)
+        elif args.db and not args.history:
             path = Path(args.db)
             with AuditStore(path, read_only=True) as store:
-                grades: Iterable[GradeResult] = store.grades(args.session_id)
+                grades = store.grades(args.session_id)
         else:
             # A line at a time: a history of years keeps only the rows' cells in memory.
             grades = iter_grades(path, session_id=args.session_id)
         if args.json:
             print_json([g.to_report_dict() for g in grades])
             return 0
-        indexed = None if args.db and not args.history else _indexed_rows(path, args.session_id)
+        indexed = None
+        if not one_run and not (args.db and not args.history):
+            indexed = _indexed_rows(path, args.session_id)
         rows = [_list_row(g) for g in grades] if indexed is None else indexed
     if not rows:
         of = "" if args.session_id is None else f" of session {args.session_id}"
+        if run_id is not None:
+            of += f" of run {run_id}"
         print(terminal_text(f"No grades{of} in {path}"))
         return 0
     header = ("SESSION", "SCORE", "PERCENT", "GRADE", "TIMESTAMP", "FLAGS")
@@ -486,6 +503,36 @@ def run_list(args: argparse.Namespace) -> int:
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _run_option(args: argparse.Namespace) -> tuple[str | None, bool]:
+    """(--run-id, whether one run is listed): ``--latest-run`` is the run id None."""
+    from pytest_cleo_grade.grading._run_ids import parse_run_id
+
+    given: str | None = getattr(args, "run_id", None)
+    latest: bool = getattr(args, "latest_run", False)
+    if given is None and not latest:
+        return None, False
+    if args.db and not args.history:
+        raise CommandError(
+            "cleo-grade list: --run-id and --latest-run read the grade history, not --db's "
+            "grades table (name --history, or leave --db out)"
+        )
+    if given is None:
+        return None, True
+    try:
+        return parse_run_id(given), True
+    except ValueError as exc:
+        raise CommandError(f"cleo-grade list: --run-id: {exc}") from None
+
+
+def _run_grades(path: Path, run_id: str | None, session_id: str | None) -> list[GradeResult]:
+    """The lines of one run (``run_id``, else the latest), read through the history's index
+    when it has one: a history of years costs the run's lines, not the file."""
+    from pytest_cleo_grade.grading._history_file import run_lines_file
+
+    results, _count = run_lines_file(path, run_id)
+    return [r for r in results if session_id is None or r.session_id == session_id]
 
 
 def _indexed_rows(

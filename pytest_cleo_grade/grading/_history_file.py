@@ -23,7 +23,7 @@ from pytest_cleo_grade.grading._runs import SERIES_KEY, latest_series, latest_wh
 from pytest_cleo_grade.store._history_index import HistoryIndex, Line, StaleIndex, open_index
 from pytest_cleo_grade.store.history import iter_numbered_grades
 
-__all__ = ["latest_from_history_file", "run_lines_file"]
+__all__ = ["latest_from_history_file", "run_lines_file", "run_lines_indexed"]
 
 #: The extras the picks read (latest_series, latest_whole_series, short_series, the run id).
 _PICK_KEYS: Final = ("testId", RUN_ID_KEY, "run", "runs", SERIES_KEY, "adaptive", STATUS_KEY)
@@ -96,7 +96,8 @@ def _latest_indexed(
         kept = {}
         if extras:
             for key, value in json.loads(extras).items():
-                kept[key] = shared.setdefault(value, value) if isinstance(value, str) else value
+                if key in _PICK_KEYS:
+                    kept[key] = shared.setdefault(value, value) if isinstance(value, str) else value
         session = str(shared.setdefault(session, session))
         lines.append(_Line(number, session, kept))
         where[number] = Line(number, offset, length, session)
@@ -139,9 +140,12 @@ def run_lines_file(
     if index is not None:
         with index:
             try:
-                return _run_lines_indexed(index, run_id)
+                results, count = run_lines_indexed(index, run_id)
             except StaleIndex:
                 index.forget()
+            else:
+                index.warn_skipped()
+                return results, count
     numbers: dict[str | None, list[int]] = {}
     last: str | None = None
     count = 0
@@ -159,7 +163,9 @@ def run_lines_file(
         return [result for _, result in iter_numbered_grades(path, only=wanted)], count
 
 
-def _run_lines_indexed(index: HistoryIndex, run_id: str | None) -> tuple[list[GradeResult], int]:
+def run_lines_indexed(index: HistoryIndex, run_id: str | None) -> tuple[list[GradeResult], int]:
+    """:func:`run_lines_file` through an open index (its skipped lines not warned of yet):
+    StaleIndex when a line is not where the index says."""
     chosen = run_id
     if chosen is None:
         last = index.query(
@@ -168,7 +174,4 @@ def _run_lines_indexed(index: HistoryIndex, run_id: str | None) -> tuple[list[Gr
         ).fetchone()
         chosen = None if last is None else last[0]
     lines = index.lines() if chosen is None else index.lines("run_id = ?", (chosen,))
-    results = [result for _, result in index.grades(lines)]
-    count = index.count()
-    index.warn_skipped()
-    return results, count
+    return [result for _, result in index.grades(lines)], index.count()

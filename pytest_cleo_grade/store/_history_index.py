@@ -49,9 +49,22 @@ INDEX_VARIABLE: Final = "CLEO_GRADE_HISTORY_INDEX"
 _PRINT_BYTES: Final = 4096
 #: How long an open waits for another process updating the index before streaming instead.
 _BUSY_S: Final = 30.0
-#: The extras a line's row keeps (what picks a test's latest grade, series and run: the
-#: baseline readers' first pass, grading._history_file).
-INDEXED_EXTRAS: Final = ("testId", "runId", "run", "runs", "series", "adaptive", "cleoStatus")
+#: The extras a line's row keeps: what picks a test's latest grade, series and run (the
+#: baseline readers' first pass, grading._history_file) and what the HTML report's trend
+#: marks (the rubric and model versions).
+INDEXED_EXTRAS: Final = (
+    "testId",
+    "runId",
+    "run",
+    "runs",
+    "series",
+    "adaptive",
+    "cleoStatus",
+    "rubric",
+    "rubricVersion",
+    "model",
+    "judgeModel",
+)
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -76,6 +89,7 @@ CREATE TABLE IF NOT EXISTS lines (
     run_id TEXT,
     evaluator TEXT,
     timestamp TEXT,
+    at TEXT,
     total REAL,
     max REAL,
     percent INTEGER,
@@ -84,11 +98,11 @@ CREATE TABLE IF NOT EXISTS lines (
     extras TEXT
 );
 CREATE INDEX IF NOT EXISTS lines_run ON lines (run_id);
-CREATE INDEX IF NOT EXISTS lines_test ON lines (test_id);
+CREATE INDEX IF NOT EXISTS lines_test ON lines (coalesce(test_id, session_id));
 CREATE INDEX IF NOT EXISTS lines_session ON lines (session_id);
 """
 
-_INSERT: Final = "INSERT INTO lines VALUES (" + ",".join("?" * 15) + ")"
+_INSERT: Final = "INSERT INTO lines VALUES (" + ",".join("?" * 16) + ")"
 
 
 class StaleIndex(Exception):
@@ -388,20 +402,23 @@ class HistoryIndex:
         self.close()
 
 
-_NO_ROW: Final = (None,) * 11
+_NO_ROW: Final = (None,) * 12
 
 
 def _row(result: GradeResult) -> tuple[Any, ...]:
     extra = result.model_extra or {}
     run_id = extra.get("runId")
     test_id = extra.get("testId")
+    # As the HTML report's grade_test_id: a test's lines are found by it.
+    test_id = str(test_id) if test_id else None
     kept = {key: extra[key] for key in INDEXED_EXTRAS if key in extra}
     return (
         result.session_id,
-        test_id if isinstance(test_id, str) else None,
+        test_id,
         run_id if isinstance(run_id, str) and run_id else None,
         result.evaluator,
         format_timestamp(result.timestamp),
+        result.timestamp.isoformat(),
         result.total_score,
         result.max_score,
         result.display_percent,

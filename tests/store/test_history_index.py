@@ -283,3 +283,37 @@ def test_list_and_junit_print_alike_through_the_index(
     assert main(["list", "--history", str(history)]) == 0
     out = capsys.readouterr().out
     assert "s-3-0    33.5/100  34%" in out
+
+
+def test_the_html_report_through_the_index_is_the_page_of_the_whole_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.grading.test_history_file import mixed_history
+
+    history = tmp_path / "GRADES.jsonl"
+    mixed_history(history, seed=7)
+    changed = [
+        GradeResult.model_validate(
+            {
+                **grade(20 + run, 0, 10 * run).to_json_dict(),
+                "testId": "t::a",
+                "rubricVersion": str(run // 2),
+            }
+        )
+        for run in range(5)
+    ]
+    append_grades(changed, history)
+    pages = {}
+    for name, value in (("indexed", "on"), ("streamed", "off")):
+        monkeypatch.setenv(INDEX_VARIABLE, value)
+        for run in ("", "run-5"):
+            page = tmp_path / f"{name}{run}.html"
+            argv = ["report", "--history", str(history), "--html", str(page)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CleoGradeWarning)
+                main([*argv, "--run-id", run] if run else argv)
+            pages[name, run] = page.read_text()
+    assert index_path(history).is_file()
+    assert pages["indexed", ""] == pages["streamed", ""]
+    assert pages["indexed", "run-5"] == pages["streamed", "run-5"]
+    assert "rubricVersion 0 → 1" in pages["indexed", ""]

@@ -1,0 +1,112 @@
+"""What ``cleo-grade report --html`` reads of a history of any size, through its index.
+
+The page shows one run (its lines read whole), each of its tests' trend and previous grade
+(a light point per line of those tests: the index's row, no line parsed), and the judge
+calibration (every line of the sessions graded by hand). Without an index, None: the
+caller reads the history whole, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pytest_cleo_grade.core._scale import percent_of
+from pytest_cleo_grade.core.models import GradeResult
+from pytest_cleo_grade.grading._history_file import run_lines_indexed
+from pytest_cleo_grade.reports._html_page import GradeLine, grade_test_id
+from pytest_cleo_grade.store._history_index import HistoryIndex, StaleIndex, open_index
+
+__all__ = ["HistoryPoint", "PageLines", "page_lines_file"]
+
+
+class HistoryPoint:
+    """One history line as the page's trend and previous grade read it."""
+
+    __slots__ = (
+        "display_percent",
+        "evaluator",
+        "model_extra",
+        "percent",
+        "session_id",
+        "timestamp",
+    )
+
+    def __init__(
+        self,
+        session_id: str,
+        timestamp: datetime,
+        evaluator: str,
+        percent: float,
+        display_percent: int,
+        model_extra: dict[str, Any],
+    ) -> None:
+        self.session_id = session_id
+        self.timestamp = timestamp
+        self.evaluator = evaluator
+        self.percent = percent
+        self.display_percent = display_percent
+        self.model_extra = model_extra
+
+
+@dataclass(frozen=True, slots=True)
+class PageLines:
+    """The run's lines, the page's history, the calibration's grades, the history's count."""
+
+    run: list[GradeResult]
+    history: list[GradeLine]
+    calibration: list[GradeResult]
+    count: int
+
+
+def page_lines_file(path: str | os.PathLike[str], run_id: str | None) -> PageLines | None:
+    """The lines the page of ``run_id`` (else the latest run) shows, or None: no index."""
+    index = open_index(path)
+    if index is None:
+        return None
+    with index:
+        try:
+            lines = _page_lines(index, run_id)
+        except StaleIndex:
+            index.forget()
+            return None
+        index.warn_skipped()
+        return lines
+
+
+def _page_lines(index: HistoryIndex, run_id: str | None) -> PageLines:
+    run, count = run_lines_indexed(index, run_id)
+    index.query("CREATE TEMP TABLE IF NOT EXISTS page_tests (key TEXT PRIMARY KEY)")
+    index.query("DELETE FROM page_tests")
+    for key in {grade_test_id(result) for result in run}:
+        index.query("INSERT INTO page_tests VALUES (?)", (key,))
+    rows = index.query(
+        "SELECT session_id, at, evaluator, total, max, percent, extras FROM lines "
+        "WHERE problem IS NULL AND coalesce(test_id, session_id) IN (SELECT key FROM page_tests) "
+        "ORDER BY number"
+    )
+    shared: dict[object, Any] = {}
+    history: list[GradeLine] = []
+    for session, at, evaluator, total, most, shown, extras in rows:
+        extra: dict[str, Any] = {}
+        if extras:
+            for key, value in json.loads(extras).items():
+                extra[key] = shared.setdefault(value, value) if isinstance(value, str) else value
+        point = HistoryPoint(
+            shared.setdefault(session, session),
+            datetime.fromisoformat(at),
+            shared.setdefault(evaluator, evaluator),
+            percent_of(total, most),
+            shown,
+            extra,
+        )
+        history.append(point)
+    by_hand = index.lines(
+        "session_id IN (SELECT session_id FROM lines WHERE problem IS NULL "
+        "AND evaluator = 'manual')"
+    )
+    calibration = [result for _, result in index.grades(by_hand)]
+    return PageLines(run, history, calibration, count)
