@@ -469,29 +469,22 @@ def _print_grade(args: argparse.Namespace, result: GradeResult) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.store import AuditStore
-    from pytest_cleo_grade.store.history import iter_grades
-
     path = history_path(args)
     run_id, one_run = _run_option(args)
-    grades: Iterable[GradeResult]
+    from_db = bool(args.db and not args.history)
     with warnings_to_stderr():
-        if one_run:
-            grades = _run_grades(path, run_id, args.session_id)
-        elif args.db and not args.history:
+        # The index's rows hold the listing's cells: no line parsed, no pydantic loaded.
+        rows = (
+            None if args.json or from_db else _indexed_rows(path, args.session_id, run_id, one_run)
+        )
+        if rows is None:
+            grades = _list_grades(args, path, run_id, one_run)
+            if args.json:
+                print_json([g.to_report_dict() for g in grades])
+                return 0
+            rows = [_list_row(g) for g in grades]
+        if from_db:
             path = Path(args.db)
-            with AuditStore(path, read_only=True) as store:
-                grades = store.grades(args.session_id)
-        else:
-            # A line at a time: a history of years keeps only the rows' cells in memory.
-            grades = iter_grades(path, session_id=args.session_id)
-        if args.json:
-            print_json([g.to_report_dict() for g in grades])
-            return 0
-        indexed = None
-        if not one_run and not (args.db and not args.history):
-            indexed = _indexed_rows(path, args.session_id)
-        rows = [_list_row(g) for g in grades] if indexed is None else indexed
     if not rows:
         of = "" if args.session_id is None else f" of session {args.session_id}"
         if run_id is not None:
@@ -535,8 +528,24 @@ def _run_grades(path: Path, run_id: str | None, session_id: str | None) -> list[
     return [r for r in results if session_id is None or r.session_id == session_id]
 
 
+def _list_grades(
+    args: argparse.Namespace, path: Path, run_id: str | None, one_run: bool
+) -> Iterable[GradeResult]:
+    if one_run:
+        return _run_grades(path, run_id, args.session_id)
+    if args.db and not args.history:
+        from pytest_cleo_grade.store import AuditStore
+
+        with AuditStore(Path(args.db), read_only=True) as store:
+            return list(store.grades(args.session_id))
+    from pytest_cleo_grade.store.history import iter_grades
+
+    # A line at a time: a history of years keeps only the rows' cells in memory.
+    return iter_grades(path, session_id=args.session_id)
+
+
 def _indexed_rows(
-    path: Path, session_id: str | None
+    path: Path, session_id: str | None, run_id: str | None, one_run: bool
 ) -> list[tuple[str, str, str, str, str, str]] | None:
     """The rows from the history's index (no line parsed), or None: read the history."""
     from pytest_cleo_grade.store._history_index import open_index
@@ -546,11 +555,25 @@ def _indexed_rows(
         return None
     with index:
         index.warn_skipped()
-        of = "" if session_id is None else " AND session_id = ?"
+        where, params = ["problem IS NULL"], []
+        if one_run:
+            chosen = run_id
+            if chosen is None:  # the latest run, as cleo-grade report chooses it
+                last = index.query(
+                    "SELECT run_id FROM lines WHERE problem IS NULL AND evaluator != 'manual' "
+                    "ORDER BY number DESC LIMIT 1"
+                ).fetchone()
+                chosen = None if last is None else last[0]
+            if chosen is not None:
+                where.append("run_id = ?")
+                params.append(chosen)
+        if session_id is not None:
+            where.append("session_id = ?")
+            params.append(session_id)
         cursor = index.query(
             "SELECT session_id, total, max, percent, letter, timestamp, flags FROM lines "
-            f"WHERE problem IS NULL{of} ORDER BY number",
-            () if session_id is None else (session_id,),
+            f"WHERE {' AND '.join(where)} ORDER BY number",
+            params,
         )
         return [
             (terminal_text(s), f"{t:g}/{m:g}", f"{p}%", letter, when, str(flags))

@@ -26,11 +26,15 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Final, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, Final, NamedTuple
 
 from pytest_cleo_grade.core._files import MAX_LINE_BYTES, SQLITE_HEADER, open_regular
 from pytest_cleo_grade.core.errors import CleoGradeWarning
-from pytest_cleo_grade.core.models import GradeResult, format_timestamp
+
+if TYPE_CHECKING:
+    # Imported where a line is parsed: `cleo-grade list` reads the index's rows without
+    # pydantic (its start-up is most of a listing of one run).
+    from pytest_cleo_grade.core.models import GradeResult
 
 __all__ = [
     "INDEXED_EXTRAS",
@@ -276,6 +280,7 @@ class HistoryIndex:
     def _scan(self, start: int, end: int, number: int) -> tuple[int, int | None]:
         """Index the lines in bytes ``start``..``end``; (next line number, offset of a last
         line without its newline or None)."""
+        from pytest_cleo_grade.core.models import GradeResult
         from pytest_cleo_grade.store.history import check_line
 
         handle = self._handle
@@ -362,6 +367,7 @@ class HistoryIndex:
     def grades(self, lines: Iterable[Line]) -> Iterator[tuple[int, GradeResult]]:
         """(number, grade) of each line, read at its offset and checked against its row:
         StaleIndex when the file no longer holds it there."""
+        from pytest_cleo_grade.core.models import GradeResult
         from pytest_cleo_grade.store.history import check_line
 
         for line in lines:
@@ -406,6 +412,8 @@ _NO_ROW: Final = (None,) * 12
 
 
 def _row(result: GradeResult) -> tuple[Any, ...]:
+    from pytest_cleo_grade.core.models import format_timestamp
+
     extra = result.model_extra or {}
     run_id = extra.get("runId")
     test_id = extra.get("testId")
