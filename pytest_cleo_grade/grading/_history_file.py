@@ -19,8 +19,13 @@ from typing import Any, Final
 from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.grading._baseline import TestGrades, latest_from_history, short_in_history
 from pytest_cleo_grade.grading._run_ids import RUN_ID_KEY, STATUS_KEY, run_id_of, status_of
-from pytest_cleo_grade.grading._runs import SERIES_KEY, latest_series, latest_whole_series
-from pytest_cleo_grade.store._history_index import HistoryIndex, Line, StaleIndex, open_index
+from pytest_cleo_grade.grading._runs import (
+    SERIES_KEY,
+    latest_series,
+    latest_whole_series,
+    short_series,
+)
+from pytest_cleo_grade.store._history_index import HistoryIndex, StaleIndex, open_index
 from pytest_cleo_grade.store.history import iter_numbered_grades
 
 __all__ = ["latest_from_history_file", "run_lines_file", "run_lines_indexed"]
@@ -85,14 +90,31 @@ def latest_from_history_file(
 def _latest_indexed(
     index: HistoryIndex, *, whole: bool, candidate: bool
 ) -> tuple[dict[str, TestGrades], dict[str, str], int]:
+    wanted = None if candidate else _latest_run_picks(index, whole=whole)
+    if wanted is None:
+        lines = _indexed_lines(index, "problem IS NULL", ())
+        wanted = _picked(lines)
+        del lines
+    index.query("CREATE TEMP TABLE IF NOT EXISTS picked (number INTEGER PRIMARY KEY)")
+    index.query("DELETE FROM picked")
+    for number in wanted:
+        index.query("INSERT INTO picked VALUES (?)", (number,))
+    chosen = index.lines("number IN (SELECT number FROM picked)")
+    picked = [result for _, result in index.grades(chosen)]
+    index.warn_skipped()
+    short = short_in_history(picked) if candidate else {}
+    return latest_from_history(picked, whole=whole), short, index.count()
+
+
+def _indexed_lines(index: HistoryIndex, where: str, params: tuple[object, ...]) -> list[_Line]:
+    """The index's rows as the first pass's lines, in file order."""
     shared: dict[object, object] = {}
     lines: list[_Line] = []
-    where: dict[int, Line] = {}
     rows = index.query(
-        "SELECT number, offset, length, session_id, extras FROM lines "
-        "WHERE problem IS NULL ORDER BY number"
+        f"SELECT number, session_id, extras FROM lines WHERE {where} ORDER BY number",
+        params,
     )
-    for number, offset, length, session, extras in rows:
+    for number, session, extras in rows:
         kept = {}
         if extras:
             for key, value in json.loads(extras).items():
@@ -100,14 +122,69 @@ def _latest_indexed(
                     kept[key] = shared.setdefault(value, value) if isinstance(value, str) else value
         session = str(shared.setdefault(session, session))
         lines.append(_Line(number, session, kept))
-        where[number] = Line(number, offset, length, session)
-    wanted, count = _picked(lines), len(lines)
-    del lines
-    picked = [result for _, result in index.grades(where[n] for n in sorted(wanted))]
-    del where
-    index.warn_skipped()
-    short = short_in_history(picked) if candidate else {}
-    return latest_from_history(picked, whole=whole), short, count
+    return lines
+
+
+#: The first suffix of a test's lines read per test of the latest run (doubled until every
+#: test's pick is settled within it).
+_SUFFIX_PER_TEST: Final = 4
+
+
+def _latest_run_picks(index: HistoryIndex, *, whole: bool) -> set[int] | None:
+    """The lines a baseline of the latest run's tests reads, from the newest of those tests'
+    lines only: a suffix, doubled until every test's pick lies within it (the picks scan
+    from the end, and a settled one reads nothing older). None: no line carries a run id."""
+    last = index.query(
+        "SELECT run_id FROM lines WHERE problem IS NULL AND run_id IS NOT NULL "
+        "ORDER BY number DESC LIMIT 1"
+    ).fetchone()
+    if last is None:
+        return None
+    run = index.lines("run_id = ?", (last[0],))
+    index.query("CREATE TEMP TABLE IF NOT EXISTS run_tests (key TEXT PRIMARY KEY)")
+    index.query("DELETE FROM run_tests")
+    index.query(
+        "INSERT OR IGNORE INTO run_tests SELECT coalesce(test_id, session_id) FROM lines "
+        "WHERE problem IS NULL AND run_id = ?",
+        (last[0],),
+    )
+    members = {key for (key,) in index.query("SELECT key FROM run_tests")}
+    of_members = "problem IS NULL AND coalesce(test_id, session_id) IN (SELECT key FROM run_tests)"
+    total = int(index.query(f"SELECT count(*) FROM lines WHERE {of_members}").fetchone()[0])
+    size = _SUFFIX_PER_TEST * max(len(members), 1)
+    while True:
+        lines = _suffix(index, of_members, size)
+        gradable = [line for line in lines if status_of(line) != "ungradable"]
+        pick = latest_whole_series if whole else latest_series
+        series = pick(gradable, _test_of)
+        if size >= total or _settled(series, members, whole=whole):
+            wanted = {line.number for found in series.values() for line in found}
+            wanted.update(line.number for line in run)
+            return wanted
+        size *= 2
+
+
+def _suffix(index: HistoryIndex, where: str, size: int) -> list[_Line]:
+    """The newest ``size`` lines matching ``where``, in file order."""
+    return _indexed_lines(
+        index,
+        f"number IN (SELECT number FROM lines WHERE {where} ORDER BY number DESC LIMIT ?)",
+        (size,),
+    )
+
+
+def _settled(series: dict[str, list[_Line]], members: set[str], *, whole: bool) -> bool:
+    """Whether no older line can change any member's pick: each has a complete series (all
+    the runs its latest line asked, or a single grade), whole ones when ``whole``."""
+    for member in members:
+        found = series.get(member)
+        if not found:
+            return False
+        if len(found) < int(found[0].model_extra.get("runs") or 1):
+            return False  # an older line may still join the series
+        if whole and short_series(found) is not None:
+            return False
+    return True
 
 
 def _picked(lines: list[_Line]) -> set[int]:

@@ -317,3 +317,30 @@ def test_the_html_report_through_the_index_is_the_page_of_the_whole_history(
     assert pages["indexed", ""] == pages["streamed", ""]
     assert pages["indexed", "run-5"] == pages["streamed", "run-5"]
     assert "rubricVersion 0 → 1" in pages["indexed", ""]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_baseline_from_the_newest_lines_is_the_baseline_of_the_whole_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    from tests.grading.test_history_file import grade as test_grade
+    from tests.grading.test_history_file import mixed_history
+
+    history = tmp_path / "GRADES.jsonl"
+    mixed_history(history, seed)
+    # A repeated test whose last whole series is 40 runs back: every later run re-ran one
+    # of its runs only (-k), so the suffix read must reach back that far.
+    lines = [
+        test_grade("t::r", 60 + n, run=n, runs=3, series="s0", runId="run-50") for n in (1, 2, 3)
+    ]
+    for run in range(51, 91):
+        lines.append(test_grade("t::r", 10, run=2, runs=3, series=f"s{run}", runId=f"run-{run}"))
+        lines.append(test_grade("t::a", run, runId=f"run-{run}"))
+    append_grades(lines, history)
+    for whole in (True, False):
+        with monkeypatch.context() as patch:
+            patch.setenv(INDEX_VARIABLE, "off")
+            expected = latest_from_history_file(history, whole=whole)
+        assert latest_from_history_file(history, whole=whole) == expected
+    assert index_path(history).is_file()
+    assert latest_from_history_file(history)[0]["t::r"].totals == (61.0, 62.0, 63.0)
