@@ -136,7 +136,7 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     return case
 
 
-def _latest_by_session_file(history: Path) -> list[GradeResult]:
+def latest_by_session_file(history: Path) -> list[GradeResult]:
     """:func:`latest_by_session` of the history, through its index when it has one (only
     those lines are read)."""
     from pytest_cleo_grade.store._history_index import Line, StaleIndex, open_index
@@ -168,7 +168,7 @@ def run_junit(args: argparse.Namespace) -> int:
         refuse_replacing(Path(args.output), history, db_path(args), where="cleo-grade junit")
     existing_history(args, where="cleo-grade junit")
     with warnings_to_stderr():
-        grades = _latest_by_session_file(history)
+        grades = latest_by_session_file(history)
     threshold: float | None = args.fail_under
     if threshold is not None and not grades:
         _say_not_applied(threshold, history)

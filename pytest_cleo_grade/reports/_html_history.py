@@ -18,9 +18,9 @@ from pytest_cleo_grade.core._scale import percent_of
 from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.grading._history_file import run_lines_indexed
 from pytest_cleo_grade.reports._html_page import GradeLine, grade_test_id
-from pytest_cleo_grade.store._history_index import HistoryIndex, StaleIndex, open_index
+from pytest_cleo_grade.store._history_index import BY_HAND, HistoryIndex, StaleIndex, open_index
 
-__all__ = ["HistoryPoint", "PageLines", "page_lines_file"]
+__all__ = ["HistoryPoint", "PageLines", "page_lines_file", "test_lines_file"]
 
 
 class HistoryPoint:
@@ -77,11 +77,34 @@ def page_lines_file(path: str | os.PathLike[str], run_id: str | None) -> PageLin
         return lines
 
 
+def test_lines_file(
+    path: str | os.PathLike[str], tests: set[str]
+) -> tuple[list[GradeLine], list[GradeResult]] | None:
+    """The page's history of these tests (a point per line) and the calibration's grades,
+    or None: no index (the plugin's page of the run it just graded)."""
+    index = open_index(path)
+    if index is None:
+        return None
+    with index:
+        try:
+            found = _test_lines(index, tests)
+        except StaleIndex:
+            index.forget()
+            return None
+        index.warn_skipped()
+        return found
+
+
 def _page_lines(index: HistoryIndex, run_id: str | None) -> PageLines:
     run, count = run_lines_indexed(index, run_id)
+    history, calibration = _test_lines(index, {grade_test_id(result) for result in run})
+    return PageLines(run, history, calibration, count)
+
+
+def _test_lines(index: HistoryIndex, tests: set[str]) -> tuple[list[GradeLine], list[GradeResult]]:
     index.query("CREATE TEMP TABLE IF NOT EXISTS page_tests (key TEXT PRIMARY KEY)")
     index.query("DELETE FROM page_tests")
-    for key in {grade_test_id(result) for result in run}:
+    for key in tests:
         index.query("INSERT INTO page_tests VALUES (?)", (key,))
     rows = index.query(
         "SELECT session_id, at, evaluator, total, max, percent, extras FROM lines "
@@ -104,9 +127,5 @@ def _page_lines(index: HistoryIndex, run_id: str | None) -> PageLines:
             extra,
         )
         history.append(point)
-    by_hand = index.lines(
-        "session_id IN (SELECT session_id FROM lines WHERE problem IS NULL "
-        "AND evaluator = 'manual')"
-    )
-    calibration = [result for _, result in index.grades(by_hand)]
-    return PageLines(run, history, calibration, count)
+    by_hand = index.lines(BY_HAND)
+    return history, [result for _, result in index.grades(by_hand)]

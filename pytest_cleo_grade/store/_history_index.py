@@ -37,10 +37,12 @@ if TYPE_CHECKING:
     from pytest_cleo_grade.core.models import GradeResult
 
 __all__ = [
+    "BY_HAND",
     "INDEXED_EXTRAS",
     "INDEX_VARIABLE",
     "HistoryIndex",
     "StaleIndex",
+    "grades_where",
     "index_path",
     "open_index",
 ]
@@ -439,3 +441,28 @@ def _row(result: GradeResult) -> tuple[Any, ...]:
 def _corrupt(exc: sqlite3.DatabaseError) -> bool:
     text = str(exc)
     return "not a database" in text or "malformed" in text or "corrupt" in text
+
+
+def grades_where(
+    history: str | os.PathLike[str], where: str, params: Iterable[Any] = ()
+) -> list[GradeResult] | None:
+    """The valid lines matching ``where`` (SQL over the index's ``lines``) as grades, in
+    file order, the skipped lines warned of as a streaming read warns; None when the history
+    has no usable index (the caller streams)."""
+    index = open_index(history)
+    if index is None:
+        return None
+    with index:
+        try:
+            found = [grade for _, grade in index.grades(index.lines(where, params))]
+        except StaleIndex:
+            index.forget()
+            return None
+        index.warn_skipped()
+        return found
+
+
+#: The lines of every session graded by hand (what a judge calibration is made of).
+BY_HAND: Final = (
+    "session_id IN (SELECT session_id FROM lines WHERE problem IS NULL AND evaluator = 'manual')"
+)
