@@ -344,3 +344,41 @@ def test_a_baseline_from_the_newest_lines_is_the_baseline_of_the_whole_history(
         assert latest_from_history_file(history, whole=whole) == expected
     assert index_path(history).is_file()
     assert latest_from_history_file(history)[0]["t::r"].totals == (61.0, 62.0, 63.0)
+
+
+def test_list_one_run_by_its_id_or_the_latest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    # A hand-graded line after the run: the latest run stays the one report shows.
+    manual = GradeResult.model_validate({**grade(9, 9, 50).to_json_dict(), "evaluator": "manual"})
+    append_grades([manual], history)
+    for index in ("on", "off"):
+        monkeypatch.setenv(INDEX_VARIABLE, index)
+        assert main(["list", "--history", str(history), "--latest-run"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert [line.split()[0] for line in out] == ["SESSION", "s-2-0", "s-2-1", "s-2-2"]
+        assert main(["list", "--history", str(history), "--run-id", "run-1", "--json"]) == 0
+        listed = capsys.readouterr().out
+        assert '"sessionId": "s-1-0"' in listed and "s-2-0" not in listed
+        argv = ["list", "--history", str(history), "--run-id", "run-0", "--session-id", "s-0-1"]
+        assert main(argv) == 0
+        assert [line.split()[0] for line in capsys.readouterr().out.splitlines()][1:] == ["s-0-1"]
+        assert main(["list", "--history", str(history), "--run-id", "run-7"]) == 0
+        assert capsys.readouterr().out == f"No grades of run run-7 in {history}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--run-id", "a b"], "cleo-grade list: --run-id: invalid run id 'a b'"),
+        (["--latest-run", "--db", "x.db"], "cleo-grade list: --run-id and --latest-run read"),
+    ],
+)
+def test_list_of_one_run_refuses_what_it_cannot_read_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], error: str
+) -> None:
+    assert main(["list", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(error) and err.count("\n") == 1
