@@ -8,48 +8,15 @@ caller reads the history whole, as before.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
-from pytest_cleo_grade.core._scale import percent_of
 from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.grading._history_file import run_lines_indexed
 from pytest_cleo_grade.reports._html_page import GradeLine, grade_test_id
 from pytest_cleo_grade.store._history_index import BY_HAND, HistoryIndex, StaleIndex, open_index
 
-__all__ = ["HistoryPoint", "PageLines", "page_lines_file", "test_lines_file"]
-
-
-class HistoryPoint:
-    """One history line as the page's trend and previous grade read it."""
-
-    __slots__ = (
-        "display_percent",
-        "evaluator",
-        "model_extra",
-        "percent",
-        "session_id",
-        "timestamp",
-    )
-
-    def __init__(
-        self,
-        session_id: str,
-        timestamp: datetime,
-        evaluator: str,
-        percent: float,
-        display_percent: int,
-        model_extra: dict[str, Any],
-    ) -> None:
-        self.session_id = session_id
-        self.timestamp = timestamp
-        self.evaluator = evaluator
-        self.percent = percent
-        self.display_percent = display_percent
-        self.model_extra = model_extra
+__all__ = ["PageLines", "page_lines_file", "test_lines_file"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,26 +73,8 @@ def _test_lines(index: HistoryIndex, tests: set[str]) -> tuple[list[GradeLine], 
     index.query("DELETE FROM page_tests")
     for key in tests:
         index.query("INSERT INTO page_tests VALUES (?)", (key,))
-    rows = index.query(
-        "SELECT session_id, at, evaluator, total, max, percent, extras FROM lines "
-        "WHERE problem IS NULL AND coalesce(test_id, session_id) IN (SELECT key FROM page_tests) "
-        "ORDER BY number"
+    history: list[GradeLine] = list(
+        index.points("coalesce(test_id, session_id) IN (SELECT key FROM page_tests)")
     )
-    shared: dict[object, Any] = {}
-    history: list[GradeLine] = []
-    for session, at, evaluator, total, most, shown, extras in rows:
-        extra: dict[str, Any] = {}
-        if extras:
-            for key, value in json.loads(extras).items():
-                extra[key] = shared.setdefault(value, value) if isinstance(value, str) else value
-        point = HistoryPoint(
-            shared.setdefault(session, session),
-            datetime.fromisoformat(at),
-            shared.setdefault(evaluator, evaluator),
-            percent_of(total, most),
-            shown,
-            extra,
-        )
-        history.append(point)
     by_hand = index.lines(BY_HAND)
     return history, [result for _, result in index.grades(by_hand)]

@@ -24,6 +24,7 @@ import sqlite3
 import stat
 import warnings
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Final, NamedTuple
@@ -41,6 +42,7 @@ __all__ = [
     "INDEXED_EXTRAS",
     "INDEX_VARIABLE",
     "HistoryIndex",
+    "HistoryPoint",
     "StaleIndex",
     "grades_where",
     "index_path",
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 #: Bump when the table's columns or what a row means change: an older index is rebuilt.
-_VERSION: Final = 1
+_VERSION: Final = 2
 #: The variable that turns the index off (``off``, ``0``, ``no``): every read streams.
 INDEX_VARIABLE: Final = "CLEO_GRADE_HISTORY_INDEX"
 #: How much of the file's head and of its indexed end are fingerprinted.
@@ -66,6 +68,7 @@ INDEXED_EXTRAS: Final = (
     "series",
     "adaptive",
     "cleoStatus",
+    "cleoThreshold",
     "rubric",
     "rubricVersion",
     "model",
@@ -109,6 +112,36 @@ CREATE INDEX IF NOT EXISTS lines_session ON lines (session_id);
 """
 
 _INSERT: Final = "INSERT INTO lines VALUES (" + ",".join("?" * 16) + ")"
+
+
+class HistoryPoint:
+    """One valid line as its row has it: what a trend, a previous grade or a flip reads
+    (session, time, evaluator, percentage, the indexed extras), no line parsed."""
+
+    __slots__ = (
+        "display_percent",
+        "evaluator",
+        "model_extra",
+        "percent",
+        "session_id",
+        "timestamp",
+    )
+
+    def __init__(
+        self,
+        session_id: str,
+        timestamp: datetime,
+        evaluator: str,
+        percent: float,
+        display_percent: int,
+        model_extra: dict[str, Any],
+    ) -> None:
+        self.session_id = session_id
+        self.timestamp = timestamp
+        self.evaluator = evaluator
+        self.percent = percent
+        self.display_percent = display_percent
+        self.model_extra = model_extra
 
 
 class StaleIndex(Exception):
@@ -365,6 +398,33 @@ class HistoryIndex:
             f"SELECT number, offset, length, session_id FROM lines WHERE problem IS NULL{condition}"
         )
         return [Line(*row) for row in self._db.execute(sql + " ORDER BY number", tuple(params))]
+
+    def points(self, where: str = "", params: Iterable[Any] = ()) -> Iterator[HistoryPoint]:
+        """The valid lines matching ``where`` as light points, in file order."""
+        from pytest_cleo_grade.core._scale import percent_of
+
+        condition = f" AND ({where})" if where else ""
+        rows = self._db.execute(
+            "SELECT session_id, at, evaluator, total, max, percent, extras FROM lines "
+            f"WHERE problem IS NULL{condition} ORDER BY number",
+            tuple(params),
+        )
+        shared: dict[object, Any] = {}
+        for session, at, evaluator, total, most, shown, extras in rows:
+            extra: dict[str, Any] = {}
+            if extras:
+                for key, value in json.loads(extras).items():
+                    extra[key] = (
+                        shared.setdefault(value, value) if isinstance(value, str) else value
+                    )
+            yield HistoryPoint(
+                shared.setdefault(session, session),
+                datetime.fromisoformat(at),
+                shared.setdefault(evaluator, evaluator),
+                percent_of(total, most),
+                shown,
+                extra,
+            )
 
     def grades(self, lines: Iterable[Line]) -> Iterator[tuple[int, GradeResult]]:
         """(number, grade) of each line, read at its offset and checked against its row:

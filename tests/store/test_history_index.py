@@ -382,3 +382,21 @@ def test_list_of_one_run_refuses_what_it_cannot_read_in_one_line(
     assert main(["list", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(error) and err.count("\n") == 1
+
+
+def test_flaky_through_the_index_is_flaky_of_every_grade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.grading.test_history_file import mixed_history
+
+    history = tmp_path / "GRADES.jsonl"
+    mixed_history(history, seed=3)
+    said = {}
+    for index in ("on", "off"):
+        monkeypatch.setenv(INDEX_VARIABLE, index)
+        for argv in (["--fail-under", "50"], ["--fail-under", "50", "--json", "--runs", "4"]):
+            assert main(["flaky", "--history", str(history), *argv]) == 0
+            said[index, len(argv)] = capsys.readouterr()
+    assert index_path(history).is_file()
+    assert said["on", 2] == said["off", 2] and said["on", 5] == said["off", 5]
+    assert "flipped in their last" in said["on", 2].out
