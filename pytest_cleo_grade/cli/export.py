@@ -18,6 +18,7 @@ from pytest_cleo_grade.cli.common import (
     history_path,
     parse_threshold,
     print_json,
+    print_json_list,
     warnings_to_stderr,
 )
 from pytest_cleo_grade.cli.grade import (
@@ -268,10 +269,10 @@ def run_query(args: argparse.Namespace) -> int:
         raise CommandError(f"{where}: PARAMS must be a JSON object")
     call = f"{args.domain}.{args.operation}"
     if call == "admin.grade.list":
-        from pytest_cleo_grade.store.history import read_grades
+        from pytest_cleo_grade.store.history import iter_grades
 
         with warnings_to_stderr():
-            print_json([g.to_json_dict() for g in read_grades(history_path(args))])
+            print_json_list(g.to_json_dict() for g in iter_grades(history_path(args)))
         return 0
     if call != "admin.grade":
         raise CommandError(

@@ -19,6 +19,7 @@ from pytest_cleo_grade.cli.common import (
     history_path,
     parse_threshold,
     print_json,
+    print_json_list,
     session_id_arg,
     warnings_to_stderr,
 )
@@ -480,7 +481,7 @@ def run_list(args: argparse.Namespace) -> int:
         if rows is None:
             grades = _list_grades(args, path, run_id, one_run)
             if args.json:
-                print_json([g.to_report_dict() for g in grades])
+                print_json_list(g.to_report_dict() for g in grades)
                 return 0
             rows = [_list_row(g) for g in grades]
         if from_db:

@@ -400,3 +400,15 @@ def test_flaky_through_the_index_is_flaky_of_every_grade(
     assert index_path(history).is_file()
     assert said["on", 2] == said["off", 2] and said["on", 5] == said["off", 5]
     assert "flipped in their last" in said["on", 2].out
+
+
+@pytest.mark.parametrize("items", [[], [{"a": [1, {"b": "x\ny"}]}], [{"c": "\x1b"}, 2, "t"]])
+def test_a_json_list_printed_an_item_at_a_time_is_the_json_printed_whole(
+    capsys: pytest.CaptureFixture[str], items: list[object]
+) -> None:
+    from pytest_cleo_grade.cli.common import print_json, print_json_list
+
+    print_json(items)
+    whole = capsys.readouterr().out
+    print_json_list(iter(items))
+    assert capsys.readouterr().out == whole
