@@ -11,7 +11,9 @@ Every line read through the index is checked against its row (it starts a line, 
 valid grade of the session indexed): a mismatch is :class:`StaleIndex`, and the caller reads
 the history a line at a time instead. Where no index can be written (a read-only directory,
 a corrupt file that cannot be replaced, ``CLEO_GRADE_HISTORY_INDEX=off``) :func:`open_index`
-returns None and readers stream, as before.
+returns None and readers stream, as before. A history under INDEX_FROM_BYTES gets no index
+of its own (streamed whole, it reads in well under a second); ``CLEO_GRADE_HISTORY_INDEX=on``
+indexes any history.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BY_HAND",
     "INDEXED_EXTRAS",
+    "INDEX_FROM_BYTES",
     "INDEX_VARIABLE",
     "HistoryIndex",
     "HistoryPoint",
@@ -162,14 +165,25 @@ def index_path(history: Path) -> Path:
     return history.with_name(f".{history.name}.index")
 
 
-def _disabled() -> bool:
-    return os.environ.get(INDEX_VARIABLE, "").strip().lower() in {"off", "0", "no", "false"}
+#: From this size a history without an index gets one: below it the whole file reads in
+#: well under a second, and no file appears beside a small history.
+INDEX_FROM_BYTES: Final = 4 * 1024 * 1024
+
+
+def _setting() -> str:
+    """``on`` (always index), ``off`` (never), else ``auto`` (a history of INDEX_FROM_BYTES
+    or more, or one that has an index already)."""
+    value = os.environ.get(INDEX_VARIABLE, "").strip().lower()
+    if value in {"off", "0", "no", "false"}:
+        return "off"
+    return "on" if value in {"on", "1", "yes", "true"} else "auto"
 
 
 def open_index(history: str | os.PathLike[str]) -> HistoryIndex | None:
     """The history's index brought up to date, or None: read the history by streaming (no
     such file, an SQLite database named as a history, no index can be kept, turned off)."""
-    if _disabled():
+    setting = _setting()
+    if setting == "off":
         return None
     target = Path(history)
     try:
@@ -177,6 +191,10 @@ def open_index(history: str | os.PathLike[str]) -> HistoryIndex | None:
     except OSError:
         return None  # the streaming reader says what is wrong with it
     try:
+        small = setting == "auto" and os.fstat(handle.fileno()).st_size < INDEX_FROM_BYTES
+        if small and not os.path.lexists(index_path(target)):
+            handle.close()
+            return None
         if os.pread(handle.fileno(), len(SQLITE_HEADER), 0) == SQLITE_HEADER:
             handle.close()
             return None

@@ -19,6 +19,12 @@ from pytest_cleo_grade.store._history_index import INDEX_VARIABLE, index_path, o
 from pytest_cleo_grade.store.history import append_grades, grade_line
 
 
+@pytest.fixture(autouse=True)
+def always_indexed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These histories are small: index them as a large one is."""
+    monkeypatch.setenv(INDEX_VARIABLE, "on")
+
+
 def grade(run: int, test: int, total: int) -> GradeResult:
     return GradeResult.model_validate(
         {
@@ -279,7 +285,7 @@ def test_list_and_junit_print_alike_through_the_index(
         monkeypatch.setenv(INDEX_VARIABLE, "off")
         assert main(argv) in (0, 1)
         assert capsys.readouterr() == through_index
-        monkeypatch.delenv(INDEX_VARIABLE)
+        monkeypatch.setenv(INDEX_VARIABLE, "on")
     assert main(["list", "--history", str(history)]) == 0
     out = capsys.readouterr().out
     assert "s-3-0    33.5/100  34%" in out
@@ -412,3 +418,28 @@ def test_a_json_list_printed_an_item_at_a_time_is_the_json_printed_whole(
     whole = capsys.readouterr().out
     print_json_list(iter(items))
     assert capsys.readouterr().out == whole
+
+
+def test_a_small_history_gets_no_index_unless_asked_and_a_large_one_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_cleo_grade.store._history_index import INDEX_FROM_BYTES
+
+    monkeypatch.delenv(INDEX_VARIABLE)
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    assert latest_totals(history)[0] == ("s-2-0", 40)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["GRADES.jsonl"]
+    monkeypatch.setenv(INDEX_VARIABLE, "on")
+    assert latest_totals(history)[0] == ("s-2-0", 40)
+    monkeypatch.delenv(INDEX_VARIABLE)
+    # An index there is kept in step whatever the size.
+    runs(history, 3, 1, total=70)
+    assert latest_totals(history)[0] == ("s-3-0", 70)
+    assert first_row_kept(history) is False
+    large = tmp_path / "large.jsonl"
+    per_run = len(grade_line(grade(0, 0, 40))) * 1000
+    runs(large, 0, INDEX_FROM_BYTES // per_run + 1, tests=1000)
+    assert large.stat().st_size >= INDEX_FROM_BYTES
+    assert run_lines_file(large)[0][0].session_id.startswith("s-")
+    assert index_path(large).is_file()
