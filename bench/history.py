@@ -1,9 +1,13 @@
 """History readers on a generated history of years: the CLI's commands as child processes.
 
-Each command runs as a child process (as a user runs it), alternating with a floor child
-that only ``json.loads`` every line of the same file; its peak RSS is the child's own
-``ru_maxrss`` (``os.wait4``). A history of ``tests`` tests per run, about 2.9 KB a line as a
-CLEO grade with its evidence and flags is.
+Each command runs as a child process (as a user runs it), alternating with floor children
+that only ``json.loads`` the lines the command shows (the issue's floors): the latest run's
+lines alone for ``list --latest-run``, ``baseline save`` and ``report``; the lines its trends
+draw (the last 500 runs) for ``report --html``; every line for ``junit`` and ``list``, which
+show one row per session or line. Peak RSS is each child's own ``ru_maxrss`` (``os.wait4``).
+A history of 200 tests per run, about 2.9 KB a line as a CLEO grade with its evidence and
+flags is. The first read builds the history's index (its own row); every later one, as in
+CI, finds at most the lines appended since indexed.
 
     .venv/bin/python bench/history.py                 # 200,000 lines
     .venv/bin/python bench/history.py --lines 20000   # smaller, quicker
@@ -17,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,15 +36,43 @@ _DIMENSIONS = (
     "disclosureUse",
 )
 
-_FLOOR = "import json, sys\nfor line in open(sys.argv[1], 'rb'):\n    json.loads(line)\n"
+#: The floor: ``json.loads`` of the lines a command shows and nothing else. With a number
+#: of runs N, the lines of the history's last N run ids, found from the end of the file
+#: backwards (the latest run's lines alone, or the runs a trend draws); with 0, every line.
+_FLOOR = r"""
+import json, sys
+path, runs = sys.argv[1], int(sys.argv[2])
+if not runs:
+    for line in open(path, "rb"):
+        json.loads(line)
+    sys.exit()
+seen = set()
+with open(path, "rb") as handle:
+    end = handle.seek(0, 2)
+    carry = b""
+    while end > 0:
+        start = max(0, end - (1 << 20))
+        handle.seek(start)
+        lines = (handle.read(end - start) + carry).split(b"\n")
+        end = start
+        carry = lines.pop(0) if start else b""
+        for raw in reversed(lines):
+            if raw:
+                run = json.loads(raw)["runId"]
+                if run not in seen:
+                    if len(seen) == runs:
+                        sys.exit()
+                    seen.add(run)
+"""
 
 
-def write_history(path: Path, lines: int, tests: int = 200) -> None:
-    """``lines`` grade lines: runs of ``tests`` tests, each line its run's id and position."""
+def write_history(path: Path, lines: int, tests: int = 200, first: int = 0) -> None:
+    """``lines`` grade lines: runs of ``tests`` tests, each line its run's id and position
+    (runs numbered from ``first``; appended when the file exists)."""
     evidence = [f"evidence line {n}: tasks.find before tasks.show, as it should" for n in range(6)]
     flags = [f"flag {n}: tasks.show without a tasks.find first (discovery)" for n in range(14)]
-    with path.open("w", encoding="utf-8") as handle:
-        for number in range(lines):
+    with path.open("a", encoding="utf-8") as handle:
+        for number in range(first * tests, first * tests + lines):
             run, test = divmod(number, tests)
             score = (number * 7) % 21
             line = {
@@ -63,63 +96,165 @@ def write_history(path: Path, lines: int, tests: int = 200) -> None:
             handle.write(json.dumps(line, separators=(",", ":")) + "\n")
 
 
+#: Starts the command from a small process: a child's peak RSS counts the memory of the
+#: process it was forked from (its pages before exec), so a command forked from this bench
+#: (tens of MB, the generated history's strings) would never show a peak below the bench's.
+_LAUNCH = r"""
+import os, sys, time
+started = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(f"{time.perf_counter() - started} {usage.ru_maxrss}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def child(argv: list[str]) -> tuple[float, int]:
     """(seconds, peak RSS in bytes) of a child process, its output discarded."""
-    import time
+    with tempfile.NamedTemporaryFile("r", suffix=".figures") as figures:
+        with open(os.devnull, "wb") as sink:
+            process = subprocess.run(
+                [sys.executable, "-S", "-c", _LAUNCH, figures.name, *argv],
+                stdout=sink,
+                stderr=subprocess.PIPE,
+                check=False,
+            )
+        if process.returncode != 0:
+            sys.exit(
+                f"{' '.join(argv)} exited {process.returncode}: {process.stderr.decode()[-400:]}"
+            )
+        seconds, rss = figures.read().split()
+    return float(seconds), int(rss) * 1024
 
-    started = time.perf_counter()
-    with open(os.devnull, "wb") as sink:
-        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.PIPE)
-        assert process.stderr is not None
-        errors = process.stderr.read()
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-    elapsed = time.perf_counter() - started
-    if process.returncode != 0:
-        sys.exit(f"{' '.join(argv)} exited {process.returncode}: {errors.decode()[-400:]}")
-    return elapsed, usage.ru_maxrss * 1024
+
+#: (row, the command's arguments after ``cleo-grade``, runs the floor reads (0: every line),
+#: what the floor is, target ratio).
+_COMMANDS = (
+    ("list --latest-run", ["list", "--latest-run"], 1, "the latest run's lines", 2.0),
+    ("baseline save", ["baseline", "save", "{tmp}/b.json"], 1, "the latest run's lines", 2.0),
+    ("report", ["report"], 1, "the latest run's lines", 2.0),
+    ("report --html", ["report", "--html", "{tmp}/r.html"], 500, "the lines shown", 2.0),
+    ("junit", ["junit", "-"], 0, "the lines shown (one per session)", 2.0),
+    ("list", ["list"], 0, "the lines shown (every line)", 2.0),
+)
 
 
 def history_rows(tmp: Path, lines: int, rounds: int) -> list[Row]:
     history = tmp / "GRADES.jsonl"
-    write_history(history, lines)
-    cli = [str(Path(sys.executable).with_name("cleo-grade"))]
-    commands = {
-        "list": [*cli, "list", "--history", str(history)],
-        "baseline save": [*cli, "baseline", "save", str(tmp / "b.json"), "--history", str(history)],
-        "report": [*cli, "report", "--history", str(history)],
-        "floor": [sys.executable, "-c", _FLOOR, str(history)],
-    }
-    peaks: dict[str, list[int]] = {name: [] for name in commands}
+    tests = 200
+    write_history(history, lines, tests)
+    cli = str(Path(sys.executable).with_name("cleo-grade"))
+    size = history.stat().st_size / 1024**2
+    floors = {runs for *_, runs, _what, _target in _COMMANDS}
+
+    def argv(name: str) -> list[str]:
+        args = next(a for row, a, *_ in _COMMANDS if row == name)
+        return [cli, *(a.format(tmp=tmp) for a in args), "--history", str(history)]
+
+    # The first read builds the index (every line parsed once); a CI run then appends a run
+    # and the next read indexes only those lines.
+    built, built_rss = child(argv("report"))
+    floor_all, _ = child([sys.executable, "-c", _FLOOR, str(history), "0"])
+    appended = [lines // tests]
+
+    def append_then_report() -> float:
+        write_history(history, tests, tests, first=appended[0])
+        appended[0] += 1
+        seconds, rss = child(argv("report"))
+        peaks["report after a run appended"].append(rss)
+        return seconds
+
+    peaks: dict[str, list[int]] = {name: [] for name, *_ in _COMMANDS}
+    peaks["report after a run appended"] = []
+    peaks.update({f"floor {runs}": [] for runs in floors})
 
     def run(name: str) -> float:
-        seconds, rss = child(commands[name])
+        seconds, rss = child(argv(name))
         peaks[name].append(rss)
         return seconds
 
-    figures = alternate({name: (lambda n=name: run(n)) for name in commands}, rounds)
-    f = figures["floor"]
-    size = history.stat().st_size / 1024**2
-    rows = []
-    for name in ("list", "baseline save", "report"):
+    def floor(runs: int) -> float:
+        seconds, rss = child([sys.executable, "-c", _FLOOR, str(history), str(runs)])
+        peaks[f"floor {runs}"].append(rss)
+        return seconds
+
+    variants: dict[str, Callable[[], float | None]] = {
+        name: (lambda n=name: run(n)) for name, *_ in _COMMANDS if name != "junit"
+    }
+    variants["report after a run appended"] = append_then_report
+    # What a command that parses any line pays before reading one: the grade model.
+    start_up = [
+        sys.executable,
+        "-c",
+        "import pytest_cleo_grade.cli.main, pytest_cleo_grade.core.models",
+    ]
+    peaks["start-up"] = []
+
+    def start() -> float:
+        seconds, rss = child(start_up)
+        peaks["start-up"].append(rss)
+        return seconds
+
+    variants["start-up"] = start
+    variants.update({f"floor {runs}": (lambda r=runs: floor(r)) for runs in floors})
+    figures = alternate(variants, rounds)
+    # junit writes a case per session (every line here): minutes on a large history, so
+    # fewer rounds there, each against its own floor measured beside it.
+    junit_rounds = rounds if lines <= 50_000 else 1
+    paired = alternate({"junit": lambda: run("junit"), "floor 0": lambda: floor(0)}, junit_rounds)
+    figures["junit"] = paired["junit"]
+    figures["junit floor"] = paired["floor 0"]
+    rows = [
+        Row(
+            f"first read of a {lines:,}-line history ({size:.0f} MB): builds its index",
+            f"{built:.2f} s",
+            f"{floor_all:.2f} s",
+            built / floor_all,
+            f"(once; json.loads of every line; peak {built_rss / 1024**2:.0f} MB)",
+            None,
+        )
+    ]
+    start_ratio = paired_ratio(figures["start-up"], figures["floor 1"])
+    rows.append(
+        Row(
+            "  start-up: cleo-grade and the grade model imported, no line read",
+            f"{figures['start-up'].min:.2f} / {figures['start-up'].median:.2f} s",
+            f"{figures['floor 1'].min:.2f} / {figures['floor 1'].median:.2f} s",
+            start_ratio,
+            "(vs the latest run's lines)",
+            None,
+        )
+    )
+    shown = [(n, a, r, w, t) for n, a, r, w, t in _COMMANDS]
+    shown.insert(3, ("report after a run appended", [], 1, "the latest run's lines", 2.0))
+    for name, _args, runs, what, target in shown:
         p = figures[name]
+        f = figures["junit floor" if name == "junit" else f"floor {runs}"]
+        ratio = paired_ratio(p, f)
         peak = max(peaks[name]) / 1024**2
         rows.append(
             Row(
-                f"cleo-grade {name}, {lines:,}-line history ({size:.0f} MB) vs json.loads per line",
+                f"cleo-grade {name}, {lines:,}-line history vs json.loads of {what}",
                 f"{p.min:.2f} / {p.median:.2f} s",
                 f"{f.min:.2f} / {f.median:.2f} s",
-                paired_ratio(p, f),
-                "(every line validated)",
-                None,
+                ratio,
+                f"<= {target:g}x",
+                ratio <= target,
+                # Only list reads no line: every other command parses with the grade model.
+                None
+                if name.startswith("list") or runs != 1 or start_ratio <= target
+                else f"start-up alone {start_ratio:.1f}x",
             )
         )
         rows.append(
             Row(
-                f"  peak RSS of cleo-grade {name} (floor: json.loads alone)",
+                f"  peak RSS of cleo-grade {name} (floor: its json.loads)",
                 f"{peak:.0f} MB",
-                f"{max(peaks['floor']) / 1024**2:.0f} MB",
-                max(peaks[name]) / max(peaks["floor"]),
+                f"{max(peaks[f'floor {runs}']) / 1024**2:.0f} MB",
+                max(peaks[name]) / max(peaks[f"floor {runs}"]),
                 "< 300 MB",
                 peak < 300,
             )

@@ -160,11 +160,19 @@ class Gateway:
         return result.to_report_dict()
 
     def _grade_list(self, call: _Call) -> Any:
-        from pytest_cleo_grade.store.history import read_grades
+        from pytest_cleo_grade.store._history_index import grades_where
+        from pytest_cleo_grade.store.history import iter_grades
 
         _allow(call, {"sessionId"})
         session_id = _session_param(call, required=False)
-        return [g.to_report_dict() for g in read_grades(self.history, session_id=session_id)]
+        # One session's: through the history's index only its lines are read.
+        found = (
+            None
+            if session_id is None
+            else grades_where(self.history, "session_id = ?", (session_id,))
+        )
+        grades = iter_grades(self.history, session_id=session_id) if found is None else found
+        return [g.to_report_dict() for g in grades]
 
     def _start(self, call: _Call) -> Any:
         from pytest_cleo_grade.cli._sessions import checked_text, start_session

@@ -115,10 +115,14 @@ def _entry_count(args: argparse.Namespace, session: str, where: str) -> int:
             return count
     history = history_path(args)
     if history.is_file():
+        from pytest_cleo_grade.store._history_index import grades_where
         from pytest_cleo_grade.store.history import read_grades
 
         with warnings_to_stderr():
-            graded = read_grades(history, session_id=session)
+            # Through the history's index, only the session's lines are read.
+            graded = grades_where(history, "session_id = ?", (session,))
+            if graded is None:
+                graded = read_grades(history, session_id=session)
         if graded:
             return graded[-1].entry_count
     raise CommandError(f"{where}: session {session} not found", status=4)
@@ -249,12 +253,17 @@ def calibration_json(calibration: Calibration) -> dict[str, Any]:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.grading._calibration import calibrate
+    from pytest_cleo_grade.store._history_index import BY_HAND, grades_where
     from pytest_cleo_grade.store.history import read_grades
 
     where = "cleo-grade calibrate"
     history = existing_history(args, where=where)
     with warnings_to_stderr():
-        results = read_grades(Path(history))
+        # Only sessions graded by hand pair with a judge: through the history's index, only
+        # their lines are read.
+        results = grades_where(Path(history), BY_HAND)
+        if results is None:
+            results = read_grades(Path(history))
     calibration = calibrate(results)
     if not calibration.dimensions:
         raise CommandError(

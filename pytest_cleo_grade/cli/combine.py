@@ -104,7 +104,27 @@ def _resolve(given: str) -> _Shard:
     return _Shard(given, history=path)
 
 
-def _key(result: GradeResult) -> tuple[object, ...]:
+def _existing_keys(history: Path, sessions: set[str]) -> set[tuple[object, ...]]:
+    """The keys of the target history's lines of these sessions (only those can be the
+    same grade): through its index only their rows, else every line read."""
+    from pytest_cleo_grade.store._history_index import open_index
+    from pytest_cleo_grade.store.history import read_grades
+
+    index = open_index(history)
+    if index is None:
+        return {_key(result) for result in read_grades(history)}
+    with index:
+        index.warn_skipped()
+        index.query("CREATE TEMP TABLE IF NOT EXISTS combined (session TEXT PRIMARY KEY)")
+        index.query("DELETE FROM combined")
+        for session in sessions:
+            index.query("INSERT INTO combined VALUES (?)", (session,))
+        return {
+            _key(point) for point in index.points("session_id IN (SELECT session FROM combined)")
+        }
+
+
+def _key(result: Any) -> tuple[object, ...]:
     """What makes a history line the same grade, whichever shard or relabelling it came
     through: its session, test, time and run index."""
     extra = result.model_extra or {}
@@ -129,7 +149,8 @@ def run_combine(args: argparse.Namespace) -> int:
                 if _same(shard.history, target_history):
                     raise CommandError(f"{WHERE}: {shard.given}: is the history combined into")
                 shard.lines = read_grades(shard.history)
-        existing = read_grades(target_history) if target_history.is_file() else []
+        sessions = {result.session_id for shard in shards for result in shard.lines}
+        seen = _existing_keys(target_history, sessions) if target_history.is_file() else set()
     try:
         wanted = parse_run_id(args.run_id) if args.run_id else None
     except ValueError as exc:
@@ -152,7 +173,6 @@ def run_combine(args: argparse.Namespace) -> int:
                 )
             )
         relabel[run] = wanted
-    seen = {_key(result) for result in existing}
     new: list[GradeResult] = []
     for shard in shards:
         for result in shard.lines:

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -174,6 +174,17 @@ def json_text(data: object) -> str:
 
 def print_json(data: object) -> None:
     print(json_text(data))
+
+
+def print_json_list(items: Iterable[object]) -> None:
+    """:func:`print_json` of a list, an item at a time: a listing of a history of years is
+    never held whole (the same text: each item's lines indented once more)."""
+    first = True
+    for item in items:
+        body = "\n".join("  " + line for line in json_text(item).split("\n"))
+        sys.stdout.write(("[\n" if first else ",\n") + body)
+        first = False
+    print("[]" if first else "\n]")
 
 
 @contextmanager

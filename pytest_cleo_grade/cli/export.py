@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
@@ -17,6 +18,7 @@ from pytest_cleo_grade.cli.common import (
     history_path,
     parse_threshold,
     print_json,
+    print_json_list,
     warnings_to_stderr,
 )
 from pytest_cleo_grade.cli.grade import (
@@ -31,7 +33,9 @@ from pytest_cleo_grade.core._text import terminal_text
 if TYPE_CHECKING:
     from junit_xml import TestCase
 
+    from pytest_cleo_grade.cli._junit import Counts
     from pytest_cleo_grade.core.models import GradeResult
+    from pytest_cleo_grade.store._history_index import HistoryIndex
 
 # The history's models, the display and junit-xml are imported where a command reads or
 # writes grades: `--help` starts without them, and so does `export` (send.py), which borrows
@@ -136,30 +140,88 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     return case
 
 
-def run_junit(args: argparse.Namespace) -> int:
-    from junit_xml import TestSuite, to_xml_report_string
-
+def latest_by_session_file(history: Path) -> list[GradeResult]:
+    """:func:`latest_by_session` of the history, through its index when it has one (only
+    those lines are read)."""
+    from pytest_cleo_grade.store._history_index import StaleIndex, open_index
     from pytest_cleo_grade.store.history import read_grades
+
+    index = open_index(history)
+    if index is not None:
+        with index:
+            try:
+                grades = list(_latest_by_session_indexed(index))
+            except StaleIndex:
+                index.forget()
+            else:
+                index.warn_skipped()
+                return grades
+    return latest_by_session(read_grades(history))
+
+
+def _latest_by_session_indexed(index: HistoryIndex) -> Iterator[GradeResult]:
+    """Each session's latest line, in the order sessions were first graded, one at a time
+    (StaleIndex when a line is not where the index says)."""
+    from pytest_cleo_grade.store._history_index import Line
+
+    rows = index.query(
+        "SELECT l.number, l.offset, l.length, l.session_id FROM (SELECT min(number) "
+        "AS first, max(number) AS last FROM lines WHERE problem IS NULL "
+        "GROUP BY session_id) AS s JOIN lines AS l ON l.number = s.last ORDER BY s.first"
+    )
+    for _, grade in index.grades(Line(*row) for row in rows):
+        yield grade
+
+
+def _spooled_cases(history: Path, threshold: float | None) -> tuple[IO[bytes], Counts]:
+    """Every session's latest grade as a JUnit case, spooled: through the history's index
+    one grade at a time, else from the whole history as before."""
+    from pytest_cleo_grade.cli._junit import spool_cases
+    from pytest_cleo_grade.store._history_index import StaleIndex, open_index
+    from pytest_cleo_grade.store.history import read_grades
+
+    def testcase(grade: GradeResult) -> TestCase:
+        return _testcase(grade, threshold)
+
+    index = open_index(history)
+    if index is not None:
+        with index:
+            try:
+                spooled = spool_cases(_latest_by_session_indexed(index), testcase)
+            except StaleIndex:
+                index.forget()
+            else:
+                index.warn_skipped()
+                return spooled
+    return spool_cases(latest_by_session(read_grades(history)), testcase)
+
+
+def run_junit(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.cli._junit import document_chunks, write_text
 
     history = history_path(args)
     if args.output != "-":
         refuse_replacing(Path(args.output), history, db_path(args), where="cleo-grade junit")
     existing_history(args, where="cleo-grade junit")
-    with warnings_to_stderr():
-        grades = latest_by_session(read_grades(history))
     threshold: float | None = args.fail_under
-    if threshold is not None and not grades:
+    with warnings_to_stderr():
+        spool, counts = _spooled_cases(history, threshold)
+    if threshold is not None and not counts.tests:
         _say_not_applied(threshold, history)
-    cases = [_testcase(grade, threshold) for grade in grades]
-    xml = to_xml_report_string([TestSuite(args.suite_name, cases)], prettyprint=True)
-    if args.output == "-":
-        sys.stdout.write(xml)
-    else:
+    with spool:  # closed even when the target refuses the document before it is read
+        chunks = document_chunks(args.suite_name, spool, counts)
+        if args.output == "-":
+            write_text(sys.stdout.write, chunks)
+        else:
+            write_replacing(Path(args.output), chunks, where="cleo-grade junit")
+    if args.output != "-":
         target = Path(args.output)
-        write_replacing(target, xml.encode("utf-8"), where="cleo-grade junit")
-        failed = sum(1 for case in cases if case.is_failure())
-        print(terminal_text(f"{target}: {len(cases)} session(s), {failed} below the threshold"))
-    return 1 if any(case.is_failure() for case in cases) else 0
+        print(
+            terminal_text(
+                f"{target}: {counts.tests} session(s), {counts.failures} below the threshold"
+            )
+        )
+    return 1 if counts.failures else 0
 
 
 def _say_not_applied(threshold: float, history: Path) -> None:
@@ -189,7 +251,7 @@ def refuse_replacing(target: Path, history: Path, db: Path, *, where: str) -> No
         )
 
 
-def write_replacing(target: Path, data: bytes, *, where: str) -> None:
+def write_replacing(target: Path, data: bytes | Iterable[bytes], *, where: str) -> None:
     """Write ``data`` over ``target`` atomically (:func:`files.write_atomically`)."""
     try:
         write_atomically(target, data)
@@ -207,10 +269,10 @@ def run_query(args: argparse.Namespace) -> int:
         raise CommandError(f"{where}: PARAMS must be a JSON object")
     call = f"{args.domain}.{args.operation}"
     if call == "admin.grade.list":
-        from pytest_cleo_grade.store.history import read_grades
+        from pytest_cleo_grade.store.history import iter_grades
 
         with warnings_to_stderr():
-            print_json([g.to_json_dict() for g in read_grades(history_path(args))])
+            print_json_list(g.to_json_dict() for g in iter_grades(history_path(args)))
         return 0
     if call != "admin.grade":
         raise CommandError(

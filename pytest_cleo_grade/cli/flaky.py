@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
@@ -16,6 +17,9 @@ from pytest_cleo_grade.cli.common import (
     warnings_to_stderr,
 )
 from pytest_cleo_grade.core._text import terminal_text
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.grading._flaky import FlakyLine
 
 __all__ = ["register"]
 
@@ -72,12 +76,11 @@ def register(subparsers: Any) -> None:
 
 def run_flaky(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.grading._flaky import DEFAULT_WINDOW, NoThreshold, flip_table
-    from pytest_cleo_grade.store.history import read_grades
 
     where = "cleo-grade flaky"
     history = existing_history(args, where=where)
     with warnings_to_stderr():
-        results = read_grades(history)
+        results = _flip_lines(history)
     window = args.runs or DEFAULT_WINDOW
     try:
         table = flip_table(results, runs=window, threshold=args.fail_under)
@@ -187,3 +190,17 @@ def _write(args: argparse.Namespace, table: list[Any]) -> dict[str, Any]:
         "stableRuns": stable_runs,
         "text": text,
     }
+
+
+def _flip_lines(history: Path) -> Sequence[FlakyLine]:
+    """Every line as a flip reads it: through the history's index its rows (no line parsed,
+    a few fields each), else every grade."""
+    from pytest_cleo_grade.store._history_index import open_index
+    from pytest_cleo_grade.store.history import read_grades
+
+    index = open_index(history)
+    if index is None:
+        return read_grades(history)
+    with index:
+        index.warn_skipped()
+        return list(index.points())

@@ -19,6 +19,7 @@ from pytest_cleo_grade.cli.common import (
     history_path,
     parse_threshold,
     print_json,
+    print_json_list,
     session_id_arg,
     warnings_to_stderr,
 )
@@ -110,6 +111,15 @@ def register(subparsers: Any) -> None:
         type=session_id_arg,
         metavar="ID",
         help="only this session",
+    )
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument(
+        "--run-id", dest="run_id", metavar="ID", help="only this run's grades (its runId)"
+    )
+    which.add_argument(
+        "--latest-run",
+        action="store_true",
+        help="only the latest run's grades (the run cleo-grade report shows)",
     )
     listing.add_argument("--json", action="store_true", help="print GradeResults as JSON")
     add_history_option(listing)
@@ -460,24 +470,26 @@ def _print_grade(args: argparse.Namespace, result: GradeResult) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.store import AuditStore
-    from pytest_cleo_grade.store.history import iter_grades
-
     path = history_path(args)
+    run_id, one_run = _run_option(args)
+    from_db = bool(args.db and not args.history)
     with warnings_to_stderr():
-        if args.db and not args.history:
+        # The index's rows hold the listing's cells: no line parsed, no pydantic loaded.
+        rows = (
+            None if args.json or from_db else _indexed_rows(path, args.session_id, run_id, one_run)
+        )
+        if rows is None:
+            grades = _list_grades(args, path, run_id, one_run)
+            if args.json:
+                print_json_list(g.to_report_dict() for g in grades)
+                return 0
+            rows = [_list_row(g) for g in grades]
+        if from_db:
             path = Path(args.db)
-            with AuditStore(path, read_only=True) as store:
-                grades: Iterable[GradeResult] = store.grades(args.session_id)
-        else:
-            # A line at a time: a history of years keeps only the rows' cells in memory.
-            grades = iter_grades(path, session_id=args.session_id)
-        if args.json:
-            print_json([g.to_report_dict() for g in grades])
-            return 0
-        rows = [_list_row(g) for g in grades]
     if not rows:
         of = "" if args.session_id is None else f" of session {args.session_id}"
+        if run_id is not None:
+            of += f" of run {run_id}"
         print(terminal_text(f"No grades{of} in {path}"))
         return 0
     header = ("SESSION", "SCORE", "PERCENT", "GRADE", "TIMESTAMP", "FLAGS")
@@ -485,6 +497,89 @@ def run_list(args: argparse.Namespace) -> int:
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def _run_option(args: argparse.Namespace) -> tuple[str | None, bool]:
+    """(--run-id, whether one run is listed): ``--latest-run`` is the run id None."""
+    from pytest_cleo_grade.grading._run_ids import parse_run_id
+
+    given: str | None = getattr(args, "run_id", None)
+    latest: bool = getattr(args, "latest_run", False)
+    if given is None and not latest:
+        return None, False
+    if args.db and not args.history:
+        raise CommandError(
+            "cleo-grade list: --run-id and --latest-run read the grade history, not --db's "
+            "grades table (name --history, or leave --db out)"
+        )
+    if given is None:
+        return None, True
+    try:
+        return parse_run_id(given), True
+    except ValueError as exc:
+        raise CommandError(f"cleo-grade list: --run-id: {exc}") from None
+
+
+def _run_grades(path: Path, run_id: str | None, session_id: str | None) -> list[GradeResult]:
+    """The lines of one run (``run_id``, else the latest), read through the history's index
+    when it has one: a history of years costs the run's lines, not the file."""
+    from pytest_cleo_grade.grading._history_file import run_lines_file
+
+    results, _count = run_lines_file(path, run_id)
+    return [r for r in results if session_id is None or r.session_id == session_id]
+
+
+def _list_grades(
+    args: argparse.Namespace, path: Path, run_id: str | None, one_run: bool
+) -> Iterable[GradeResult]:
+    if one_run:
+        return _run_grades(path, run_id, args.session_id)
+    if args.db and not args.history:
+        from pytest_cleo_grade.store import AuditStore
+
+        with AuditStore(Path(args.db), read_only=True) as store:
+            return list(store.grades(args.session_id))
+    from pytest_cleo_grade.store.history import iter_grades
+
+    # A line at a time: a history of years keeps only the rows' cells in memory.
+    return iter_grades(path, session_id=args.session_id)
+
+
+def _indexed_rows(
+    path: Path, session_id: str | None, run_id: str | None, one_run: bool
+) -> list[tuple[str, str, str, str, str, str]] | None:
+    """The rows from the history's index (no line parsed), or None: read the history."""
+    from pytest_cleo_grade.store._history_index import open_index
+
+    index = open_index(path)
+    if index is None:
+        return None
+    with index:
+        index.warn_skipped()
+        where, params = ["problem IS NULL"], []
+        if one_run:
+            chosen = run_id
+            if chosen is None:  # the latest run, as cleo-grade report chooses it
+                last = index.query(
+                    "SELECT run_id FROM lines WHERE problem IS NULL AND evaluator != 'manual' "
+                    "ORDER BY number DESC LIMIT 1"
+                ).fetchone()
+                chosen = None if last is None else last[0]
+            if chosen is not None:
+                where.append("run_id = ?")
+                params.append(chosen)
+        if session_id is not None:
+            where.append("session_id = ?")
+            params.append(session_id)
+        cursor = index.query(
+            "SELECT session_id, total, max, percent, letter, timestamp, flags FROM lines "
+            f"WHERE {' AND '.join(where)} ORDER BY number",
+            params,
+        )
+        return [
+            (terminal_text(s), f"{t:g}/{m:g}", f"{p}%", letter, when, str(flags))
+            for s, t, m, p, letter, when, flags in cursor
+        ]
 
 
 def _list_row(g: GradeResult) -> tuple[str, str, str, str, str, str]:

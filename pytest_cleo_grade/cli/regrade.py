@@ -19,6 +19,8 @@ from pytest_cleo_grade.cli.rubrics import add_rubric_options
 from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pytest_cleo_grade.core.models import GradeResult
 
 __all__ = ["register"]
@@ -55,14 +57,12 @@ def run_regrade(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.grading._run_ids import (
         RUN_ID_KEY,
         STATUS_KEY,
-        latest_run_id,
         of_run,
         parse_run_id,
         resolve_run_id,
     )
     from pytest_cleo_grade.grading._verdict import passes
     from pytest_cleo_grade.store import AuditStore
-    from pytest_cleo_grade.store.history import read_grades
 
     history = history_path(args)
     store = db_path(args)
@@ -70,13 +70,13 @@ def run_regrade(args: argparse.Namespace) -> int:
         raise CommandError(f"{WHERE}: {history}: no grade history there")
     if not store.is_file():
         raise CommandError(f"{WHERE}: no audit store at {store} (pass --db PATH)")
-    with warnings_to_stderr():
-        results = read_grades(history)
     try:
-        run_id = parse_run_id(args.run_id) if args.run_id else latest_run_id(results)
+        given = parse_run_id(args.run_id) if args.run_id else None
         new_run = resolve_run_id(args.new_run_id, os.environ)
     except ValueError as exc:
         raise CommandError(f"{WHERE}: {exc}") from None
+    with warnings_to_stderr():
+        run_id, results = _run_lines(history, given)
     if run_id is None:
         raise CommandError(f"{WHERE}: {history}: its last line carries no run id (pass --run-id)")
     lines = [line for line in of_run(results, run_id) if line.entry_count]
@@ -120,3 +120,34 @@ def run_regrade(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def _run_lines(history: Path, given: str | None) -> tuple[str | None, list[GradeResult]]:
+    """(the run re-graded: ``given``, else the last line's run id; the lines to pick it
+    from): through the history's index only that run's lines, else every line."""
+    from pytest_cleo_grade.grading._run_ids import latest_run_id
+    from pytest_cleo_grade.store._history_index import StaleIndex, open_index
+    from pytest_cleo_grade.store.history import read_grades
+
+    index = open_index(history)
+    if index is not None:
+        with index:
+            run_id = given
+            if run_id is None:
+                last = index.query(
+                    "SELECT run_id FROM lines WHERE problem IS NULL ORDER BY number DESC LIMIT 1"
+                ).fetchone()
+                run_id = None if last is None else last[0]
+            try:
+                found = (
+                    []
+                    if run_id is None
+                    else [grade for _, grade in index.grades(index.lines("run_id = ?", (run_id,)))]
+                )
+            except StaleIndex:
+                index.forget()
+            else:
+                index.warn_skipped()
+                return run_id, found
+    results = read_grades(history)
+    return (given if given is not None else latest_run_id(results)), results

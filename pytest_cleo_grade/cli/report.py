@@ -25,6 +25,7 @@ from pytest_cleo_grade.core._text import terminal_text
 if TYPE_CHECKING:
     from pytest_cleo_grade.core.models import GradeResult
     from pytest_cleo_grade.grading._verdict import RunGrade
+    from pytest_cleo_grade.reports._html_page import GradeLine
 
 __all__ = ["register"]
 
@@ -88,7 +89,6 @@ def run_report(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.grading._history_file import run_lines_file
     from pytest_cleo_grade.reports._display import summary_lines
     from pytest_cleo_grade.reports._html import latest_run
-    from pytest_cleo_grade.store.history import read_grades
 
     where = "cleo-grade report"
     history = history_path(args)
@@ -108,15 +108,14 @@ def run_report(args: argparse.Namespace) -> int:
         if args.html is None:
             # Only the run reported is kept: a history of years is read a line at a time.
             results, count = run_lines_file(history, _given_run_id(args.run_id))
-        else:  # the page's trend shows every run
-            results = read_grades(history)
-            count = len(results)
+        else:
+            results, page, calibration, count = _page_lines(history, args.run_id)
     if not count:
         raise CommandError(f"{where}: {history}: no grades in the history")
     run_id = _run_id(args.run_id, results, args)
     run = latest_run(results, threshold=args.fail_under, gate=args.gate, run_id=run_id)
     if args.html is not None:
-        _write_html(args, run, results, history, baseline)
+        _write_html(args, run, page, calibration, history, baseline)
     if args.junit is not None:
         _write_junit(Path(args.junit), run, history, db_path(args))
     if step_summary is not None:
@@ -137,6 +136,21 @@ def run_report(args: argparse.Namespace) -> int:
         tests, its = ("test", "its") if count == 1 else ("tests", "their")
         print(f"cleo-grade: {count} {tests} below {its} threshold failed", file=sys.stderr)
     return 1 if run.gate_failed or failed else 0
+
+
+def _page_lines(
+    history: Path, run_id: str | None
+) -> tuple[list[GradeResult], Sequence[GradeLine], Sequence[GradeResult] | None, int]:
+    """(the run's lines, the page's history, the calibration's grades, the history's count):
+    through the history's index only the run and its tests' rows, else every line."""
+    from pytest_cleo_grade.reports._html_history import page_lines_file
+    from pytest_cleo_grade.store.history import read_grades
+
+    lines = page_lines_file(history, _given_run_id(run_id))
+    if lines is not None:
+        return lines.run, lines.history, lines.calibration, lines.count
+    results = read_grades(history)  # the page's trend shows every run
+    return results, results, None, len(results)
 
 
 def _given_run_id(given: str | None) -> str | None:
@@ -192,7 +206,8 @@ def _step_summary_path(given: str | None) -> Path | None:
 def _write_html(
     args: argparse.Namespace,
     run: RunGrade,
-    results: Sequence[GradeResult],
+    results: Sequence[GradeLine],
+    calibration: Sequence[GradeResult] | None,
     history: Path,
     baseline: dict[str, tuple[float, ...]] | None,
 ) -> None:
@@ -209,6 +224,7 @@ def _write_html(
         results,
         db=db_path(args),
         baseline=baseline,
+        calibration=calibration,
         source=str(history),
         reads=reads,
         # A store named on the command line that cannot be read is an error, as a bad

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pytest_cleo_grade.cli.common import (
     CommandError,
@@ -16,6 +17,9 @@ from pytest_cleo_grade.cli.common import (
 )
 from pytest_cleo_grade.cli.export import latest_by_session
 from pytest_cleo_grade.core._text import terminal_text
+
+if TYPE_CHECKING:
+    from pytest_cleo_grade.core.models import GradeResult
 
 __all__ = ["register"]
 
@@ -63,16 +67,13 @@ def positive_seconds(text: str) -> float:
 
 def run_export(args: argparse.Namespace) -> int:
     from pytest_cleo_grade.reports.langfuse import keys_from
-    from pytest_cleo_grade.store.history import read_grades
 
     keys = keys_from(os.environ)
     if keys is None:
         raise CommandError(f"cleo-grade export langfuse: {KEYS_HINT}")
     history = existing_history(args, where="cleo-grade export langfuse")
     with warnings_to_stderr():
-        grades = read_grades(history, session_id=args.session_id)
-    if not args.all:
-        grades = latest_by_session(grades)
+        grades = _grades(history, args.session_id, latest=not args.all)
     if not grades:
         what = "no grades" if args.session_id is None else f"no grades of {args.session_id!r}"
         print(terminal_text(f"langfuse: {what} in {history}: nothing sent"))
@@ -101,3 +102,17 @@ def run_export(args: argparse.Namespace) -> int:
         sessions = len({grade.session_id for grade in grades})
         print(terminal_text(summary.line(sessions, base)))
     return 1 if summary.rejected else 0
+
+
+def _grades(history: Path, session_id: str | None, *, latest: bool) -> list[GradeResult]:
+    """The history's grades, one session's, the latest of each session when ``latest``:
+    through the history's index only those lines are read."""
+    from pytest_cleo_grade.cli.export import latest_by_session_file
+    from pytest_cleo_grade.store._history_index import grades_where
+    from pytest_cleo_grade.store.history import read_grades
+
+    if session_id is None:
+        return latest_by_session_file(history) if latest else read_grades(history)
+    found = grades_where(history, "session_id = ?", (session_id,))
+    grades = read_grades(history, session_id=session_id) if found is None else found
+    return latest_by_session(grades) if latest else grades

@@ -460,8 +460,9 @@ def make_parents(target: Path) -> None:
         ) from None
 
 
-def write_atomically(target: Path, data: bytes) -> None:
-    """Write ``data`` to a new file beside ``target`` and rename it over ``target``.
+def write_atomically(target: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or chunks of them) to a new file beside ``target`` and rename
+    it over ``target``.
 
     A reader never sees half a file; the temporary file is created exclusively under a random
     name (a file or link planted beside the target is never opened), and a link at ``target``
@@ -479,13 +480,17 @@ def write_atomically(target: Path, data: bytes) -> None:
                 raise NotRegularFileError(target, kind_of(mode))
         fd, partial = exclusive_temp_file(target)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                for chunk in data:
+                    handle.write(chunk)
         # mkstemp's 0600 would hide the file from CI's other users: use the usual mode.
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(partial, 0o666 & ~umask)
         partial.replace(target)
-    except OSError:
+    except BaseException:  # a failed write, or chunks that raised
         if partial is not None:
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)

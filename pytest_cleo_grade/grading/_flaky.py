@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from datetime import datetime
+from typing import Any, Final, Protocol
 
-from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.grading._run_ids import RUN_ID_KEY, STATUS_KEY, THRESHOLD_KEY
 from pytest_cleo_grade.grading._runs import SERIES_KEY
 from pytest_cleo_grade.grading._verdict import passes
@@ -85,18 +85,33 @@ class FlakyTest:
         return count
 
 
-def test_key(result: GradeResult) -> str:
+class FlakyLine(Protocol):
+    """What a flip reads of a history line: a FlakyLine, or the history index's point."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def evaluator(self) -> str: ...
+    @property
+    def timestamp(self) -> datetime: ...
+    @property
+    def percent(self) -> float: ...
+    @property
+    def model_extra(self) -> dict[str, Any] | None: ...
+
+
+def test_key(result: FlakyLine) -> str:
     """The test a line belongs to: its ``testId`` (a repeated test's, without the run)."""
     extra = result.model_extra or {}
     test_id = extra.get("testId")
     return test_id if isinstance(test_id, str) and test_id else result.session_id
 
 
-def _extra(result: GradeResult) -> dict[str, Any]:
+def _extra(result: FlakyLine) -> dict[str, Any]:
     return result.model_extra or {}
 
 
-def _group(result: GradeResult, number: int) -> tuple[str, object]:
+def _group(result: FlakyLine, number: int) -> tuple[str, object]:
     extra = _extra(result)
     run = extra.get(RUN_ID_KEY)
     if isinstance(run, str) and run:
@@ -106,7 +121,7 @@ def _group(result: GradeResult, number: int) -> tuple[str, object]:
     return ("line", number)
 
 
-def verdict_of(result: GradeResult, threshold: float | None) -> bool:
+def verdict_of(result: FlakyLine, threshold: float | None) -> bool:
     """Whether one run passed (see the module's docstring); NoThreshold when it cannot say."""
     extra = _extra(result)
     status = extra.get(STATUS_KEY)
@@ -123,14 +138,14 @@ def verdict_of(result: GradeResult, threshold: float | None) -> bool:
     return passes(result.percent, threshold)
 
 
-def _windows(history: Iterable[GradeResult], runs: int) -> dict[str, list[GradeResult]]:
+def _windows(history: Iterable[FlakyLine], runs: int) -> dict[str, list[FlakyLine]]:
     """Each test's lines of its last ``runs`` pytest runs, in history order."""
-    by_test: dict[str, list[tuple[tuple[str, object], GradeResult]]] = {}
+    by_test: dict[str, list[tuple[tuple[str, object], FlakyLine]]] = {}
     for number, result in enumerate(history):
         if result.evaluator == "manual":
             continue  # a person's labels for judge calibration, not a run of a test
         by_test.setdefault(test_key(result), []).append((_group(result, number), result))
-    windows: dict[str, list[GradeResult]] = {}
+    windows: dict[str, list[FlakyLine]] = {}
     for test, lines in by_test.items():
         wanted: set[tuple[str, object]] = set()
         for group, _ in reversed(lines):
@@ -146,13 +161,13 @@ def _windows(history: Iterable[GradeResult], runs: int) -> dict[str, list[GradeR
     return windows
 
 
-def _run_index(result: GradeResult) -> int:
+def _run_index(result: FlakyLine) -> int:
     run = _extra(result).get("run")
     return run if isinstance(run, int) and not isinstance(run, bool) else 0
 
 
 def flip_table(
-    history: Sequence[GradeResult], *, runs: int = DEFAULT_WINDOW, threshold: float | None
+    history: Sequence[FlakyLine], *, runs: int = DEFAULT_WINDOW, threshold: float | None
 ) -> list[FlakyTest]:
     """Every test's window, in the order the tests first appear in the history."""
     table = []

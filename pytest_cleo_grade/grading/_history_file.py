@@ -11,6 +11,7 @@ lines kept are every line each test's pick (and its latest whole series), the la
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from typing import Any, Final
@@ -18,10 +19,16 @@ from typing import Any, Final
 from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.grading._baseline import TestGrades, latest_from_history, short_in_history
 from pytest_cleo_grade.grading._run_ids import RUN_ID_KEY, STATUS_KEY, run_id_of, status_of
-from pytest_cleo_grade.grading._runs import SERIES_KEY, latest_series, latest_whole_series
+from pytest_cleo_grade.grading._runs import (
+    SERIES_KEY,
+    latest_series,
+    latest_whole_series,
+    short_series,
+)
+from pytest_cleo_grade.store._history_index import HistoryIndex, StaleIndex, open_index
 from pytest_cleo_grade.store.history import iter_numbered_grades
 
-__all__ = ["latest_from_history_file", "run_lines_file"]
+__all__ = ["latest_from_history_file", "run_lines_file", "run_lines_indexed"]
 
 #: The extras the picks read (latest_series, latest_whole_series, short_series, the run id).
 _PICK_KEYS: Final = ("testId", RUN_ID_KEY, "run", "runs", SERIES_KEY, "adaptive", STATUS_KEY)
@@ -47,7 +54,17 @@ def latest_from_history_file(
 ) -> tuple[dict[str, TestGrades], dict[str, str], int]:
     """:func:`latest_from_history` of the history at ``path`` (``whole`` as there), with
     ``candidate`` :func:`short_in_history` of it (else ``{}``), and how many grades it holds
-    (0: none, or no history there). Lines skipped with read_grades's warnings."""
+    (0: none, or no history there). Lines skipped with read_grades's warnings.
+
+    Through the history's index when it has one (store._history_index): the first pass is
+    then the index's rows, and only the lines picked are read from the file."""
+    index = open_index(path)
+    if index is not None:
+        with index:
+            try:
+                return _latest_indexed(index, whole=whole, candidate=candidate)
+            except StaleIndex:
+                index.forget()
     # One string per distinct value (run ids, test ids): 200,000 lines hold few.
     shared: dict[object, object] = {}
     lines: list[_Line] = []
@@ -68,6 +85,106 @@ def latest_from_history_file(
         picked = [result for _, result in iter_numbered_grades(path, only=wanted)]
     short = short_in_history(picked) if candidate else {}
     return latest_from_history(picked, whole=whole), short, count
+
+
+def _latest_indexed(
+    index: HistoryIndex, *, whole: bool, candidate: bool
+) -> tuple[dict[str, TestGrades], dict[str, str], int]:
+    wanted = None if candidate else _latest_run_picks(index, whole=whole)
+    if wanted is None:
+        lines = _indexed_lines(index, "problem IS NULL", ())
+        wanted = _picked(lines)
+        del lines
+    index.query("CREATE TEMP TABLE IF NOT EXISTS picked (number INTEGER PRIMARY KEY)")
+    index.query("DELETE FROM picked")
+    for number in wanted:
+        index.query("INSERT INTO picked VALUES (?)", (number,))
+    chosen = index.lines("number IN (SELECT number FROM picked)")
+    picked = [result for _, result in index.grades(chosen)]
+    index.warn_skipped()
+    short = short_in_history(picked) if candidate else {}
+    return latest_from_history(picked, whole=whole), short, index.count()
+
+
+def _indexed_lines(index: HistoryIndex, where: str, params: tuple[object, ...]) -> list[_Line]:
+    """The index's rows as the first pass's lines, in file order."""
+    shared: dict[object, object] = {}
+    lines: list[_Line] = []
+    rows = index.query(
+        f"SELECT number, session_id, extras FROM lines WHERE {where} ORDER BY number",
+        params,
+    )
+    for number, session, extras in rows:
+        kept = {}
+        if extras:
+            for key, value in json.loads(extras).items():
+                if key in _PICK_KEYS:
+                    kept[key] = shared.setdefault(value, value) if isinstance(value, str) else value
+        session = str(shared.setdefault(session, session))
+        lines.append(_Line(number, session, kept))
+    return lines
+
+
+#: The first suffix of a test's lines read per test of the latest run (doubled until every
+#: test's pick is settled within it).
+_SUFFIX_PER_TEST: Final = 4
+
+
+def _latest_run_picks(index: HistoryIndex, *, whole: bool) -> set[int] | None:
+    """The lines a baseline of the latest run's tests reads, from the newest of those tests'
+    lines only: a suffix, doubled until every test's pick lies within it (the picks scan
+    from the end, and a settled one reads nothing older). None: no line carries a run id."""
+    last = index.query(
+        "SELECT run_id FROM lines WHERE problem IS NULL AND run_id IS NOT NULL "
+        "ORDER BY number DESC LIMIT 1"
+    ).fetchone()
+    if last is None:
+        return None
+    run = index.lines("run_id = ?", (last[0],))
+    index.query("CREATE TEMP TABLE IF NOT EXISTS run_tests (key TEXT PRIMARY KEY)")
+    index.query("DELETE FROM run_tests")
+    index.query(
+        "INSERT OR IGNORE INTO run_tests SELECT coalesce(test_id, session_id) FROM lines "
+        "WHERE problem IS NULL AND run_id = ?",
+        (last[0],),
+    )
+    members = {key for (key,) in index.query("SELECT key FROM run_tests")}
+    of_members = "problem IS NULL AND coalesce(test_id, session_id) IN (SELECT key FROM run_tests)"
+    total = int(index.query(f"SELECT count(*) FROM lines WHERE {of_members}").fetchone()[0])
+    size = _SUFFIX_PER_TEST * max(len(members), 1)
+    while True:
+        lines = _suffix(index, of_members, size)
+        gradable = [line for line in lines if status_of(line) != "ungradable"]
+        pick = latest_whole_series if whole else latest_series
+        series = pick(gradable, _test_of)
+        if size >= total or _settled(series, members, whole=whole):
+            wanted = {line.number for found in series.values() for line in found}
+            wanted.update(line.number for line in run)
+            return wanted
+        size *= 2
+
+
+def _suffix(index: HistoryIndex, where: str, size: int) -> list[_Line]:
+    """The newest ``size`` lines matching ``where``, in file order."""
+    return _indexed_lines(
+        index,
+        f"number IN (SELECT number FROM lines WHERE {where} ORDER BY number DESC LIMIT ?)",
+        (size,),
+    )
+
+
+def _settled(series: dict[str, list[_Line]], members: set[str], *, whole: bool) -> bool:
+    """Whether no older line can change any member's pick: each has a complete series (all
+    the runs its latest line asked, or a single grade), whole ones when ``whole``."""
+    for member in members:
+        found = series.get(member)
+        if not found:
+            return False
+        if len(found) < int(found[0].model_extra.get("runs") or 1):
+            return False  # an older line may still join the series
+        if whole and short_series(found) is not None:
+            return False
+    return True
 
 
 def _picked(lines: list[_Line]) -> set[int]:
@@ -94,7 +211,18 @@ def run_lines_file(
     """The lines ``latest_run`` reads of the history at ``path``: every line of ``run_id``,
     else of the run id of the last line not graded by hand, in file order (every line when
     that line carries none: a history written before lines did); and how many grades the
-    history holds. Two passes: the first keeps each line's number under its run id only."""
+    history holds. Through the history's index when it has one (only the run's lines are
+    read), else two passes: the first keeps each line's number under its run id only."""
+    index = open_index(path)
+    if index is not None:
+        with index:
+            try:
+                results, count = run_lines_indexed(index, run_id)
+            except StaleIndex:
+                index.forget()
+            else:
+                index.warn_skipped()
+                return results, count
     numbers: dict[str | None, list[int]] = {}
     last: str | None = None
     count = 0
@@ -110,3 +238,17 @@ def run_lines_file(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # said in the first pass
         return [result for _, result in iter_numbered_grades(path, only=wanted)], count
+
+
+def run_lines_indexed(index: HistoryIndex, run_id: str | None) -> tuple[list[GradeResult], int]:
+    """:func:`run_lines_file` through an open index (its skipped lines not warned of yet):
+    StaleIndex when a line is not where the index says."""
+    chosen = run_id
+    if chosen is None:
+        last = index.query(
+            "SELECT run_id FROM lines WHERE problem IS NULL AND evaluator != 'manual' "
+            "ORDER BY number DESC LIMIT 1"
+        ).fetchone()
+        chosen = None if last is None else last[0]
+    lines = index.lines() if chosen is None else index.lines("run_id = ?", (chosen,))
+    return [result for _, result in index.grades(lines)], index.count()

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,7 +41,9 @@ from pytest_cleo_grade.plugin._run_options import RunOptions
 from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE, UNUSED_JUDGE_OUTPUT, Role
 
 if TYPE_CHECKING:
+    from pytest_cleo_grade.core.models import GradeResult
     from pytest_cleo_grade.grading._verdict import GradedTest, RunGrade
+    from pytest_cleo_grade.reports._html_page import GradeLine
     from pytest_cleo_grade.rubrics.comparison import Comparison
     from pytest_cleo_grade.store import AuditStore
 
@@ -432,7 +434,6 @@ class Controller:
         from pytest_cleo_grade.core.errors import warnings_shown_not_raised
         from pytest_cleo_grade.grading._verdict import RunGrade
         from pytest_cleo_grade.reports._html import inputs_of, write_html_report
-        from pytest_cleo_grade.store.history import read_grades
 
         run = self.current_run() or RunGrade((), self.options.gate, self.run_options.shard)
         # With --cleo-grade-baseline, changes are against the baseline the gate compared with.
@@ -450,7 +451,7 @@ class Controller:
         decisions = self.repeats.decisions()
         try:
             with warnings_shown_not_raised():  # a corrupt history line is skipped, said once
-                history = read_grades(self.options.history_path)
+                history, calibration = _page_history(self.options.history_path, run)
         except CleoGradeError as exc:
             # The history's own warning says only that it could not be read: this one says
             # which artefact the run did not write because of it.
@@ -470,6 +471,7 @@ class Controller:
                 reads=reads,
                 db=self.options.db_path,
                 baseline=baseline,
+                calibration=calibration,
                 source="this pytest run",
                 decisions=decisions,
                 gates=gates,
@@ -583,3 +585,18 @@ class Controller:
         self, prefix: list[str], summary: list[str], postfix: list[str], session: Any
     ) -> None:
         self.html_columns.summary(prefix)
+
+
+def _page_history(
+    path: Path, run: RunGrade
+) -> tuple[Sequence[GradeLine], Sequence[GradeResult] | None]:
+    """The HTML page's history of the run's tests and its calibration's grades: through the
+    history's index only those tests' rows, else every line (the calibration then too)."""
+    from pytest_cleo_grade.reports._html_history import test_lines_file
+    from pytest_cleo_grade.reports._html_page import grade_test_id
+    from pytest_cleo_grade.store.history import read_grades
+
+    found = test_lines_file(path, {grade_test_id(test.result) for test in run.tests})
+    if found is not None:
+        return found
+    return read_grades(path), None

@@ -31,7 +31,12 @@ from pytest_cleo_grade.grading._run_ids import (
 )
 from pytest_cleo_grade.grading._runs import EXCLUDED_KEY, excluded_of, latest_series
 from pytest_cleo_grade.grading._verdict import GradedTest, RunGrade
-from pytest_cleo_grade.reports._html_page import build_report, grade_test_id, render_html
+from pytest_cleo_grade.reports._html_page import (
+    GradeLine,
+    build_report,
+    grade_test_id,
+    render_html,
+)
 
 __all__ = [
     "EXCLUDED_KEY",
@@ -230,10 +235,11 @@ def check_target(path: Path) -> None:
 def write_html_report(
     path: Path,
     run: RunGrade,
-    history: Sequence[GradeResult],
+    history: Sequence[GradeLine],
     *,
     db: Path | None = None,
     baseline: Mapping[str, Sequence[float]] | None = None,
+    calibration: Sequence[GradeResult] | None = None,
     source: str = "",
     decisions: Mapping[str, str] | None = None,
     gates: Sequence[tuple[bool | None, str]] = (),
@@ -243,7 +249,8 @@ def write_html_report(
     """Render the run with its history (entries named from the store at ``db``) to ``path``;
     ``decisions`` and ``gates`` as :func:`build_report` takes them. ``path`` may not be
     ``db`` or one of ``reads`` (:func:`inputs_of`: the history, a baseline file): ReportError.
-    ``db_required``: a store that cannot be opened is a ReportError, nothing written."""
+    ``db_required``: a store that cannot be opened is a ReportError, nothing written.
+    ``calibration``: as :func:`build_report` takes it."""
     refuse_replacing_inputs(path, {**inputs_of(db=db), **(reads or {})}, what="HTML report")
     check_target(path)
     calls = None
@@ -260,6 +267,7 @@ def write_html_report(
                 run,
                 history,
                 baseline=baseline,
+                calibration=calibration,
                 calls=calls,
                 source=source,
                 decisions=decisions,

@@ -17,7 +17,8 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from datetime import datetime
+from typing import Any, Final, Protocol
 
 from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._scale import letter_for
@@ -37,6 +38,7 @@ from pytest_cleo_grade.reports._display import number_text, points_of, score_tex
 __all__ = [
     "MAX_NOT_GRADED",
     "MAX_TREND_POINTS",
+    "GradeLine",
     "HtmlReport",
     "HtmlTest",
     "build_report",
@@ -55,20 +57,36 @@ MAX_NOT_GRADED: Final = 20
 _VERSION_KEYS: Final = ("rubric", "rubricVersion", "model", "judgeModel")
 
 
-def grade_test_id(result: GradeResult) -> str:
+class GradeLine(Protocol):
+    """What the page reads of a history line beside this run's (a trend point, a previous
+    grade): a GradeResult, or the history index's light row of one (reports._html_history)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def timestamp(self) -> datetime: ...
+    @property
+    def model_extra(self) -> dict[str, Any] | None: ...
+    @property
+    def percent(self) -> float: ...
+    @property
+    def display_percent(self) -> int: ...
+
+
+def grade_test_id(result: GradeLine) -> str:
     """The test a grade belongs to: its ``testId`` extra, else its session id (as baselines)."""
     extra = result.model_extra or {}
     return str(extra.get("testId") or result.session_id)
 
 
-def _identity(result: GradeResult, key: str) -> tuple[str, object, str, object]:
+def _identity(result: GradeLine, key: str) -> tuple[str, object, str, object]:
     """What tells one grade line from another: this run's grades are found in the history
     (the plugin appended them before the report is written) by it."""
     extra = result.model_extra or {}
     return (result.session_id, result.timestamp, key, extra.get("run"))
 
 
-def _version(result: GradeResult) -> tuple[str, ...]:
+def _version(result: GradeLine) -> tuple[str, ...]:
     extra = result.model_extra or {}
     return tuple(str(extra.get(key, "")) for key in _VERSION_KEYS)
 
@@ -81,7 +99,7 @@ class HtmlTest:
     #: This run's grades of the test in run order (several when it is repeated).
     tests: tuple[GradedTest, ...]
     #: Every known grade of the test in history order, this run's included.
-    history: tuple[GradeResult, ...]
+    history: tuple[GradeLine, ...]
     #: The percentage compared with (the previous run's or the baseline's), if any.
     previous: float | None = None
     previous_source: str = "previous run"
@@ -176,9 +194,10 @@ class HtmlReport:
 
 def build_report(
     run: RunGrade,
-    history: Sequence[GradeResult],
+    history: Sequence[GradeLine],
     *,
     baseline: Mapping[str, Sequence[float]] | None = None,
+    calibration: Sequence[GradeResult] | None = None,
     calls: Mapping[str, Mapping[int, str]] | None = None,
     title: str = "cleo-grade report",
     source: str = "",
@@ -192,14 +211,15 @@ def build_report(
     without one, a test is compared with its latest grades before this run. ``calls`` maps
     a session id to its entries' call names; ``decisions`` a repeated test's id to its
     decision line; ``gates`` the run's other gates (failed, verdict line; failed None for
-    a note that decided nothing).
+    a note that decided nothing). ``calibration``: the grades the judge calibration is made
+    of (every session graded by hand, all its lines), else the history's.
     """
     current: dict[str, list[GradedTest]] = {}
     for test in run.tests:
         current.setdefault(grade_test_id(test.result), []).append(test)
     now = {_identity(test.result, key) for key, tests in current.items() for test in tests}
-    past: dict[str, list[GradeResult]] = {}
-    earlier: dict[str, list[GradeResult]] = {}
+    past: dict[str, list[GradeLine]] = {}
+    earlier: dict[str, list[GradeLine]] = {}
     seen: set[tuple[str, object, str, object]] = set()
     for result in history:
         key = grade_test_id(result)
@@ -239,12 +259,16 @@ def build_report(
         title=title,
         source=source,
         gates=tuple(gates),
-        calibration=calibration_section(history),
+        calibration=calibration_section(
+            [r for r in history if isinstance(r, GradeResult)]
+            if calibration is None
+            else calibration
+        ),
     )
 
 
 def _previous(
-    key: str, before: Sequence[GradeResult], baseline: Mapping[str, Sequence[float]] | None
+    key: str, before: Sequence[GradeLine], baseline: Mapping[str, Sequence[float]] | None
 ) -> tuple[float | None, str]:
     if baseline is not None:
         values = baseline.get(key)
@@ -566,7 +590,7 @@ _H: Final = 160.0
 _PAD: Final = 30.0
 
 
-def trend_svg(history: Sequence[GradeResult]) -> str:
+def trend_svg(history: Sequence[GradeLine]) -> str:
     """The test's percentage over its (last :data:`MAX_TREND_POINTS`) grades, 0..100 fixed."""
     shown = list(history[-MAX_TREND_POINTS:])
     if not shown:

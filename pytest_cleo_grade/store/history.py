@@ -341,6 +341,16 @@ def iter_numbered_grades(
 
 
 def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:
+    checked = check_line(number, raw)
+    if isinstance(checked, str):
+        _skip(target, number, checked)
+        return None
+    return checked
+
+
+def check_line(number: int, raw: bytes) -> GradeResult | str | None:
+    """Line ``number`` of a history (its newline and ``\r`` trimmed) as a grade, or why a
+    reader skips it (the warning's text), or None for a blank line (skipped silently)."""
     if number == 1 and raw.startswith(codecs.BOM_UTF8):
         raw = raw[len(codecs.BOM_UTF8) :]  # an editor's BOM, as entries files allow it
     if not raw.strip(b" \t\r"):
@@ -350,32 +360,26 @@ def _parse_line(target: Path, number: int, raw: bytes) -> GradeResult | None:
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        _skip(target, number, f"invalid JSON ({exc})")
-        return None
+        return f"invalid JSON ({exc})"
     try:
         result = GradeResult.model_validate(data)
         # What every reader shows must be computable: a 400-digit score overflows here.
         result.display_percent  # noqa: B018
     except ValidationError as exc:
-        _skip(target, number, format_validation_error(exc))
-        return None
+        return format_validation_error(exc)
     except (ValueError, OverflowError, RecursionError, TypeError) as exc:
-        _skip(target, number, f"not a usable grade: {exc}")
-        return None
+        return f"not a usable grade: {exc}"
     if result.total_score > result.max_score:
         # No rubric scores past its maximum: an edited or corrupted line, which ranked first.
-        _skip(target, number, "not a usable grade: totalScore is above maxScore")
-        return None
+        return "not a usable grade: totalScore is above maxScore"
     problem = _out_of_range(result)
     if problem is not None:
         # A baseline saved from it would hold a percentage no baseline reader accepts.
-        _skip(target, number, f"not a usable grade: {problem}")
-        return None
+        return f"not a usable grade: {problem}"
     try:
         result.session_id.encode("utf-8")
     except UnicodeEncodeError:
-        _skip(target, number, _NOT_UNICODE_ID)
-        return None
+        return _NOT_UNICODE_ID
     return result
 
 

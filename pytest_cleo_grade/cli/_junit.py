@@ -1,0 +1,131 @@
+"""``cleo-grade junit``'s document written one test case at a time, never held whole.
+
+junit-xml builds the whole document (and a DOM of it) in memory: for a history of 200,000
+sessions that is gigabytes. Here each case goes through the same junit-xml and minidom calls
+on its own (the same text, escaping and indentation as inside the whole document) into a
+temporary spool file, counted as it goes; the frame that carries the counts is made the
+same way, then written before the spooled cases.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import tempfile
+import xml.dom.minidom
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+from xml.etree import ElementTree as ET
+
+if TYPE_CHECKING:
+    from junit_xml import TestCase
+
+__all__ = ["Counts", "document_chunks", "spool_cases", "write_text"]
+
+_CHUNK = 1 << 20
+
+
+@dataclass
+class Counts:
+    """What the document held: its test cases and how many of them failed."""
+
+    tests: int = 0
+    failures: int = 0
+
+
+def _clean(text: str) -> str:
+    from junit_xml import _clean_illegal_xml_chars  # what to_xml_report_string applies
+
+    cleaned: str = _clean_illegal_xml_chars(text)
+    return cleaned
+
+
+#: Cases cleaned and re-parsed together: junit-xml's cleaning builds its pattern on every call.
+_BATCH = 256
+
+
+def _cases_xml(cases: list[TestCase]) -> str:
+    """These ``<testcase>`` elements as the whole pretty-printed document has them (two tabs
+    in): the cleaning is per character and each case a sibling, so a batch of them is the
+    text they have among all the others."""
+    from junit_xml import TestSuite
+
+    element = TestSuite("", cases).build_xml_doc()
+    text = _clean(ET.tostring(element).decode("utf-8"))
+    out = io.StringIO()
+    root = xml.dom.minidom.parseString(text.encode("utf-8")).documentElement
+    assert root is not None  # one element, as ElementTree wrote it
+    for node in root.childNodes:
+        node.writexml(out, "\t\t", "\t", "\n")
+    return out.getvalue()
+
+
+def _frame(name: str, counts: Counts) -> tuple[str, str]:
+    """(the document up to its cases, the rest), as to_xml_report_string writes them."""
+    from junit_xml import TestSuite
+
+    suite = TestSuite(name, []).build_xml_doc()
+    suite.set("failures", str(counts.failures))
+    suite.set("tests", str(counts.tests))
+    root = ET.Element("testsuites")
+    for key, value in (
+        ("disabled", "0"),
+        ("errors", "0"),
+        ("failures", str(counts.failures)),
+        ("tests", str(counts.tests)),
+        ("time", "0.0"),
+    ):
+        root.set(key, value)
+    root.append(suite)
+    text = _clean(ET.tostring(root).decode("utf-8"))
+    pretty: str = xml.dom.minidom.parseString(text.encode("utf-8")).toprettyxml()
+    if not counts.tests:
+        return pretty, ""
+    declaration, outer, inner, *_rest = pretty.split("\n")
+    assert inner.endswith("/>")
+    head = f"{declaration}\n{outer}\n{inner[:-2]}>\n"
+    return head, "\t</testsuite>\n</testsuites>\n"
+
+
+def spool_cases(
+    grades: Iterable[Any], testcase: Callable[[Any], TestCase]
+) -> tuple[IO[bytes], Counts]:
+    """Each grade's ``<testcase>`` (made by ``testcase``) into a temporary file, counted."""
+    counts = Counts()
+    spool = tempfile.TemporaryFile()  # noqa: SIM115 (handed to document_chunks, which closes it)
+    try:
+        batch: list[TestCase] = []
+        for grade in grades:
+            case = testcase(grade)
+            counts.tests += 1
+            counts.failures += bool(case.is_failure())
+            batch.append(case)
+            if len(batch) == _BATCH:
+                spool.write(_cases_xml(batch).encode("utf-8"))
+                batch = []
+        if batch:
+            spool.write(_cases_xml(batch).encode("utf-8"))
+    except BaseException:
+        spool.close()
+        raise
+    return spool, counts
+
+
+def document_chunks(name: str, spool: IO[bytes], counts: Counts) -> Iterator[bytes]:
+    """The JUnit document of the spooled cases as UTF-8 chunks (the spool closed after)."""
+    with spool:
+        head, tail = _frame(name, counts)
+        yield head.encode("utf-8")
+        spool.seek(0)
+        while chunk := spool.read(_CHUNK):
+            yield chunk
+        yield tail.encode("utf-8")
+
+
+def write_text(write: Callable[[str], object], chunks: Iterable[bytes]) -> None:
+    """Write UTF-8 chunks to a text stream (a character split between chunks kept whole)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for chunk in chunks:
+        write(decoder.decode(chunk))
+    write(decoder.decode(b"", final=True))
