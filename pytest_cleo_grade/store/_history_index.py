@@ -257,8 +257,13 @@ class HistoryIndex:
         try:
             conn.execute("PRAGMA journal_mode=DELETE")
             conn.execute("PRAGMA synchronous=OFF")  # a cache: a lost update is rebuilt
+            # executescript() commits a pending transaction before it runs (sqlite3's default
+            # transaction control, whatever isolation_level says): made inside the read's
+            # transaction, the schema ended it, and every row became a transaction of its own
+            # (a journal file made and removed per line: 20,000 lines took 7 s, not 0.3 s). The
+            # statements are idempotent, so they run first, then the transaction begins.
+            conn.executescript(_SCHEMA)
             conn.execute("BEGIN IMMEDIATE")
-            conn.executescript("SAVEPOINT schema;" + _SCHEMA + "RELEASE schema;")
         except BaseException:
             conn.close()
             raise

@@ -106,6 +106,27 @@ def test_appended_lines_are_indexed_as_a_tail_not_a_rebuild(
     assert indexed(history) == streamed(history, monkeypatch)
 
 
+def test_a_read_brings_the_index_up_to_date_in_one_transaction_that_holds_it(
+    tmp_path: Path,
+) -> None:
+    # One transaction for the whole update: no other reader sees half an index or writes
+    # beside it, and the rows are written once (a transaction per row made and removed a
+    # journal file for each line).
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    index = open_index(history)
+    assert index is not None
+    with index:
+        other = sqlite3.connect(index_path(history), timeout=0, isolation_level=None)
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+        finally:
+            other.close()
+        assert index.count() == 9
+    assert not (tmp_path / f"{index_path(history).name}-journal").exists()
+
+
 def test_a_history_rewritten_under_the_same_name_is_indexed_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
