@@ -143,19 +143,12 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
 def latest_by_session_file(history: Path) -> list[GradeResult]:
     """:func:`latest_by_session` of the history, through its index when it has one (only
     those lines are read)."""
-    from pytest_cleo_grade.store._history_index import StaleIndex, open_index
+    from pytest_cleo_grade.store._history_index import through_index
     from pytest_cleo_grade.store.history import read_grades
 
-    index = open_index(history)
-    if index is not None:
-        with index:
-            try:
-                grades = list(_latest_by_session_indexed(index))
-            except StaleIndex:
-                index.forget()
-            else:
-                index.warn_skipped()
-                return grades
+    grades = through_index(history, lambda index: list(_latest_by_session_indexed(index)))
+    if grades is not None:
+        return grades
     return latest_by_session(read_grades(history))
 
 
@@ -177,22 +170,17 @@ def _spooled_cases(history: Path, threshold: float | None) -> tuple[IO[bytes], C
     """Every session's latest grade as a JUnit case, spooled: through the history's index
     one grade at a time, else from the whole history as before."""
     from pytest_cleo_grade.cli._junit import spool_cases
-    from pytest_cleo_grade.store._history_index import StaleIndex, open_index
+    from pytest_cleo_grade.store._history_index import through_index
     from pytest_cleo_grade.store.history import read_grades
 
     def testcase(grade: GradeResult) -> TestCase:
         return _testcase(grade, threshold)
 
-    index = open_index(history)
-    if index is not None:
-        with index:
-            try:
-                spooled = spool_cases(_latest_by_session_indexed(index), testcase)
-            except StaleIndex:
-                index.forget()
-            else:
-                index.warn_skipped()
-                return spooled
+    spooled = through_index(
+        history, lambda index: spool_cases(_latest_by_session_indexed(index), testcase)
+    )
+    if spooled is not None:
+        return spooled
     return spool_cases(latest_by_session(read_grades(history)), testcase)
 
 

@@ -25,7 +25,12 @@ from pytest_cleo_grade.grading._runs import (
     latest_whole_series,
     short_series,
 )
-from pytest_cleo_grade.store._history_index import HistoryIndex, StaleIndex, open_index
+from pytest_cleo_grade.store._history_index import (
+    HistoryIndex,
+    StaleIndex,
+    open_index,
+    through_index,
+)
 from pytest_cleo_grade.store.history import iter_numbered_grades
 
 __all__ = ["latest_from_history_file", "run_lines_file", "run_lines_indexed"]
@@ -213,16 +218,9 @@ def run_lines_file(
     that line carries none: a history written before lines did); and how many grades the
     history holds. Through the history's index when it has one (only the run's lines are
     read), else two passes: the first keeps each line's number under its run id only."""
-    index = open_index(path)
-    if index is not None:
-        with index:
-            try:
-                results, count = run_lines_indexed(index, run_id)
-            except StaleIndex:
-                index.forget()
-            else:
-                index.warn_skipped()
-                return results, count
+    indexed = through_index(path, lambda index: run_lines_indexed(index, run_id))
+    if indexed is not None:
+        return indexed
     numbers: dict[str | None, list[int]] = {}
     last: str | None = None
     count = 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pytest_cleo_grade.core.models import GradeResult
 from pytest_cleo_grade.grading._history_file import run_lines_indexed
 from pytest_cleo_grade.reports._html_page import GradeLine, grade_test_id
-from pytest_cleo_grade.store._history_index import BY_HAND, HistoryIndex, StaleIndex, open_index
+from pytest_cleo_grade.store._history_index import BY_HAND, HistoryIndex, through_index
 
 __all__ = ["PageLines", "page_lines_file", "test_lines_file"]
 
@@ -31,17 +31,7 @@ class PageLines:
 
 def page_lines_file(path: str | os.PathLike[str], run_id: str | None) -> PageLines | None:
     """The lines the page of ``run_id`` (else the latest run) shows, or None: no index."""
-    index = open_index(path)
-    if index is None:
-        return None
-    with index:
-        try:
-            lines = _page_lines(index, run_id)
-        except StaleIndex:
-            index.forget()
-            return None
-        index.warn_skipped()
-        return lines
+    return through_index(path, lambda index: _page_lines(index, run_id))
 
 
 def test_lines_file(
@@ -49,17 +39,7 @@ def test_lines_file(
 ) -> tuple[list[GradeLine], list[GradeResult]] | None:
     """The page's history of these tests (a point per line) and the calibration's grades,
     or None: no index (the plugin's page of the run it just graded)."""
-    index = open_index(path)
-    if index is None:
-        return None
-    with index:
-        try:
-            found = _test_lines(index, tests)
-        except StaleIndex:
-            index.forget()
-            return None
-        index.warn_skipped()
-        return found
+    return through_index(path, lambda index: _test_lines(index, tests))
 
 
 def _page_lines(index: HistoryIndex, run_id: str | None) -> PageLines:

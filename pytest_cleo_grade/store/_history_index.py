@@ -25,11 +25,11 @@ import os
 import sqlite3
 import stat
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Final, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from pytest_cleo_grade.core._files import MAX_LINE_BYTES, SQLITE_HEADER, open_regular
 from pytest_cleo_grade.core.errors import CleoGradeWarning
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     # Imported where a line is parsed: `cleo-grade list` reads the index's rows without
     # pydantic (its start-up is most of a listing of one run).
     from pytest_cleo_grade.core.models import GradeResult
+
+T = TypeVar("T")
 
 __all__ = [
     "BY_HAND",
@@ -526,23 +528,31 @@ def _corrupt(exc: sqlite3.DatabaseError) -> bool:
     return "not a database" in text or "malformed" in text or "corrupt" in text
 
 
-def grades_where(
-    history: str | os.PathLike[str], where: str, params: Iterable[Any] = ()
-) -> list[GradeResult] | None:
-    """The valid lines matching ``where`` (SQL over the index's ``lines``) as grades, in
-    file order, the skipped lines warned of as a streaming read warns; None when the history
-    has no usable index (the caller streams)."""
+def through_index(history: str | os.PathLike[str], read: Callable[[HistoryIndex], T]) -> T | None:
+    """``read(index)`` over the history's index brought up to date, its skipped lines then
+    warned of as a streaming read warns; None when the history has no usable index or a line
+    read through it no longer matches its row (the index is forgotten): the caller streams."""
     index = open_index(history)
     if index is None:
         return None
     with index:
         try:
-            found = [grade for _, grade in index.grades(index.lines(where, params))]
+            found = read(index)
         except StaleIndex:
             index.forget()
             return None
         index.warn_skipped()
         return found
+
+
+def grades_where(
+    history: str | os.PathLike[str], where: str, params: Iterable[Any] = ()
+) -> list[GradeResult] | None:
+    """The valid lines matching ``where`` (SQL over the index's ``lines``) as grades, in
+    file order; None when the history has no usable index (see :func:`through_index`)."""
+    return through_index(
+        history, lambda index: [grade for _, grade in index.grades(index.lines(where, params))]
+    )
 
 
 #: The lines of every session graded by hand (what a judge calibration is made of).
