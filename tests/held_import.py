@@ -23,9 +23,17 @@ DUMP_AFTER = DEADLINE - 15
 #: Run first in the import's process. When its source is about to hand over batch number AT
 #: (the first one opens the store, so the store is open and its transaction holds the rows
 #: of the batches before), the import says so on the READY pipe and waits on the HOLD pipe,
-#: until the test closes its end (or a signal's handler raises out of the read).
+#: until the test closes its end or a signal comes.
+#:
+#: The wait also watches a signal wake-up pipe. A signal the test sends as soon as it reads
+#: "holding" may be taken by another thread of the import (one just started: the pool's, or
+#: faulthandler's watchdog before it blocks signals), or arrive just before the wait's system
+#: call starts; either way a blocking read is never interrupted, and Python runs the handler
+#: only at its next check (seen on Python 3.13 under load: the import waited until the test's
+#: deadline). The wake-up byte, written whichever thread takes the signal, ends the wait
+#: instead, and the handler runs as the wait returns to Python.
 HOLD = """
-import faulthandler, os
+import faulthandler, os, select, signal
 from pytest_cleo_grade.store import sources
 
 read_batches = sources._raw_batches
@@ -33,9 +41,14 @@ read_batches = sources._raw_batches
 def held(handle, where):
     for number, batch in enumerate(read_batches(handle, where)):
         if number == {at}:
-            os.write({ready}, b"holding\\n")
             faulthandler.dump_traceback_later({dump_after})
-            os.read({hold}, 1)
+            woken, wake = os.pipe()
+            os.set_blocking(wake, False)
+            signal.set_wakeup_fd(wake)
+            os.write({ready}, b"holding\\n")
+            select.select([{hold}, woken], [], [])
+            faulthandler.cancel_dump_traceback_later()
+            signal.set_wakeup_fd(-1)
         yield batch
 
 sources._raw_batches = held

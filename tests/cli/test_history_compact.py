@@ -441,8 +441,10 @@ def test_history_help_lists_its_actions(capsys: pytest.CaptureFixture[str]) -> N
         main(["history", "compact", "--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
-    for option in ("--keep-runs N", "--history PATH", "--db PATH, --store PATH", "--dry-run"):
+    for option in ("--keep-runs N", "--history PATH", "--dry-run"):
         assert option in out
+    # Python 3.13's argparse names a metavar once for all of an option's spellings.
+    assert re.search(r"--db( PATH)?, --store PATH", out), out
 
 
 @pytest.mark.parametrize("seed", range(6))
