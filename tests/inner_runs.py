@@ -9,8 +9,8 @@ import importlib.metadata
 import os
 import pkgutil
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
 
 import pytest
 
@@ -18,33 +18,66 @@ import pytest
 from conftest import _OUTSIDE_NAMES, _OUTSIDE_PREFIXES
 from pytest_cleo_grade.judges._breaker import RUN_BREAKERS
 
-#: langsmith (installed with the langchain capture extra) registers a pytest plugin whose import
-#: takes about 2 s, paid again by every inner pytest process and xdist worker (a -n 2 run of a
-#: trivial suite took 13 s with it, 4 s without). No plugin test is about it (.ci/run's lowest
-#: leg has no langsmith), so the inner runs go without it.
-INNER_ADDOPTS = "-p no:langsmith_plugin"
+#: The pytest plugins installed for the suite (requirements/dev.txt, the capture extra) that an
+#: inner run goes without, unless its test keeps them (the ``inner_plugins`` marker), each with
+#: what it needs loaded beside it. langsmith's (installed with the langchain capture extra)
+#: takes about 2 s to import: a -n 2 run of a trivial suite took 13 s with it, 4 s without.
+#: The others together are a third of what a trivial inner run costs (0.6 CPU-s to 0.4 for a
+#: subprocess, 1.3 to 0.9 for a -n 2 run), paid by every inner pytest process and xdist worker,
+#: and only the tests about pytest-html, pytest-rerunfailures, pytest-split or anyio use them.
+#: (.ci/run's lowest leg has neither langsmith nor anyio: blocking a plugin that is not
+#: installed is no error.)
+LEFT_OUT: Final[dict[str, tuple[str, ...]]] = {
+    "langsmith_plugin": (),
+    "anyio": (),
+    "rerunfailures": (),
+    "pytest-split": (),
+    "html": ("metadata", "html_fixtures"),
+    "html_fixtures": ("metadata", "html"),
+    "metadata": (),
+}
+#: What every inner run gets when its test keeps no plugin.
+INNER_ADDOPTS: Final = " ".join(f"-p no:{name}" for name in LEFT_OUT)
+
+
+def inner_addopts(keep: Iterable[str] = ()) -> str:
+    """``PYTEST_ADDOPTS`` for an inner run that loads the plugins in ``keep`` as usual."""
+    kept = set(keep)
+    unknown = kept - LEFT_OUT.keys()
+    if unknown:
+        raise ValueError(f"inner_plugins: {sorted(unknown)} are not left out of inner runs")
+    for name in list(kept):
+        kept.update(LEFT_OUT[name])
+    return " ".join(f"-p no:{name}" for name in LEFT_OUT if name not in kept)
 
 
 def inner_environment(
-    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+    keep: Iterable[str] = (),
 ) -> None:
     """What every inner run (in-process, a subprocess, its xdist workers, a child agent) gets.
 
-    langsmith's plugin is left out (see INNER_ADDOPTS). And where the environment turns the
-    bytecode cache off (PYTHONDONTWRITEBYTECODE), a child Python keeps one in this run's temp
-    directory instead: without it every child process compiled pytest, pydantic and the plugin
-    from source again, a third to a half of what an xdist worker or a subprocess pytest costs.
-    Nothing is written beside the sources, which is what the setting asks for. (The cache is
-    this run's own, so a file a test writes twice between two child runs is read anew unless
-    both versions have one size and one mtime second: no test here does that.)
+    The plugins of LEFT_OUT are left out but for those in ``keep``. And where the environment
+    turns the bytecode cache off (PYTHONDONTWRITEBYTECODE), a child Python keeps one in this
+    run's temp directory instead: without it every child process compiled pytest, pydantic and
+    the plugin from source again, a third to a half of what an xdist worker or a subprocess
+    pytest costs. Nothing is written beside the sources, which is what the setting asks for.
+    (The cache is this run's own, so a file a test writes twice between two child runs is read
+    anew unless both versions have one size and one mtime second: no test here does that.)
     """
-    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    monkeypatch.setenv("PYTEST_ADDOPTS", inner_addopts(keep))
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         root = tmp_path_factory.getbasetemp()
         if os.environ.get("PYTEST_XDIST_WORKER"):
             root = root.parent  # the run's own temp directory, which its workers share
         monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
         monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(root / "pycache"))
+
+
+def kept_plugins(node: pytest.Item | pytest.Collector) -> set[str]:
+    """The plugins a test's (or a module's) ``inner_plugins`` markers keep in its inner runs."""
+    return {name for marker in node.iter_markers("inner_plugins") for name in marker.args}
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +93,7 @@ def _inner_run_environment(
     """
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")
-    inner_environment(monkeypatch, tmp_path_factory)
+    inner_environment(monkeypatch, tmp_path_factory, kept_plugins(request.node))
 
 
 #: What grading loads: every module of these packages, and the capture package's own (its
@@ -189,5 +222,5 @@ def shared_pytester(
         pytester = pytest.Pytester(
             _WiderRequest(request), tmp_path_factory, monkeypatch, _ispytest=True
         )
-        inner_environment(monkeypatch, tmp_path_factory)
+        inner_environment(monkeypatch, tmp_path_factory, kept_plugins(request.node))
         yield pytester, monkeypatch

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.inner_runs import INNER_ADDOPTS
+from tests.inner_runs import inner_addopts
 from tests.plugin_suites import AGENTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,7 +74,7 @@ def _project(where: Path, suite: str) -> Path:
     (where / "suite_agents.py").write_text(AGENTS)
     (where / "test_agents.py").write_text(textwrap.dedent(suite))
     (where / "pytest.ini").write_text(
-        f"[pytest]\naddopts = {INNER_ADDOPTS} -p no:cacheprovider -p no:xdist\n"
+        f"[pytest]\naddopts = {inner_addopts(['pytest-split'])} -p no:cacheprovider -p no:xdist\n"
     )
     return where
 

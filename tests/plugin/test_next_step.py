@@ -173,6 +173,7 @@ def test_an_async_test_no_plugin_ran_gets_pytests_message_and_no_capture_advice(
     assert not (pytester.path / ".cleo" / "metrics" / "GRADES.jsonl").exists()
 
 
+@pytest.mark.inner_plugins("anyio")
 def test_a_failing_async_test_an_async_plugin_ran_is_still_graded(
     pytester: pytest.Pytester,
 ) -> None:

@@ -766,6 +766,7 @@ def test_two_path_options_naming_one_file_are_one_usage_error_before_anything_is
     assert not (pytester.path / ".cleo" / "metrics").exists()  # no test ran
 
 
+@pytest.mark.inner_plugins("html")
 def test_our_report_and_pytest_htmls_on_one_path_are_one_usage_error(
     pytester: pytest.Pytester,
 ) -> None:

@@ -17,6 +17,9 @@ pytest.importorskip("pytest_html", reason="pytest-html is a development dependen
 
 from tests.plugin_suites import make_suite
 
+# pytest-html's report and its hooks are what these tests read.
+pytestmark = pytest.mark.inner_plugins("html")
+
 SUITE = """
 import pytest
 

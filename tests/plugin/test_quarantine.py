@@ -119,6 +119,7 @@ def test_a_half_passing_agent_is_reported_flaky_then_quarantined(
     )
 
 
+@pytest.mark.inner_plugins("html")
 def test_pytest_html_marks_the_quarantined_test(pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_html", reason="pytest-html is a development dependency")
     pytester.makepyfile(test_bad_suite=SUITE)

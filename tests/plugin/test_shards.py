@@ -10,6 +10,9 @@ import pytest
 
 from tests.plugin_suites import make_suite
 
+# pytest-split's --splits/--group is how a shard is named here.
+pytestmark = pytest.mark.inner_plugins("pytest-split")
+
 HISTORY = Path(".cleo") / "metrics" / "GRADES.jsonl"
 
 SUITE = """
