@@ -13,12 +13,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.extras import needs
+
 # The suite drives every adapter but LangChain's (tests/capture/test_langchain.py has its
 # own): each needs its extra, which the lowest-versions CI leg does not install.
-pytest.importorskip("pydantic_ai", reason="needs the pydantic-ai extra (pydantic-ai-slim 2.x)")
-pytest.importorskip("mcp.server.mcpserver", reason="needs the mcp extra (MCP SDK 2.x)")
-pytest.importorskip("agents", reason="needs the openai-agents extra (OpenAI Agents SDK)")
-pytest.importorskip("claude_agent_sdk", reason="needs the claude extra (claude-agent-sdk)")
+pytestmark = [
+    needs("pydantic_ai", "needs the pydantic-ai extra (pydantic-ai-slim 2.x)"),
+    needs("mcp.server.mcpserver", "needs the mcp extra (MCP SDK 2.x)"),
+    needs("agents", "needs the openai-agents extra (OpenAI Agents SDK)"),
+    needs("claude_agent_sdk", "needs the claude extra (claude-agent-sdk)"),
+]
 
 SUITE = """
 import asyncio
