@@ -35,6 +35,13 @@ LEFT_OUT: Final[dict[str, tuple[str, ...]]] = {
     "html": ("metadata", "html_fixtures"),
     "html_fixtures": ("metadata", "html"),
     "metadata": (),
+    # pytest's own plugins no inner suite uses (doctests, the tmpdir and testdir fixtures,
+    # --pastebin, --setup-only and --setup-plan): a tenth of a trivial run again.
+    "doctest": (),
+    "legacypath": (),
+    "pastebin": (),
+    "setuponly": (),
+    "setupplan": (),
 }
 #: What every inner run gets when its test keeps no plugin.
 INNER_ADDOPTS: Final = " ".join(f"-p no:{name}" for name in LEFT_OUT)
