@@ -6,17 +6,23 @@ line is the usual shape of a CLEO entry (known keys, exact types, an ISO time wi
 offset) is read here; anything else, and every line of its batch, goes through the models,
 which accept or name the error exactly as before. So the shape accepted here is a subset of
 what :class:`AuditEntry` accepts, read to the same values.
+
+Parsing the JSON is most of what is left. With orjson installed (the ``fast`` extra) each line
+is parsed by it, twice as fast as the json module's scanner, which stays the fallback. The
+two read every line the caller lets through alike, but for integers of 2**64 and more, which
+orjson reads as floats: no graded field keeps such a number but a title (``str()`` of it
+would differ), so a float title sends the batch to the exact path.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
-from pytest_cleo_grade.core.models import GradedCall, non_finite_path
+from pytest_cleo_grade.core.models import GradedCall
 from pytest_cleo_grade.rubrics._cleo_calls import add_facts
 
 __all__ = ["calls_of_lines"]
@@ -34,48 +40,79 @@ _OPTIONAL_TEXT: Final = (str, type(None))
 _scan: Final[Callable[[str, int], tuple[object, int]]] = cast(Any, json.JSONDecoder()).scan_once
 
 
+def _orjson_loads() -> Callable[[bytes], object] | None:
+    try:
+        from orjson import loads
+    except ImportError:  # the fast extra is not installed: the json module's scanner
+        return None
+    loader: Callable[[bytes], object] = loads  # untyped where orjson is missing (mypy)
+    return loader
+
+
+_FAST_LOADS: Final = _orjson_loads()
+
+
+def _scanned(text: str) -> object:
+    """One JSON value filling ``text``, by the C scanner without json.loads's wrappers."""
+    data, end = _scan(text, 0)
+    if end != len(text) and text[end:].strip(" \t\r"):
+        raise ValueError("more than one value")
+    return data
+
+
 def calls_of_lines(lines: list[bytes]) -> tuple[list[str | None], list[GradedCall]] | None:
     """(session ids, graded calls) of JSON lines, or None when a line is not the usual shape.
 
     The caller has ruled out what ``json.loads`` reads more leniently than the entries'
-    reader (NaN, infinities, overflowing numbers, lone surrogates, deep nesting).
+    reader (NaN, infinities, numbers that overflow a float or are 300 digits long, lone
+    surrogates, deep nesting: ``store.sources`` does), so no value read here can hold a
+    number the models refuse, and the parameters are not walked again.
     """
     sessions: list[str | None] = []
     calls: list[GradedCall] = []
-    try:
-        texts = b"\n".join(lines).decode("utf-8").split("\n")
-    except UnicodeDecodeError:
-        return None
-    if len(texts) != len(lines):
-        return None
-    for text in texts:
-        # The C scanner itself, without json.loads's wrappers: one object filling the line.
+    items: Sequence[Any]
+    parse: Callable[[Any], object]
+    if _FAST_LOADS is not None:
+        items, parse = lines, cast(Callable[[Any], object], _FAST_LOADS)
+    else:
         try:
-            data, end = _scan(text, 0)
-        except (StopIteration, ValueError, RecursionError):
+            items = b"\n".join(lines).decode("utf-8").split("\n")
+        except UnicodeDecodeError:
             return None
-        if end != len(text) and text[end:].strip(" \t\r"):
+        if len(items) != len(lines):
             return None
-        if type(data) is not dict or not data.keys() <= _ENTRY_KEYS:
+        parse = cast(Callable[[Any], object], _scanned)
+    # Locals, not globals and attributes, in the loop: it runs once per line.
+    add_session, add_call, read_time = sessions.append, calls.append, _time
+    entry_keys, result_keys, metadata_keys = _ENTRY_KEYS, _RESULT_KEYS, _METADATA_KEYS
+    text_or_none, lowest, highest = _OPTIONAL_TEXT, _INT64[0], _INT64[1]
+    float_titles_differ = _FAST_LOADS is not None
+    for item in items:
+        try:
+            data = parse(item)
+        except (StopIteration, ValueError, RecursionError):  # orjson's error is a ValueError
             return None
-        stamp = data.get("timestamp")
-        when = _time(stamp) if type(stamp) is str else None
+        if type(data) is not dict or not data.keys() <= entry_keys:
+            return None
+        get = data.get
+        stamp = get("timestamp")
+        when = read_time(stamp) if type(stamp) is str else None
         if when is None:
             return None
-        session = data.get("sessionId")
-        domain = data.get("domain")
-        operation = data.get("operation")
+        session = get("sessionId")
+        domain = get("domain")
+        operation = get("operation")
         if (
-            type(session) not in _OPTIONAL_TEXT
+            type(session) not in text_or_none
             or type(domain) is not str
             or type(operation) is not str
             or not domain
             or not operation
-            or type(data.get("error")) not in _OPTIONAL_TEXT
+            or type(get("error")) not in text_or_none
         ):
             return None
-        result = data.get("result")
-        if type(result) is not dict or not result.keys() <= _RESULT_KEYS:
+        result = get("result")
+        if type(result) is not dict or not result.keys() <= result_keys:
             return None
         success = result.get("success")
         code = result.get("exitCode", 0)
@@ -83,38 +120,41 @@ def calls_of_lines(lines: list[bytes]) -> tuple[list[str | None], list[GradedCal
         if (
             type(success) is not bool
             or type(code) is not int
-            or not _INT64[0] <= code <= _INT64[1]
+            or not lowest <= code <= highest
             or type(duration) not in (int, float)
             or not duration >= 0
         ):
             return None
-        metadata = data.get("metadata", {})
-        if type(metadata) is not dict or not metadata.keys() <= _METADATA_KEYS:
-            return None
-        gateway = metadata.get("gateway")
-        task = metadata.get("taskId")
-        if (
-            type(metadata.get("source", "")) is not str
-            or type(gateway) not in _OPTIONAL_TEXT
-            or type(task) not in _OPTIONAL_TEXT
-            or type(metadata.get("userId")) not in _OPTIONAL_TEXT
-        ):
-            return None
-        params = data.get("params")
-        if params is None:
-            params = {}
-        elif type(params) is not dict:
-            return None
-        try:
-            if non_finite_path(params) is not None:
+        metadata = get("metadata")
+        if metadata is None:
+            if "metadata" in data:
                 return None
-        except ValueError:  # nested too deeply
+            gateway = task = None
+        else:
+            if type(metadata) is not dict or not metadata.keys() <= metadata_keys:
+                return None
+            meta = metadata.get
+            gateway = meta("gateway")
+            task = meta("taskId")
+            if (
+                type(meta("source", "")) is not str
+                or type(gateway) not in text_or_none
+                or type(task) not in text_or_none
+                or type(meta("userId")) not in text_or_none
+            ):
+                return None
+        params = get("params")
+        if params is not None and type(params) is not dict:
             return None
         add = None
         if success and domain == "tasks" and operation == "add":
+            if params is None:
+                params = {}
+            elif float_titles_differ and type(params.get("title")) is float:
+                return None  # maybe an integer of 2**64 or more, which orjson reads as a float
             add = add_facts(params)
-        sessions.append(session)
-        calls.append((when, domain, operation, gateway, code, success, add, task))
+        add_session(session)
+        add_call((when, domain, operation, gateway, code, success, add, task))
     return sessions, calls
 
 

@@ -10,9 +10,21 @@ import pytest
 from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.cli.grade import grade_entries_file
 from pytest_cleo_grade.core.models import validate_entry_dicts
+from pytest_cleo_grade.rubrics import _fast_calls
 from pytest_cleo_grade.rubrics._cleo_calls import graded_call
 from pytest_cleo_grade.rubrics._fast_calls import calls_of_lines
 from pytest_cleo_grade.rubrics.cleo import grade_entries
+
+
+@pytest.fixture(autouse=True, params=["orjson", "json"])
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test reads its lines with orjson (the fast extra) and with the pure fallback."""
+    if request.param == "json":
+        monkeypatch.setattr(_fast_calls, "_FAST_LOADS", None)
+    elif _fast_calls._FAST_LOADS is None:
+        pytest.skip("orjson (the fast extra) is not installed here: the json module reads")
+    return str(request.param)
+
 
 USUAL = [
     {
@@ -70,6 +82,7 @@ def test_the_usual_lines_give_the_calls_of_their_validated_entries() -> None:
         {"result": {"success": True, "duration": -1}},
         {"metadata": {"source": "mcp", "custom": "kept by the model"}},
         {"params": []},
+        {"metadata": None},
     ],
 )
 def test_any_other_shape_is_left_to_the_models(odd: dict[str, object]) -> None:
@@ -106,3 +119,52 @@ def test_a_file_grades_the_same_through_either_path_and_errors_name_the_line(
         f"cleo-grade: error: {bad}:4: timestamp: must be an ISO 8601 date and time with a "
         "timezone (2026-03-01T12:00:00Z), not 'noon'\n"
     )
+
+
+def varied(i: int) -> dict[str, object]:
+    """Entries of the shapes the fast path reads: metadata or none, failures, adds, offsets."""
+    entry: dict[str, object] = {
+        "timestamp": f"2026-03-01T10:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}Z",
+        "sessionId": f"s{i % 3}" if i % 11 else None,
+        "domain": ("tasks", "session", "admin")[i % 3],
+        "operation": ("add", "list", "help", "find")[i % 4],
+        "params": {
+            "title": [f" T{i % 7} ", i, 2.5, None, True, ""][i % 6],
+            "description": ["", " ", "why", 0, [], {"a": 1}][i % 6],
+            "parent": [None, "T1", "", 0][i % 4],
+            "nested": {"deep": [i, {"x": i / 7, "big": 2**63 + i}]},
+        },
+        "result": {"success": i % 5 != 0, "exitCode": 0 if i % 5 else 4, "duration": i % 13},
+    }
+    if i % 4 == 0:
+        entry["metadata"] = {"gateway": "cleo_query", "taskId": f"T{i}", "userId": None}
+    if i % 9 == 0:
+        entry["timestamp"] = "2026-03-01T12:00:00.250+02:00"
+    if i % 5 == 0:
+        entry["error"] = "E_NOT_FOUND: no such task"
+    return entry
+
+
+def test_varied_lines_give_the_calls_of_their_validated_entries() -> None:
+    entries = [varied(i) for i in range(600)]
+    read = calls_of_lines(lines_of(entries))
+    assert read is not None
+    validated = validate_entry_dicts(entries)
+    assert read == ([e.session_id for e in validated], [graded_call(e) for e in validated])
+
+
+def test_a_title_too_big_for_orjsons_integers_is_read_as_the_models_read_it(
+    tmp_path: Path, parser: str
+) -> None:
+    # orjson reads 2**64 as a float, whose str() is another title than the models' "1844...":
+    # the batch goes the exact way, and the two adds are duplicates as the models see them.
+    number = {**USUAL[1], "sessionId": "s1", "params": {"title": 2**64, "description": "d"}}
+    text = {**number, "timestamp": "2026-03-01T12:00:05Z", "params": {"title": str(2**64)}}
+    read = calls_of_lines(lines_of([number, text]))
+    assert (read is None) == (parser == "orjson")
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in (number, text)))
+    expected = grade_entries(validate_entry_dicts([number, text]), session_id="s1")
+    got = grade_entries_file(str(path))
+    assert got.model_dump(exclude={"timestamp"}) == expected.model_dump(exclude={"timestamp"})
+    assert "1 potentially duplicate task create(s) detected" in got.flags
