@@ -178,7 +178,7 @@ def grade_entries_file(path: str, session_id: str | None = None) -> GradeResult:
     the session chosen and the errors raised as ``cleo-grade grade --entries`` does.
     """
     from pytest_cleo_grade.core.models import collector_paused
-    from pytest_cleo_grade.rubrics._fast_calls import calls_of_lines
+    from pytest_cleo_grade.rubrics._fast_calls import calls_of_lines, reads_strictly
     from pytest_cleo_grade.rubrics.cleo import grade_calls, session_order
     from pytest_cleo_grade.store.sources import map_entry_batches
 
@@ -192,7 +192,11 @@ def grade_entries_file(path: str, session_id: str | None = None) -> GradeResult:
     # traverse every call kept so far (a million lines: 0.35 s of such collections).
     with collector_paused():
         for ids, batch_calls in map_entry_batches(
-            path, _calls_of_entries, workers=0, fast=calls_of_lines
+            path,
+            _calls_of_entries,
+            workers=0,
+            fast=calls_of_lines,
+            fast_is_strict=reads_strictly(),
         ):
             owners.extend(map(shared.setdefault, ids, ids))
             calls.extend(batch_calls)

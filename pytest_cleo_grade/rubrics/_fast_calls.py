@@ -25,7 +25,7 @@ from typing import Any, Final, cast
 from pytest_cleo_grade.core.models import GradedCall
 from pytest_cleo_grade.rubrics._cleo_calls import add_facts
 
-__all__ = ["calls_of_lines"]
+__all__ = ["calls_of_lines", "reads_strictly"]
 
 _ENTRY_KEYS: Final = frozenset(
     {"timestamp", "sessionId", "domain", "operation", "params", "result", "metadata", "error"}
@@ -50,6 +50,13 @@ def _orjson_loads() -> Callable[[bytes], object] | None:
 
 
 _FAST_LOADS: Final = _orjson_loads()
+
+
+def reads_strictly() -> bool:
+    """Whether :func:`calls_of_lines` itself refuses (returns None for) every line holding
+    NaN, an infinity, a number that overflows a float, a lone surrogate, invalid UTF-8 or
+    nothing at all: orjson raises on each, so its caller need check only the nesting."""
+    return _FAST_LOADS is not None
 
 
 def _scanned(text: str) -> object:

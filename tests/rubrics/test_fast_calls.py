@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.cli.grade import grade_entries_file
-from pytest_cleo_grade.core.models import validate_entry_dicts
+from pytest_cleo_grade.core.errors import EntryError
+from pytest_cleo_grade.core.models import GradeResult, validate_entry_dicts
 from pytest_cleo_grade.rubrics import _fast_calls
 from pytest_cleo_grade.rubrics._cleo_calls import graded_call
 from pytest_cleo_grade.rubrics._fast_calls import calls_of_lines
 from pytest_cleo_grade.rubrics.cleo import grade_entries
+from pytest_cleo_grade.store.sources import load_entries_file
 
 
 @pytest.fixture(autouse=True, params=["orjson", "json"])
@@ -168,3 +171,42 @@ def test_a_title_too_big_for_orjsons_integers_is_read_as_the_models_read_it(
     got = grade_entries_file(str(path))
     assert got.model_dump(exclude={"timestamp"}) == expected.model_dump(exclude={"timestamp"})
     assert "1 potentially duplicate task create(s) detected" in got.flags
+
+
+LENIENT = {
+    "nan": b'"params": {"x": NaN}',
+    "infinity": b'"params": {"x": Infinity}',
+    "minus-infinity": b'"params": {"x": -Infinity}',
+    "overflow": b'"params": {"x": 1e400}',
+    "long-float": b'"params": {"x": 1' + b"0" * 400 + b".5}",
+    "too-long-int": b'"params": {"x": ' + b"7" * 5000 + b"}",
+    "lone-surrogate": b'"params": {"x": "\\udc00"}',
+    "invalid-utf8": b'"params": {"x": "\xff"}',
+    "deep": b'"params": {"x": ' + b"[" * 200 + b"]" * 200 + b"}",
+}
+
+
+def _outcome(path: Path, grade: Callable[[Path], GradeResult]) -> object:
+    try:
+        return grade(path).model_dump(exclude={"timestamp"})
+    except EntryError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("lenient", sorted(LENIENT))
+@pytest.mark.parametrize("blank", [b"", b" \t"], ids=["no-blank", "blank-line"])
+def test_a_line_json_reads_leniently_grades_or_fails_as_the_models_read_it(
+    tmp_path: Path, lenient: str, blank: bytes
+) -> None:
+    # Through the fast path (with orjson, which refuses these lines itself, only the nesting
+    # is checked first) and through the models alone, the same grade or the same error.
+    usual = b"".join(json.dumps({**e, "sessionId": "s1"}).encode() + b"\n" for e in USUAL)
+    odd = json.dumps({**USUAL[0], "sessionId": "s1"}).encode()
+    odd = odd.replace(b'"params": null', LENIENT[lenient])
+    path = tmp_path / "lenient.jsonl"
+    path.write_bytes(usual + (blank + b"\n" if blank else b"") + odd + b"\n")
+
+    def by_models(path: Path) -> GradeResult:
+        return grade_entries(load_entries_file(path), session_id="s1")
+
+    assert _outcome(path, lambda p: grade_entries_file(str(p))) == _outcome(path, by_models)
