@@ -70,10 +70,11 @@ def _scanned(text: str) -> object:
 def calls_of_lines(lines: list[bytes]) -> tuple[list[str | None], list[GradedCall]] | None:
     """(session ids, graded calls) of JSON lines, or None when a line is not the usual shape.
 
-    The caller has ruled out what ``json.loads`` reads more leniently than the entries'
-    reader (NaN, infinities, numbers that overflow a float or are 300 digits long, lone
-    surrogates, deep nesting: ``store.sources`` does), so no value read here can hold a
-    number the models refuse, and the parameters are not walked again.
+    What ``json.loads`` reads more leniently than the entries' reader (NaN, infinities,
+    numbers that overflow a float or are 300 digits long, lone surrogates, deep nesting) is
+    ruled out before: by the caller (``store.sources``) for the json module's scanner, and
+    for orjson, which raises on all of it itself, by the caller's nesting check. So no value
+    read here holds a number the models refuse, and the parameters are not walked again.
     """
     sessions: list[str | None] = []
     calls: list[GradedCall] = []
