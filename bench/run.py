@@ -9,6 +9,7 @@ ratios) and the target.
     .venv/bin/python bench/run.py --only cli  # the CLI's start-up rows alone (half a minute)
     .venv/bin/python bench/run.py --only history --history-lines 20000  # the history readers
     .venv/bin/python bench/run.py --only entries --entries-lines 200000 # grade --entries
+    .venv/bin/python bench/run.py --only controller --controller-tests 20000  # the xdist side
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from adaptive import adaptive_rows
 from cli_start import cli_rows
+from controller import controller_rows
 from floors import (
     CONFTEST_DURABLE_FLOOR,
     CONFTEST_FLOOR,
@@ -492,13 +494,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--only", choices=("cli", "adaptive", "history", "entries"), help="only these rows"
+        "--only",
+        choices=("cli", "adaptive", "history", "entries", "controller"),
+        help="only these rows",
     )
     parser.add_argument(
         "--history-lines", type=int, default=None, help="lines of the generated history (200,000)"
     )
     parser.add_argument(
         "--entries-lines", type=int, default=None, help="lines of the entries file (1,000,000)"
+    )
+    parser.add_argument(
+        "--controller-tests", type=int, default=None, help="tests of the xdist suite (6,000)"
     )
     parser.add_argument("--peak", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -525,6 +532,10 @@ def main() -> None:
         if args.only == "entries":
             print(table([entries_file_row(tmp, entries_lines, rounds)]))
             return
+        controller_tests = args.controller_tests or (1_000 if args.quick else 6_000)
+        if args.only == "controller":
+            print(table(controller_rows(tmp, controller_tests, max(2, rounds - 1))))
+            return
         # A process start is a few tens of milliseconds: many rounds steady its median.
         cli = cli_rows(tmp, max(21, rounds * 7))
         if args.only == "cli":
@@ -542,6 +553,7 @@ def main() -> None:
             *cli,
             *adaptive_rows(tmp),
             *history_rows(tmp, history_lines, rounds),
+            *controller_rows(tmp / "controller", controller_tests, max(2, rounds - 1)),
         ]
     print(table(rows))
 
