@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import Row, alternate, table
+from harness import Row, alternate, run_pytest, table
 
 GRADED = """
 import pytest
@@ -90,22 +87,9 @@ def _run(directory: Path, *extra: str) -> dict[str, float]:
     """One pytest run of the suite in ``directory``: its wall time and the controller's
     loop CPU and peak RSS."""
     out = directory / "figures.json"
-    history = directory / ".cleo"
-    env = {**os.environ, "BENCH_CONTROLLER_OUT": str(out), "PYTEST_ADDOPTS": _ADDOPTS}
-    env = {k: v for k, v in env.items() if not k.startswith("CLEO_")}
-    shutil.rmtree(history, ignore_errors=True)  # every run starts with no history
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", *extra],
-        cwd=directory,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"bench/controller.py: pytest {extra} failed:\n{done.stdout[-2000:]}")
+    shutil.rmtree(directory / ".cleo", ignore_errors=True)  # every run starts with no history
+    env = {"BENCH_CONTROLLER_OUT": str(out), "PYTEST_ADDOPTS": _ADDOPTS}
+    wall = run_pytest(directory, *extra, env=env)
     figures = json.loads(out.read_text())
     return {"wall": wall, "cpu": figures["cpu"], "peak": figures["peak"]}
 

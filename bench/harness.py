@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -94,3 +98,29 @@ def table(rows: list[Row]) -> str:
     return "\n".join(
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines
     )
+
+
+def run_pytest(directory: Path, *extra: str, env: Mapping[str, str] | None = None) -> float:
+    """The wall time of a fresh ``pytest -q`` in ``directory``; a failing run stops the bench.
+
+    The run gets this environment without the suite-wide settings a bench must not inherit
+    (``PYTEST_*``, ``CLEO_*``) and with Python's default bytecode cache, as on a user's
+    machine: with PYTHONDONTWRITEBYTECODE set (this development machine sets it) every run
+    compiled each module it imports. ``env`` is added on top.
+    """
+    dropped = ("PYTEST_", "CLEO_", "PYTHONDONTWRITEBYTECODE")
+    child = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+    child.update(env or {})
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *extra],
+        cwd=directory,
+        env=child,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        sys.exit(f"bench suite failed in {directory}:\n{done.stdout[-2000:]}\n{done.stderr}")
+    return elapsed

@@ -43,7 +43,7 @@ from floors import (
     validate_and_insert,
 )
 from grade import synthetic
-from harness import Figure, Row, alternate, paired_ratio, table
+from harness import Figure, Row, alternate, paired_ratio, run_pytest, table
 from history import history_rows
 from report_page import report_row
 
@@ -97,24 +97,9 @@ def _suite(directory: Path, tests: int, entries: int, graded: bool) -> None:
 
 
 def _pytest(directory: Path, *extra: str, floor_db: Path | None = None) -> float:
-    # Python's default bytecode cache, as on a user's machine: with PYTHONDONTWRITEBYTECODE
-    # set (this development machine sets it) every run compiles each module it imports.
-    dropped = ("PYTEST_", "CLEO_", "PYTHONDONTWRITEBYTECODE")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
-    if floor_db is not None:
-        env["BENCH_FLOOR_DB"] = str(floor_db)
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", *extra],
-        cwd=directory,
-        env=env,
-        capture_output=True,
-        text=True,
+    return run_pytest(
+        directory, *extra, env={"BENCH_FLOOR_DB": str(floor_db)} if floor_db else None
     )
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"bench suite failed in {directory}:\n{done.stdout[-2000:]}\n{done.stderr}")
-    return elapsed
 
 
 def plugin_row(tmp: Path, tests: int, entries: int, rounds: int) -> list[Row]:
