@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -19,6 +20,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
     preload_plugin_modules()
     remember_distributions()
+    # The suite's in-process pytest runs make millions of short-lived objects over a heap of
+    # every framework the tests import: the default thresholds collect the old generation
+    # often, for nothing (measured: 7-12 % of a worker's CPU). What is loaded by now is kept
+    # out of every collection, and the young generation is collected less often.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 @pytest.fixture(autouse=True)

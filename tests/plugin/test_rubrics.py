@@ -484,8 +484,26 @@ def test_a_judge_outage_is_could_not_be_graded_in_every_output_not_a_worse_agent
 ) -> None:
     # The judge answers 503 to every request (its retries included): the test is not an
     # agent that got worse, and every output says it could not be graded, with the reason.
+    # The rubric file retries twice, as the built-in judge settings do, without their waits.
     for _ in range(20):
         judge.push(Status(503, '{"error": {"message": "overloaded"}}'))
+    (pytester.path / "rubric.toml").write_text(
+        textwrap.dedent(
+            """
+            name = "weighted"
+            version = "1.0.0"
+
+            [judge]
+            retries = 2
+            backoff = 0
+
+            [[dimensions]]
+            name = "care"
+            type = "numeric"
+            weight = 1.0
+            """
+        )
+    )
     make_suite(
         pytester,
         """
@@ -493,6 +511,7 @@ def test_a_judge_outage_is_could_not_be_graded_in_every_output_not_a_worse_agent
         def test_judged(graded_session):
             perfect(graded_session)
 
+        @pytest.mark.cleo_grade(rubric="cleo")  # the rubric file alone selects weighted
         def test_cleo(graded_session):
             perfect(graded_session)
         """,
@@ -500,10 +519,15 @@ def test_a_judge_outage_is_could_not_be_graded_in_every_output_not_a_worse_agent
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = pytester.runpytest(
-        *judge_args(judge), "--junitxml=out.xml", "--cleo-grade-html=r.html", "--cleo-grade-gate=C"
+        *judge_args(judge),
+        "--cleo-grade-rubric-file=rubric.toml",
+        "--junitxml=out.xml",
+        "--cleo-grade-html=r.html",
+        "--cleo-grade-gate=C",
     )
     result.assert_outcomes(passed=1, failed=1)
     assert result.ret == 1
+    assert judge.count == 3  # the request and its two retries
     result.stdout.fnmatch_lines(
         [
             "test_agent.py::test_judged  *ungradable  not graded",
