@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import Row, alternate, paired_ratio, table
+from harness import Row, alternate, paired_ratio, table, user_environment
 
 from pytest_cleo_grade.store import AuditStore
 
@@ -57,8 +56,7 @@ conn.close()
 def _environment(**extra: str) -> dict[str, str]:
     # As on a user's machine: the bytecode cache written (this development machine sets
     # PYTHONDONTWRITEBYTECODE), no session or pytest settings of the caller's.
-    dropped = ("PYTEST_", "CLEO_", "PYTHONDONTWRITEBYTECODE")
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(dropped)}, **extra}
+    return {**user_environment(), **extra}
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> float:

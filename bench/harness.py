@@ -100,6 +100,16 @@ def table(rows: list[Row]) -> str:
     )
 
 
+#: What a bench's child never inherits: the suite-wide settings (``PYTEST_*``, ``CLEO_*``)
+#: and PYTHONDONTWRITEBYTECODE (see run_pytest).
+_DROPPED = ("PYTEST_", "CLEO_", "PYTHONDONTWRITEBYTECODE")
+
+
+def user_environment() -> dict[str, str]:
+    """This environment as a user's shell would have it for a child (see run_pytest)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED)}
+
+
 def run_pytest(directory: Path, *extra: str, env: Mapping[str, str] | None = None) -> float:
     """The wall time of a fresh ``pytest -q`` in ``directory``; a failing run stops the bench.
 
@@ -108,8 +118,7 @@ def run_pytest(directory: Path, *extra: str, env: Mapping[str, str] | None = Non
     machine: with PYTHONDONTWRITEBYTECODE set (this development machine sets it) every run
     compiled each module it imports. ``env`` is added on top.
     """
-    dropped = ("PYTEST_", "CLEO_", "PYTHONDONTWRITEBYTECODE")
-    child = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
+    child = user_environment()
     child.update(env or {})
     started = time.perf_counter()
     done = subprocess.run(

@@ -23,10 +23,11 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import Row, alternate, paired_ratio, table
+from harness import Row, alternate, paired_ratio, table, user_environment
 
 _DIMENSIONS = (
     "sessionDiscipline",
@@ -39,31 +40,35 @@ _DIMENSIONS = (
 #: The floor: ``json.loads`` of the lines a command shows and nothing else. With a number
 #: of runs N, the lines of the history's last N run ids, found from the end of the file
 #: backwards (the latest run's lines alone, or the runs a trend draws); with 0, every line.
-_FLOOR = r"""
-import json, sys
-path, runs = sys.argv[1], int(sys.argv[2])
-if not runs:
-    for line in open(path, "rb"):
-        json.loads(line)
-    sys.exit()
-seen = set()
-with open(path, "rb") as handle:
-    end = handle.seek(0, 2)
-    carry = b""
-    while end > 0:
-        start = max(0, end - (1 << 20))
-        handle.seek(start)
-        lines = (handle.read(end - start) + carry).split(b"\n")
-        end = start
-        carry = lines.pop(0) if start else b""
-        for raw in reversed(lines):
-            if raw:
-                run = json.loads(raw)["runId"]
-                if run not in seen:
-                    if len(seen) == runs:
-                        sys.exit()
-                    seen.add(run)
+#: Run as a child process (``_FLOOR``), or in this one for the plugin's rows.
+_FLOOR_READ = r"""
+import json
+
+
+def read_runs(path, runs):
+    if not runs:
+        for line in open(path, "rb"):
+            json.loads(line)
+        return
+    seen = set()
+    with open(path, "rb") as handle:
+        end = handle.seek(0, 2)
+        carry = b""
+        while end > 0:
+            start = max(0, end - (1 << 20))
+            handle.seek(start)
+            lines = (handle.read(end - start) + carry).split(b"\n")
+            end = start
+            carry = lines.pop(0) if start else b""
+            for raw in reversed(lines):
+                if raw:
+                    run = json.loads(raw)["runId"]
+                    if run not in seen:
+                        if len(seen) == runs:
+                            return
+                        seen.add(run)
 """
+_FLOOR = _FLOOR_READ + "\nimport sys\nread_runs(sys.argv[1], int(sys.argv[2]))\n"
 
 
 def write_history(path: Path, lines: int, tests: int = 200, first: int = 0) -> None:
@@ -121,6 +126,7 @@ def child(argv: list[str]) -> tuple[float, int]:
                 stdout=sink,
                 stderr=subprocess.PIPE,
                 check=False,
+                env=user_environment(),  # with the bytecode cache, as run_pytest's children
             )
         if process.returncode != 0:
             sys.exit(
@@ -132,10 +138,12 @@ def child(argv: list[str]) -> tuple[float, int]:
 
 #: (row, the command's arguments after ``cleo-grade``, runs the floor reads (0: every line),
 #: what the floor is, target ratio).
-_COMMANDS = (
+#: The issue's targets are list --latest-run, report --html, junit (and the plugin's
+#: baseline=latest, _plugin_rows): baseline save and report show where they stand.
+_COMMANDS: tuple[tuple[str, list[str], int, str, float | None], ...] = (
     ("list --latest-run", ["list", "--latest-run"], 1, "the latest run's lines", 2.0),
-    ("baseline save", ["baseline", "save", "{tmp}/b.json"], 1, "the latest run's lines", 2.0),
-    ("report", ["report"], 1, "the latest run's lines", 2.0),
+    ("baseline save", ["baseline", "save", "{tmp}/b.json"], 1, "the latest run's lines", None),
+    ("report", ["report"], 1, "the latest run's lines", None),
     ("report --html", ["report", "--html", "{tmp}/r.html"], 500, "the lines shown", 2.0),
     ("junit", ["junit", "-"], 0, "the lines shown (one per session)", 2.0),
     ("list", ["list"], 0, "the lines shown (every line)", 2.0),
@@ -229,7 +237,7 @@ def history_rows(tmp: Path, lines: int, rounds: int) -> list[Row]:
         )
     )
     shown = [(n, a, r, w, t) for n, a, r, w, t in _COMMANDS]
-    shown.insert(3, ("report after a run appended", [], 1, "the latest run's lines", 2.0))
+    shown.insert(3, ("report after a run appended", [], 1, "the latest run's lines", None))
     for name, _args, runs, what, target in shown:
         p = figures[name]
         f = figures["junit floor" if name == "junit" else f"floor {runs}"]
@@ -241,11 +249,11 @@ def history_rows(tmp: Path, lines: int, rounds: int) -> list[Row]:
                 f"{p.min:.2f} / {p.median:.2f} s",
                 f"{f.min:.2f} / {f.median:.2f} s",
                 ratio,
-                f"<= {target:g}x",
-                ratio <= target,
+                "(no target)" if target is None else f"<= {target:g}x",
+                None if target is None else ratio <= target,
                 # Only list reads no line: every other command parses with the grade model.
                 None
-                if name.startswith("list") or runs != 1 or start_ratio <= target
+                if target is None or name.startswith("list") or runs != 1 or start_ratio <= target
                 else f"start-up alone {start_ratio:.1f}x",
             )
         )
@@ -259,7 +267,71 @@ def history_rows(tmp: Path, lines: int, rounds: int) -> list[Row]:
                 peak < 300,
             )
         )
+    rows.extend(_plugin_rows(tmp, history, lines, rounds))
     return rows
+
+
+_SUITE = """
+def test_agent(graded_session):
+    graded_session.record("session", "list", gateway="cleo_query")
+"""
+
+
+def _plugin_rows(tmp: Path, history: Path, lines: int, rounds: int) -> list[Row]:
+    """``--cleo-grade-baseline=latest``: what the plugin does with it at the session's start
+    (``latest_from_history_file``, as BaselineGate.start calls it), timed in this process
+    against the floor's read of the latest run's lines in this process (a pytest run's
+    seconds would bury the difference in its own noise); then one pytest run with it, for
+    its peak RSS (last: its grade is appended to the history)."""
+    import time
+
+    from pytest_cleo_grade.grading._history_file import latest_from_history_file
+
+    namespace: dict[str, Any] = {}
+    exec(_FLOOR_READ, namespace)  # the floor's own code, run in this process
+    read_runs = namespace["read_runs"]
+
+    def timed(action: Callable[[], object]) -> float:
+        started = time.perf_counter()
+        action()
+        return time.perf_counter() - started
+
+    figures = alternate(
+        {
+            "plugin": lambda: timed(lambda: latest_from_history_file(history)),
+            "floor": lambda: timed(lambda: read_runs(history, 1)),
+        },
+        max(5, rounds),
+    )
+    suite = tmp / "suite"
+    suite.mkdir()
+    (suite / "test_agent.py").write_text(_SUITE)
+    (suite / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    python = str(Path(sys.executable))
+    argv = [python, "-m", "pytest", "-q", "-p", "no:langsmith_plugin", str(suite)]
+    argv += ["--cleo-grade-baseline=latest", f"--cleo-grade-history={history}"]
+    argv += [f"--cleo-grade-db={tmp / 'suite.db'}"]
+    _, rss = child(argv)
+    ratio = paired_ratio(figures["plugin"], figures["floor"])
+    return [
+        Row(
+            f"pytest --cleo-grade-baseline=latest, {lines:,}-line history: the baseline read "
+            "vs json.loads of the latest run's lines",
+            f"{figures['plugin'].min * 1000:.0f} / {figures['plugin'].median * 1000:.0f} ms",
+            f"{figures['floor'].min * 1000:.0f} / {figures['floor'].median * 1000:.0f} ms",
+            ratio,
+            "<= 2x",
+            ratio <= 2.0,
+        ),
+        Row(
+            "  peak RSS of that pytest run (one graded test)",
+            f"{rss / 1024**2:.0f} MB",
+            "",
+            rss / 1024**2 / 300,
+            "< 300 MB",
+            rss < 300 * 1024**2,
+        ),
+    ]
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+    from pytest_cleo_grade.core._defaults import DEFAULT_HISTORY
 
 # Every command imports this module, `cleo-grade --help` and `cleo-grade record` too: what
 # only some commands use (the settings' defaults, the threshold parser, the escaping of text
@@ -46,7 +46,7 @@ def __getattr__(name: str) -> Path:
     # The history's default path is the settings' (the plugin's too, a test holds them one
     # object), loaded once asked for: the settings' dataclasses would cost `--help` a third.
     if name == "DEFAULT_HISTORY":
-        from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+        from pytest_cleo_grade.core._defaults import DEFAULT_HISTORY
 
         return DEFAULT_HISTORY
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -69,7 +69,7 @@ class CommandError(Exception):
 
 
 def add_history_option(parser: argparse.ArgumentParser) -> None:
-    from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+    from pytest_cleo_grade.core._defaults import DEFAULT_HISTORY
 
     parser.add_argument(
         "--history",
@@ -79,7 +79,7 @@ def add_history_option(parser: argparse.ArgumentParser) -> None:
 
 
 def history_path(args: argparse.Namespace) -> Path:
-    from pytest_cleo_grade.core.settings import DEFAULT_HISTORY
+    from pytest_cleo_grade.core._defaults import DEFAULT_HISTORY
 
     value: str | None = getattr(args, "history", None)
     if value == "":
@@ -89,7 +89,7 @@ def history_path(args: argparse.Namespace) -> Path:
 
 
 def add_db_option(parser: argparse.ArgumentParser) -> None:
-    from pytest_cleo_grade.core.settings import DEFAULT_DB
+    from pytest_cleo_grade.core._defaults import DEFAULT_DB
 
     parser.add_argument(
         "--db",
@@ -100,7 +100,7 @@ def add_db_option(parser: argparse.ArgumentParser) -> None:
 
 def db_path(args: argparse.Namespace) -> Path:
     """--db, else $CLEO_AUDIT_DB, else .cleo/audit.db under the current directory."""
-    from pytest_cleo_grade.core.settings import DEFAULT_DB
+    from pytest_cleo_grade.core._defaults import DEFAULT_DB
 
     given: str | None = getattr(args, "db", None)
     if given == "":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import operator
 import sys
@@ -28,9 +27,9 @@ from pytest_cleo_grade.cli.rubrics import (
     grade_context_from_args,
     rubric_config_from_args,
 )
+from pytest_cleo_grade.core._defaults import DEFAULT_RUBRIC
 from pytest_cleo_grade.core._text import terminal_text
 from pytest_cleo_grade.core.errors import CleoGradeError
-from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.core._conversation import Conversation
@@ -405,6 +404,8 @@ def grade_with_args(
 ) -> GradeResult:
     """Grade ``entries`` with the ``--rubric`` (and its options) of ``args``; ``conversation``
     is the session's, when the store holds one (the weighted judge reads it)."""
+    from dataclasses import replace
+
     from pytest_cleo_grade.rubrics.cleo import grade_entries
     from pytest_cleo_grade.rubrics.registry import grade_with_rubric
 
@@ -417,7 +418,7 @@ def grade_with_args(
         entries,
         session_id=session_id,
         config=rubric_config_from_args(args, cache_path=cache),
-        context=dataclasses.replace(grade_context_from_args(args), conversation=conversation),
+        context=replace(grade_context_from_args(args), conversation=conversation),
     )
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_cleo_grade.cli.common import print_json
+from pytest_cleo_grade.core._defaults import DEFAULT_RUBRIC
 from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.rubrics.protocol import GradeContext, RubricConfig

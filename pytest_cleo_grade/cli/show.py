@@ -19,8 +19,8 @@ from pytest_cleo_grade.cli.grade import (
     warn_no_entries,
 )
 from pytest_cleo_grade.cli.rubrics import add_rubric_options
+from pytest_cleo_grade.core._defaults import DEFAULT_RUBRIC
 from pytest_cleo_grade.core._text import terminal_text
-from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.core.models import GradeResult

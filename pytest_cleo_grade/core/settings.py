@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from pytest_cleo_grade.core._defaults import DEFAULT_DB, DEFAULT_HISTORY, DEFAULT_RUBRIC
 from pytest_cleo_grade.core._scale import THRESHOLD_FORMS, parse_grade_threshold
 from pytest_cleo_grade.core.expectations import (
     TRAJECTORY_MODES,
@@ -59,15 +60,10 @@ MODE_FORMS: Final = "fail (a grade below the threshold fails the test) or report
 #: The model-comparison rubric's thoroughness modes.
 THOROUGHNESS: Final = ("quick", "medium", "thorough")
 CACHE_MODES: Final[tuple[JudgeCacheMode, ...]] = ("on", "off", "refresh")
-DEFAULT_RUBRIC: Final = "cleo"
 #: What ``--cleo-grade-capture`` can install for every graded test.
 CAPTURE_KINDS: Final = ("otel",)
 #: Where ``--cleo-grade-export`` can send every grade (off by default).
 EXPORT_KINDS: Final = ("langfuse", "otel")
-#: The audit store, under pytest's rootdir (plugin) or the current directory (CLI).
-DEFAULT_DB: Final = Path(".cleo") / "audit.db"
-#: The grade history, likewise.
-DEFAULT_HISTORY: Final = Path(".cleo") / "metrics" / "GRADES.jsonl"
 #: A typo such as runs=80000 should be an error, not a night of judge calls.
 MAX_RUNS: Final = 1000
 

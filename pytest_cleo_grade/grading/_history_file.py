@@ -102,8 +102,7 @@ def _latest_indexed(
         del lines
     index.query("CREATE TEMP TABLE IF NOT EXISTS picked (number INTEGER PRIMARY KEY)")
     index.query("DELETE FROM picked")
-    for number in wanted:
-        index.query("INSERT INTO picked VALUES (?)", (number,))
+    index.query_many("INSERT INTO picked VALUES (?)", ((number,) for number in wanted))
     chosen = index.lines("number IN (SELECT number FROM picked)")
     picked = [result for _, result in index.grades(chosen)]
     index.warn_skipped()

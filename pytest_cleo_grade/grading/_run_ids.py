@@ -12,7 +12,6 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 __all__ = [
@@ -116,13 +115,29 @@ def resolve_run_id(given: str | None, environ: Mapping[str, str]) -> str:
     return ci_run_id(environ) or fresh_run_id()
 
 
-@dataclass(frozen=True, slots=True)
+# A plain class, not a dataclass: this module is on the path of `cleo-grade list`, and the
+# dataclasses module alone (inspect with it) would be a tenth of that command's start-up.
 class Shard:
     """One shard of a split suite: its 1-based index of ``total``, and who split it."""
 
-    index: int
-    total: int
-    source: str
+    __slots__ = ("index", "source", "total")
+
+    def __init__(self, index: int, total: int, source: str) -> None:
+        self.index = index
+        self.total = total
+        self.source = source
+
+    def _key(self) -> tuple[int, int, str]:
+        return (self.index, self.total, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Shard) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Shard(index={self.index!r}, total={self.total!r}, source={self.source!r})"
 
     @property
     def label(self) -> str:

@@ -398,6 +398,10 @@ class HistoryIndex:
         """SQL over the ``lines`` table (valid lines have ``problem IS NULL``)."""
         return self._db.execute(sql, tuple(params))
 
+    def query_many(self, sql: str, rows: Iterable[Iterable[Any]]) -> None:
+        """One statement over many parameter rows (filling a temporary table)."""
+        self._db.executemany(sql, rows)
+
     def warn_skipped(self) -> None:
         """The warnings a streaming read gives for the lines it skips, in line order."""
         rows = self._db.execute(
