@@ -10,7 +10,9 @@ same way, then written before the spooled cases.
 from __future__ import annotations
 
 import codecs
+import functools
 import io
+import re
 import tempfile
 import xml.dom.minidom
 from collections.abc import Callable, Iterable, Iterator
@@ -88,10 +90,83 @@ def _frame(name: str, counts: Counts) -> tuple[str, str]:
     return head, "\t</testsuite>\n</testsuites>\n"
 
 
+#: Characters every step of junit-xml's way (ElementTree's ASCII output with character
+#: references, the cleaning, expat, minidom) hands on unchanged: printable ASCII and the
+#: Basic Multilingual Plane's characters but C1 controls, surrogates and non-characters.
+_PLAIN = "\x20-\x7e\xa0-\ud7ff\ue000-\ufdcf\ufdf0-\ufffd"
+_PLAIN_ATTRIBUTE = re.compile(f"[{_PLAIN}]*")
+#: In text, line breaks too (a carriage return would become one: expat's end of line).
+_PLAIN_TEXT = re.compile(f"[\n{_PLAIN}]*")
+
+#: The fields of a case this writer spells; a case with any other set takes junit-xml's way.
+_OTHER_FIELDS = (
+    *("assertions", "elapsed_sec", "status", "category", "file", "line", "log", "url"),
+    *("stderr", "errors", "skipped"),
+)
+
+
+@functools.cache
+def _quotes_in_text() -> bool:
+    """Whether this Python's minidom writes ``"`` in text as ``&quot;`` (before 3.13 it
+    does; from 3.13 only attributes): asked of minidom itself, as the document is its."""
+    root = xml.dom.minidom.parseString(b'<a>"</a>').documentElement
+    assert root is not None
+    return "&quot;" in root.toxml()
+
+
+def _escaped(text: str, *, quotes: bool) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace('"', "&quot;") if quotes else text
+
+
+def _attributes(pairs: Iterable[tuple[str, str]]) -> str:
+    return "".join(f' {name}="{_escaped(value, quotes=True)}"' for name, value in pairs)
+
+
+def _plain_case_xml(case: TestCase) -> str | None:
+    """The case's ``<testcase>`` exactly as :func:`_cases_xml` writes it, without building
+    and re-parsing a document, when all its text is plain (see ``_PLAIN``); else None."""
+    if any(getattr(case, field) for field in _OTHER_FIELDS):
+        return None
+    attributes = [("name", case.name)]
+    if case.timestamp:
+        attributes.append(("timestamp", case.timestamp))
+    if case.classname:
+        attributes.append(("classname", case.classname))
+    failures = [f for f in case.failures if f["output"] or f["message"]]
+    texts = [f["output"] or "" for f in failures]
+    if case.stdout:
+        texts.append(case.stdout)
+    named = [v for _, v in attributes]
+    named += [str(f[k]) for f in failures for k in ("message", "type") if f[k]]
+    if not all(isinstance(v, str) and _PLAIN_ATTRIBUTE.fullmatch(v) for v in named):
+        return None
+    if not all(isinstance(t, str) and _PLAIN_TEXT.fullmatch(t) for t in texts):
+        return None
+    quotes = _quotes_in_text()
+    children = []
+    for failure in failures:
+        pairs = [("type", str(failure["type"] or "failure"))]
+        if failure["message"]:
+            pairs.insert(1, ("message", str(failure["message"])))
+        head = f"\t\t\t<failure{_attributes(pairs)}"
+        output = failure["output"]
+        children.append(
+            f"{head}>{_escaped(output, quotes=quotes)}</failure>\n" if output else f"{head}/>\n"
+        )
+    if case.stdout:
+        children.append(f"\t\t\t<system-out>{_escaped(case.stdout, quotes=quotes)}</system-out>\n")
+    head = f"\t\t<testcase{_attributes(attributes)}"
+    if not children:
+        return f"{head}/>\n"
+    return f"{head}>\n{''.join(children)}\t\t</testcase>\n"
+
+
 def spool_cases(
     grades: Iterable[Any], testcase: Callable[[Any], TestCase]
 ) -> tuple[IO[bytes], Counts]:
-    """Each grade's ``<testcase>`` (made by ``testcase``) into a temporary file, counted."""
+    """Each grade's ``<testcase>`` (made by ``testcase``) into a temporary file, counted.
+    Plain cases are spelled here; the others take junit-xml's way in batches (in order)."""
     counts = Counts()
     spool = tempfile.TemporaryFile()  # noqa: SIM115 (handed to document_chunks, which closes it)
     try:
@@ -100,10 +175,16 @@ def spool_cases(
             case = testcase(grade)
             counts.tests += 1
             counts.failures += bool(case.is_failure())
-            batch.append(case)
-            if len(batch) == _BATCH:
+            plain = _plain_case_xml(case)
+            if plain is None:
+                batch.append(case)
+                if len(batch) < _BATCH:
+                    continue
+            if batch:
                 spool.write(_cases_xml(batch).encode("utf-8"))
                 batch = []
+            if plain is not None:
+                spool.write(plain.encode("utf-8"))
         if batch:
             spool.write(_cases_xml(batch).encode("utf-8"))
     except BaseException:

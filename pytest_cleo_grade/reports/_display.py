@@ -72,7 +72,7 @@ def _grade_details(result: GradeResult) -> list[str]:
     ]
     if result.flags:
         lines.append(f"flags ({len(result.flags)}):")
-        lines.extend(f"  - {terminal_text(flag)}" for flag in result.flags)
+        lines.extend("  - " + flag for flag in map(terminal_text, result.flags))
     else:
         lines.append("flags: none")
     return lines
@@ -566,14 +566,15 @@ def render_grade(result: GradeResult) -> str:
     ]
     names = {name: terminal_text(name) for name in result.dimensions}
     width = max(map(len, names.values()), default=0)
+    evidence = f"  {'':<{width}}    - "
     for name, dim in result.dimensions.items():
         score = f"{number_text(dim.score):>3}/{number_text(dim.max)}"
         lines.append(f"  {names[name]:<{width}}  {score}")
-        lines.extend(f"  {'':<{width}}    - {terminal_text(text)}" for text in dim.evidence)
+        lines.extend(evidence + text for text in map(terminal_text, dim.evidence))
     lines.append("")
     if result.flags:
         lines.append(f"Flags ({len(result.flags)}):")
-        lines.extend(f"  - {terminal_text(flag)}" for flag in result.flags)
+        lines.extend("  - " + flag for flag in map(terminal_text, result.flags))
     else:
         lines.append("Flags: none")
     return "\n".join(lines)

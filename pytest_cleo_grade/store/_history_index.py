@@ -398,7 +398,7 @@ class HistoryIndex:
         """SQL over the ``lines`` table (valid lines have ``problem IS NULL``)."""
         return self._db.execute(sql, tuple(params))
 
-    def query_many(self, sql: str, rows: Iterable[Iterable[Any]]) -> None:
+    def query_many(self, sql: str, rows: Iterable[tuple[Any, ...]]) -> None:
         """One statement over many parameter rows (filling a temporary table)."""
         self._db.executemany(sql, rows)
 

@@ -17,8 +17,12 @@ from pytest_cleo_grade.store._history_index import INDEX_VARIABLE, index_path
 from pytest_cleo_grade.store.history import append_grades, read_grades
 
 #: Text an agent may put in a session id or a flag: XML's specials, controls XML 1.0
-#: cannot hold, characters junit-xml drops, a non-character, astral and bidi characters.
-ODD = ("<&>\"'", "\x01\x1b[2J", "\x85\x9f", "\ufffe\U0001fffe", "\U0001f600", "\u202e", "\t\r")
+#: cannot hold, characters junit-xml drops, a non-character, astral and bidi characters;
+#: and plain text, with and without XML's specials (the cases spelled without junit-xml).
+ODD = (
+    *("<&>\"'", "\x01\x1b[2J", "\x85\x9f", "\ufffe\U0001fffe", "\U0001f600", "\u202e", "\t\r"),
+    *("", ' a "quote" & <tag> \xe9 \u2713'),
+)
 
 
 def history_of(path: Path, sessions: int) -> None:
