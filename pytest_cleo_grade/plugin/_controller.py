@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
 from pytest_cleo_grade.plugin._repeats import Repeats
 from pytest_cleo_grade.plugin._run_options import RunOptions
 from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE, UNUSED_JUDGE_OUTPUT, Role
+from pytest_cleo_grade.plugin._writer import GradeWriter
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.core.models import GradeResult
@@ -139,6 +141,7 @@ class Controller:
         # its final grade, so every graded test is stored exactly once.
         self.graded: dict[str, GradedTest] = {}
         self.problems: list[str] = []
+        self._problems_lock = threading.Lock()
         #: Lines for the end of the terminal summary (what an export did).
         self.notes: list[str] = []
         #: Whether the run was interrupted (Ctrl-C): its grade covers the tests that finished.
@@ -160,6 +163,8 @@ class Controller:
         #: Where --cleo-grade-html wrote the report (said in the terminal summary).
         self.html_written: Path | None = None
         self.html_columns = HtmlColumns(self.graded, self.current_run, self.baseline)
+        #: Saves each final grade: at once in a plain run, in batches on the xdist controller.
+        self._writer = GradeWriter(self._save, batched=Role.of(config) is Role.CONTROLLER)
 
     # -- collecting and persisting -----------------------------------------------------
 
@@ -197,20 +202,14 @@ class Controller:
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         # Saved as soon as its test is done (every attempt a rerun plugin makes ends before
         # this), so a run killed by a timeout or a cancelled job keeps the grades of the
-        # tests that finished, and a rerun test keeps only its last attempt's grade.
+        # tests that finished, and a rerun test keeps only its last attempt's grade (under
+        # xdist within the writer's linger: _writer.GradeWriter).
         graded = self._unsaved.pop(nodeid, None)
         if graded is not None:
             self._persist(graded)
 
     def _persist(self, graded: GradedTest) -> None:
-        """Save one final grade with the one persist(); trouble becomes a warning."""
-        from pytest_cleo_grade.store._persist import PersistError, persist
-
-        try:
-            store = self.store()
-        except CleoGradeError as exc:
-            store = None
-            self.problem(f"cleo-grade: grades table not written: {exc}")
+        """Hand one final grade, with the run's identity, to the writer."""
         # Which run (shards of one CI run share the id) and how the test came out: the
         # history's readers (cleo-grade combine and report --gate) decide from these.
         identity: dict[str, object] = {RUN_ID_KEY: self.run_options.run_id}
@@ -226,9 +225,22 @@ class Controller:
         if graded.excluded is not None:
             # The history says it too, so reports and baselines read from it leave it out.
             result = result.model_copy(update={EXCLUDED_KEY: graded.excluded})
+        self._writer.add(result)
+
+    def _save(self, results: list[GradeResult]) -> None:
+        """Save final grades with the one persist(); trouble becomes a warning. Called by
+        the writer, on its own thread under xdist: it touches only what nothing else
+        changes during the run (the store, the history, the problems said)."""
+        from pytest_cleo_grade.store._persist import PersistError, persist
+
+        try:
+            store = self.store()
+        except CleoGradeError as exc:
+            store = None
+            self.problem(f"cleo-grade: grades table not written: {exc}")
         try:
             persist(
-                [result],
+                results,
                 history=self.options.history_path,
                 store=store,
                 keep_going=True,
@@ -248,15 +260,18 @@ class Controller:
 
         # A server's or a path's text in it must not rewrite the terminal (escape sequences).
         message = terminal_text(message)
-        # Every test meets the same broken path: say it once.
-        if message not in self.problems:
-            self.problems.append(message)
+        # Every test meets the same broken path: say it once (the writer's thread says its
+        # own trouble here too).
+        with self._problems_lock:
+            if message not in self.problems:
+                self.problems.append(message)
 
     def _sync(self) -> None:
         """One fsync of the history for the whole run (appends skipped theirs)."""
         for graded in list(self._unsaved.values()):
             self._persist(graded)  # a test whose logfinish never came (an interrupted run)
         self._unsaved.clear()
+        self._writer.close()
         if not self._history_written:
             return
         from pytest_cleo_grade.store.history import sync_history
