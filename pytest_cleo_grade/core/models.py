@@ -336,7 +336,10 @@ class GradeResult(BaseModel):
     @field_validator("timestamp")
     @classmethod
     def _to_utc(cls, value: datetime) -> datetime:
-        return to_utc(value)
+        # Milliseconds, as written (format_timestamp): a grade in memory is the grade its
+        # history line reads back, whether its run decoded it from a report or made it.
+        utc = to_utc(value)
+        return utc.replace(microsecond=utc.microsecond // 1000 * 1000)
 
     @model_validator(mode="after")
     def _finite_percent(self) -> GradeResult:

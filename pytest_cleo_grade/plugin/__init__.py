@@ -766,7 +766,11 @@ def pytest_runtest_makereport(
     test.properties = properties
     item.user_properties.extend(properties)
     report.user_properties.extend(properties)
-    setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
+    state = run_state(item.config)
+    if state.role is Role.WORKER:
+        setattr(report, GRADE_ATTRIBUTE, encode_graded_test(graded))
+    else:
+        state.local_grades[report] = graded
     if report.failed and not test.failed_for_grade and not graded.ungradable:
         from pytest_cleo_grade.reports._display import grade_section
 

@@ -39,7 +39,12 @@ from pytest_cleo_grade.plugin._pytest_html import HtmlColumns
 from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
 from pytest_cleo_grade.plugin._repeats import Repeats
 from pytest_cleo_grade.plugin._run_options import RunOptions
-from pytest_cleo_grade.plugin._state import GRADE_ATTRIBUTE, UNUSED_JUDGE_OUTPUT, Role
+from pytest_cleo_grade.plugin._state import (
+    GRADE_ATTRIBUTE,
+    UNUSED_JUDGE_OUTPUT,
+    Role,
+    run_state,
+)
 from pytest_cleo_grade.plugin._writer import GradeWriter
 
 if TYPE_CHECKING:
@@ -163,6 +168,8 @@ class Controller:
         #: Where --cleo-grade-html wrote the report (said in the terminal summary).
         self.html_written: Path | None = None
         self.html_columns = HtmlColumns(self.graded, self.current_run, self.baseline)
+        #: The grades this process made itself, by report (a plain run): see RunState.
+        self._local_grades = run_state(config).local_grades
         #: Saves each final grade: at once in a plain run, in batches on the xdist controller.
         self._writer = GradeWriter(self._save, batched=Role.of(config) is Role.CONTROLLER)
 
@@ -189,11 +196,16 @@ class Controller:
         if self.baseline is not None:
             self.baseline.on_report(report, graded)
 
-    @staticmethod
-    def _decoded(report: pytest.TestReport) -> GradedTest | None:
-        """The grade a call report carries (once per report: every part reads this one)."""
+    def _decoded(self, report: pytest.TestReport) -> GradedTest | None:
+        """The grade a call report carries (once per report: every part reads this one):
+        this process's own, or a worker's, decoded."""
+        if report.when != "call":
+            return None
+        local = self._local_grades.pop(report, None)
+        if local is not None:
+            return local
         encoded = getattr(report, GRADE_ATTRIBUTE, None)
-        if report.when != "call" or not isinstance(encoded, str):
+        if not isinstance(encoded, str):
             return None
         from pytest_cleo_grade.grading._verdict import decode_graded_test
 

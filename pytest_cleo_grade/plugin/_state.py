@@ -10,6 +10,7 @@ pydantic or SQLite: a run that grades nothing never loads them.
 from __future__ import annotations
 
 import enum
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -99,6 +100,12 @@ class RunState:
     controller: Decider | None = None
     #: The process's audit store connection, opened on first use.
     store: SharedStore | None = None
+    #: A plain run's graded tests by their call report: the report's own process decides,
+    #: so the grade is handed over as it is, never encoded for a report and decoded again
+    #: (GRADE_ATTRIBUTE is for an xdist worker's reports). Weak: gone with the report.
+    local_grades: weakref.WeakKeyDictionary[pytest.TestReport, GradedTest] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
     #: The run's rubric plugin manager, built on first use.
     rubrics: pluggy.PluginManager | None = None
     #: The tool mapping configured before this run set the ini's (restored at unconfigure).
