@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import operator
 import sys
 from collections.abc import Iterable, Sequence
@@ -332,6 +331,8 @@ def _refuse_a_mistyped_command(result: GradeResult, commands: Sequence[str]) -> 
     is taken for the typo it is (grading it saved an F of an empty session to the history)."""
     if result.entry_count:
         return
+    import difflib
+
     close = difflib.get_close_matches(result.session_id, commands, n=1, cutoff=0.75)
     if close:
         raise CommandError(

@@ -19,7 +19,6 @@ import re
 import signal
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Final
@@ -445,6 +444,8 @@ def exclusive_temp_file(target: Path) -> tuple[int, Path]:
     Created with O_EXCL under a random name: a file or link planted in advance is never
     opened. Returns the descriptor and the path; the caller renames or removes it.
     """
+    import tempfile  # here: with random and hashlib, a tenth of a light command's start-up
+
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     return fd, Path(name)
 
