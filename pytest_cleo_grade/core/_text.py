@@ -6,38 +6,30 @@ HTML report and the GitHub step summary; every renderer escapes them here, the o
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
-
-def _escape_table() -> dict[int, str]:
-    codes = [*range(0x20), 0x7F, *range(0x80, 0xA0)]  # C0, DEL, C1
-    # Bidirectional overrides and isolates reorder what follows them on screen; line and
-    # paragraph separators break lines in some terminals; a lone surrogate cannot be printed.
-    codes += [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]
-    codes += range(0xD800, 0xE000)
-    table = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in codes}
-    table.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-    return table
-
-
-_TERMINAL_ESCAPES: Final = _escape_table()
-
-
-def _escaped_pattern(codes: list[int]) -> re.Pattern[str]:
-    """A character class of ``codes``, as ranges (a lone surrogate spelled as an escape)."""
-    ranges: list[list[int]] = []
-    for code in sorted(codes):
-        if ranges and ranges[-1][1] == code - 1:
-            ranges[-1][1] = code
-        else:
-            ranges.append([code, code])
-    return re.compile("[" + "".join(f"\\U{low:08x}-\\U{high:08x}" for low, high in ranges) + "]")
-
+#: The characters shown as escapes, as ranges: C0, DEL and C1 controls; the line and
+#: paragraph separators and bidirectional overrides (U+2028 to U+202E) and isolates (U+2066
+#: to U+2069), which break lines in some terminals or reorder what follows them on screen;
+#: and the surrogates, which cannot be printed alone.
+_ESCAPED: Final = ((0x00, 0x1F), (0x7F, 0x9F), (0x2028, 0x202E), (0x2066, 0x2069), (0xD800, 0xDFFF))
 
 #: Whether a text holds anything to escape: most text holds nothing, and a search for it
 #: costs a tenth of translating it character by character.
-_NEEDS_ESCAPE: Final = _escaped_pattern(list(_TERMINAL_ESCAPES))
+_NEEDS_ESCAPE: Final = re.compile(
+    "[" + "".join(f"\\U{low:08x}-\\U{high:08x}" for low, high in _ESCAPED) + "]"
+)
+
+
+@functools.cache
+def _escape_table() -> dict[int, str]:
+    """Each escaped character's escape (built on first need: most runs never need it)."""
+    codes = [code for low, high in _ESCAPED for code in range(low, high + 1)]
+    table = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in codes}
+    table.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+    return table
 
 
 def terminal_text(text: object) -> str:
@@ -53,7 +45,7 @@ def terminal_text(text: object) -> str:
     text = str(text)
     if _NEEDS_ESCAPE.search(text) is None:
         return text
-    return text.translate(_TERMINAL_ESCAPES)
+    return text.translate(_escape_table())
 
 
 def html_text(text: object) -> str:

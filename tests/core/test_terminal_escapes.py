@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cleo_grade.cli import main
-from pytest_cleo_grade.core._text import _TERMINAL_ESCAPES, terminal_text
+from pytest_cleo_grade.core._text import _escape_table, terminal_text
 from pytest_cleo_grade.core.models import DimensionScore, GradeResult
 from pytest_cleo_grade.reports._display import render_grade
 from pytest_cleo_grade.store.history import append_grade
@@ -36,10 +36,12 @@ def test_terminal_text_escapes_controls_and_keeps_other_text() -> None:
 def test_every_character_is_escaped_exactly_when_it_needs_to_be() -> None:
     # Text with nothing to escape skips the translation (a search first): that search must
     # find each character the escapes name, and nothing else, also amid plain text.
+    escapes = _escape_table()
+    assert len(escapes) == 32 + 33 + 7 + 4 + 2048  # C0; DEL and C1; U+2028 to U+202E; ...
     kept = [code for code in range(0x110000) if terminal_text(chr(code)) == chr(code)]
-    assert len(kept) == 0x110000 - len(_TERMINAL_ESCAPES)
-    assert not set(kept) & _TERMINAL_ESCAPES.keys()
-    for code, escape in _TERMINAL_ESCAPES.items():
+    assert len(kept) == 0x110000 - len(escapes)
+    assert not set(kept) & escapes.keys()
+    for code, escape in escapes.items():
         assert terminal_text(f"plain {chr(code)} text") == f"plain {escape} text", hex(code)
 
 
