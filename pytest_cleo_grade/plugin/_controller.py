@@ -168,10 +168,11 @@ class Controller:
         #: Where --cleo-grade-html wrote the report (said in the terminal summary).
         self.html_written: Path | None = None
         self.html_columns = HtmlColumns(self.graded, self.current_run, self.baseline)
+        state = run_state(config)
         #: The grades this process made itself, by report (a plain run): see RunState.
-        self._local_grades = run_state(config).local_grades
+        self._local_grades = state.local_grades
         #: Saves each final grade: at once in a plain run, in batches on the xdist controller.
-        self._writer = GradeWriter(self._save, batched=Role.of(config) is Role.CONTROLLER)
+        self._writer = GradeWriter(self._save, batched=state.role is Role.CONTROLLER)
 
     # -- collecting and persisting -----------------------------------------------------
 
