@@ -135,3 +135,29 @@ def test_under_xdist_an_invalid_marker_errors_its_test_instead_of_crashing_a_wor
         ]
     )
     assert "INTERNALERROR" not in result.stdout.str()
+
+
+WRITER_PROBE = """
+import threading
+
+def pytest_sessionfinish(session):
+    # Before the plugin's own (trylast), which stops its writer: who is there to save.
+    if not hasattr(session.config, "workerinput"):
+        workers = getattr(session.config.option, "numprocesses", None) or 0
+        names = sorted(thread.name for thread in threading.enumerate())
+        (session.config.rootpath / f"threads-{workers}.txt").write_text("\\n".join(names))
+"""
+
+
+def test_the_controller_saves_on_its_writer_thread_and_a_plain_run_in_its_own(
+    pytester: pytest.Pytester,
+) -> None:
+    make_suite(pytester, SUITE)
+    pytester.makeconftest(WRITER_PROBE)
+    for extra, history in (([], "serial.jsonl"), (["-n", "2"], "xdist.jsonl")):
+        result = pytester.runpytest(*extra, "-p", "no:randomly", f"--cleo-grade-history={history}")
+        result.assert_outcomes(passed=13, failed=2)
+    assert "cleo-grade grade writer" not in (pytester.path / "threads-0.txt").read_text()
+    assert "cleo-grade grade writer" in (pytester.path / "threads-2.txt").read_text()
+    # Batched or not, every graded test's line is saved once.
+    assert _history(pytester.path / "serial.jsonl") == _history(pytester.path / "xdist.jsonl")
