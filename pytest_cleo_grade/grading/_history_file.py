@@ -129,11 +129,6 @@ def _indexed_lines(index: HistoryIndex, where: str, params: tuple[object, ...]) 
     return lines
 
 
-#: The first suffix of a test's lines read per test of the latest run (doubled until every
-#: test's pick is settled within it).
-_SUFFIX_PER_TEST: Final = 4
-
-
 def _latest_run_picks(index: HistoryIndex, *, whole: bool) -> set[int] | None:
     """The lines a baseline of the latest run's tests reads, from the newest of those tests'
     lines only: a suffix, doubled until every test's pick lies within it (the picks scan
@@ -154,7 +149,9 @@ def _latest_run_picks(index: HistoryIndex, *, whole: bool) -> set[int] | None:
     )
     members = {key for (key,) in index.query("SELECT key FROM run_tests")}
     of_members = "problem IS NULL AND coalesce(test_id, session_id) IN (SELECT key FROM run_tests)"
-    size = _SUFFIX_PER_TEST * max(len(members), 1)
+    # The latest run's own lines first: without repeats reaching further back (a series of
+    # a test that only part of its runs ran in the latest), they settle every pick.
+    size = max(len(run), len(members), 1)
     while True:
         lines = _suffix(index, of_members, size)
         gradable = [line for line in lines if status_of(line) != "ungradable"]

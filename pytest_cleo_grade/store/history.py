@@ -355,6 +355,42 @@ def check_line(number: int, raw: bytes) -> GradeResult | str | None:
         raw = raw[len(codecs.BOM_UTF8) :]  # an editor's BOM, as entries files allow it
     if not raw.strip(b" \t\r"):
         return None
+    result = _plain_grade(raw)
+    if result is None:
+        checked = _strict_grade(raw)
+        if isinstance(checked, str):
+            return checked
+        result = checked
+    return _usable(result)
+
+
+def _plain_grade(raw: bytes) -> GradeResult | None:
+    """The line's grade parsed and validated by pydantic in one pass, or None when the strict
+    parse must decide (:func:`_strict_grade` then reads it, or says why not, in its words).
+
+    pydantic's JSON parser reads what the strict one accepts alike (the last of a duplicate
+    key, integers of any size, the same floats) and refuses lone surrogates and numbers of
+    thousands of digits; what it alone lets through is NaN, an infinity or a number that
+    overflows a float (the model refuses them in its own fields, so only an extra can hold
+    one: encoding the extras refuses them) and nesting past the strict limit (counted first).
+    Half the time of ``json.loads`` then validation; tests/store/test_plain_parse.py checks
+    that both read every line alike.
+    """
+    if raw.count(b"[") + raw.count(b"{") > MAX_NESTING:
+        return None
+    try:
+        # Decoded here: Python's UTF-8 decoder is the one every other reader applies.
+        result = GradeResult.model_validate_json(raw.decode("utf-8"))
+        if result.model_extra:
+            json.dumps(result.model_extra, allow_nan=False)
+    # ValidationError and UnicodeDecodeError are ValueErrors; a validator may raise others.
+    except (ValueError, OverflowError, RecursionError, TypeError):
+        return None
+    return result
+
+
+def _strict_grade(raw: bytes) -> GradeResult | str:
+    """The line's grade by the strict JSON parse then validation, or why it is none."""
     try:
         data = _parse_json(raw.decode("utf-8"))
         if not isinstance(data, dict):
@@ -362,11 +398,18 @@ def check_line(number: int, raw: bytes) -> GradeResult | str | None:
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         return f"invalid JSON ({exc})"
     try:
-        result = GradeResult.model_validate(data)
-        # What every reader shows must be computable: a 400-digit score overflows here.
-        result.display_percent  # noqa: B018
+        return GradeResult.model_validate(data)
     except ValidationError as exc:
         return format_validation_error(exc)
+    except (ValueError, OverflowError, RecursionError, TypeError) as exc:
+        return f"not a usable grade: {exc}"
+
+
+def _usable(result: GradeResult) -> GradeResult | str:
+    """The grade, or why no reader can use it though it parsed and validated."""
+    try:
+        # What every reader shows must be computable: a 400-digit score overflows here.
+        result.display_percent  # noqa: B018
     except (ValueError, OverflowError, RecursionError, TypeError) as exc:
         return f"not a usable grade: {exc}"
     if result.total_score > result.max_score:
