@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterable
 from typing import Any, Final
 
 from pytest_cleo_grade.core.models import GradeResult
@@ -27,6 +28,7 @@ from pytest_cleo_grade.grading._runs import (
 )
 from pytest_cleo_grade.store._history_index import (
     HistoryIndex,
+    ScoredLine,
     StaleIndex,
     open_index,
     through_index,
@@ -95,19 +97,25 @@ def latest_from_history_file(
 def _latest_indexed(
     index: HistoryIndex, *, whole: bool, candidate: bool
 ) -> tuple[dict[str, TestGrades], dict[str, str], int]:
-    wanted = None if candidate else _latest_run_picks(index, whole=whole)
-    if wanted is None:
+    # The picked lines as their rows score them, each line checked unchanged: a baseline
+    # reads a grade's percentages and extras only, which its row holds exactly.
+    picked = None if candidate else _latest_run_scored(index, whole=whole)
+    if picked is None:
         lines = _indexed_lines(index, "problem IS NULL", ())
         wanted = _picked(lines)
         del lines
-    index.query("CREATE TEMP TABLE IF NOT EXISTS picked (number INTEGER PRIMARY KEY)")
-    index.query("DELETE FROM picked")
-    index.query_many("INSERT INTO picked VALUES (?)", ((number,) for number in wanted))
-    chosen = index.lines("number IN (SELECT number FROM picked)")
-    picked = [result for _, result in index.grades(chosen)]
+        picked = _scored_numbers(index, wanted)
     index.warn_skipped()
     short = short_in_history(picked) if candidate else {}
     return latest_from_history(picked, whole=whole), short, index.count()
+
+
+def _scored_numbers(index: HistoryIndex, numbers: Iterable[int]) -> list[ScoredLine]:
+    """These lines, scored, in file order."""
+    index.query("CREATE TEMP TABLE IF NOT EXISTS picked (number INTEGER PRIMARY KEY)")
+    index.query("DELETE FROM picked")
+    index.query_many("INSERT INTO picked VALUES (?)", ((number,) for number in numbers))
+    return index.scored("number IN (SELECT number FROM picked)")
 
 
 def _indexed_lines(index: HistoryIndex, where: str, params: tuple[object, ...]) -> list[_Line]:
@@ -129,17 +137,23 @@ def _indexed_lines(index: HistoryIndex, where: str, params: tuple[object, ...]) 
     return lines
 
 
-def _latest_run_picks(index: HistoryIndex, *, whole: bool) -> set[int] | None:
-    """The lines a baseline of the latest run's tests reads, from the newest of those tests'
-    lines only: a suffix, doubled until every test's pick lies within it (the picks scan
-    from the end, and a settled one reads nothing older). None: no line carries a run id."""
+def _latest_run_scored(index: HistoryIndex, *, whole: bool) -> list[ScoredLine] | None:
+    """The lines a baseline of the latest run's tests reads, scored, from the newest of
+    those tests' lines only: a suffix, doubled until every test's pick lies within it (the
+    picks scan from the end, and a settled one reads nothing older). None: no line carries
+    a run id."""
     last = index.query(
         "SELECT run_id FROM lines WHERE problem IS NULL AND run_id IS NOT NULL "
         "ORDER BY number DESC LIMIT 1"
     ).fetchone()
     if last is None:
         return None
-    run = index.lines("run_id = ?", (last[0],))
+    run = [
+        number
+        for (number,) in index.query(
+            "SELECT number FROM lines WHERE problem IS NULL AND run_id = ?", (last[0],)
+        )
+    ]
     index.query("CREATE TEMP TABLE IF NOT EXISTS run_tests (key TEXT PRIMARY KEY)")
     index.query("DELETE FROM run_tests")
     index.query(
@@ -153,7 +167,10 @@ def _latest_run_picks(index: HistoryIndex, *, whole: bool) -> set[int] | None:
     # a test that only part of its runs ran in the latest), they settle every pick.
     size = max(len(run), len(members), 1)
     while True:
-        lines = _suffix(index, of_members, size)
+        lines = index.scored(
+            f"number IN (SELECT number FROM lines WHERE {of_members} ORDER BY number DESC LIMIT ?)",
+            (size,),
+        )
         gradable = [line for line in lines if status_of(line) != "ungradable"]
         pick = latest_whole_series if whole else latest_series
         series = pick(gradable, _test_of)
@@ -161,21 +178,18 @@ def _latest_run_picks(index: HistoryIndex, *, whole: bool) -> set[int] | None:
         # over a history of years that count alone was most of the read).
         if len(lines) < size or _settled(series, members, whole=whole):
             wanted = {line.number for found in series.values() for line in found}
-            wanted.update(line.number for line in run)
-            return wanted
+            wanted.update(run)
+            have = {line.number: line for line in lines}
+            # The run's lines are in the suffix but for those of a test's later line that
+            # carries no run id (a grade by hand): read those too.
+            missing = wanted - have.keys()
+            if missing:
+                have.update((line.number, line) for line in _scored_numbers(index, missing))
+            return [have[number] for number in sorted(wanted)]
         size *= 2
 
 
-def _suffix(index: HistoryIndex, where: str, size: int) -> list[_Line]:
-    """The newest ``size`` lines matching ``where``, in file order."""
-    return _indexed_lines(
-        index,
-        f"number IN (SELECT number FROM lines WHERE {where} ORDER BY number DESC LIMIT ?)",
-        (size,),
-    )
-
-
-def _settled(series: dict[str, list[_Line]], members: set[str], *, whole: bool) -> bool:
+def _settled(series: dict[str, list[ScoredLine]], members: set[str], *, whole: bool) -> bool:
     """Whether no older line can change any member's pick: each has a complete series (all
     the runs its latest line asked, or a single grade), whole ones when ``whole``."""
     for member in members:

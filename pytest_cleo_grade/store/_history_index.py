@@ -55,8 +55,9 @@ __all__ = [
 ]
 
 #: Bump when the table's columns or what a row means change: an older index is rebuilt.
-#: (3: the fingerprints are CRC-32s, no longer SHA-256s; the problem rows' own index.)
-_VERSION: Final = 3
+#: (3: the fingerprints are CRC-32s, no longer SHA-256s; the problem rows' own index.
+#: 4: each row's CRC-32 of its line and its scores, the grade count in meta.)
+_VERSION: Final = 4
 #: The variable that turns the index off (``off``, ``0``, ``no``): every read streams.
 INDEX_VARIABLE: Final = "CLEO_GRADE_HISTORY_INDEX"
 #: How much of the file's head and of its indexed end are fingerprinted.
@@ -75,7 +76,9 @@ INDEXED_EXTRAS: Final = (
     "adaptive",
     "cleoStatus",
     "cleoThreshold",
+    "excluded",
     "rubric",
+    "rubricHash",
     "rubricVersion",
     "model",
     "judgeModel",
@@ -92,7 +95,8 @@ CREATE TABLE IF NOT EXISTS meta (
     head TEXT NOT NULL,
     tail TEXT NOT NULL,
     next_number INTEGER NOT NULL,
-    open_offset INTEGER
+    open_offset INTEGER,
+    grades INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS lines (
     number INTEGER PRIMARY KEY,
@@ -110,7 +114,9 @@ CREATE TABLE IF NOT EXISTS lines (
     percent INTEGER,
     letter TEXT,
     flags INTEGER,
-    extras TEXT
+    extras TEXT,
+    scores TEXT,
+    crc INTEGER
 );
 CREATE INDEX IF NOT EXISTS lines_run ON lines (run_id);
 CREATE INDEX IF NOT EXISTS lines_test ON lines (coalesce(test_id, session_id));
@@ -118,7 +124,7 @@ CREATE INDEX IF NOT EXISTS lines_session ON lines (session_id);
 CREATE INDEX IF NOT EXISTS lines_problems ON lines (number) WHERE problem IS NOT NULL;
 """
 
-_INSERT: Final = "INSERT INTO lines VALUES (" + ",".join("?" * 16) + ")"
+_INSERT: Final = "INSERT INTO lines VALUES (" + ",".join("?" * 18) + ")"
 
 
 class HistoryPoint:
@@ -148,6 +154,35 @@ class HistoryPoint:
         self.evaluator = evaluator
         self.percent = percent
         self.display_percent = display_percent
+        self.model_extra = model_extra
+
+
+class Score(NamedTuple):
+    """A dimension's score as a row keeps it."""
+
+    score: int | float
+    max: int | float
+
+
+class ScoredLine:
+    """One valid line as its row has it, with its scores: what a baseline reads of a grade
+    (``percent``, ``dimensions``, the indexed extras), its line checked unchanged, no line
+    parsed (see :meth:`HistoryIndex.scored`)."""
+
+    __slots__ = ("dimensions", "model_extra", "number", "percent", "session_id")
+
+    def __init__(
+        self,
+        number: int,
+        session_id: str,
+        percent: float,
+        dimensions: dict[str, Score],
+        model_extra: dict[str, Any],
+    ) -> None:
+        self.number = number
+        self.session_id = session_id
+        self.percent = percent
+        self.dimensions = dimensions
         self.model_extra = model_extra
 
 
@@ -294,23 +329,26 @@ class HistoryIndex:
         now = os.fstat(self._fd)
         meta = conn.execute(
             "SELECT version, device, inode, size, mtime_ns, head, tail, next_number, "
-            "open_offset FROM meta"
+            "open_offset, grades FROM meta"
         ).fetchone()
-        start, number = 0, 1
+        start, number, grades = 0, 1, 0
         if meta is not None and self._tail_only(meta, now):
-            size, next_number, open_offset = meta[3], meta[7], meta[8]
+            size, next_number, open_offset, grades = meta[3], meta[7], meta[8], meta[9]
             if size == now.st_size:
                 return
             start, number = size, next_number
             if open_offset is not None:
                 # The last line had no newline yet: it is indexed again with what follows.
                 start, number = open_offset, next_number - 1
+                grades -= conn.execute(
+                    "SELECT count(*) FROM lines WHERE number >= ? AND problem IS NULL", (number,)
+                ).fetchone()[0]
                 conn.execute("DELETE FROM lines WHERE number >= ?", (number,))
         else:
             conn.execute("DELETE FROM lines")
-        number, open_offset = self._scan(start, now.st_size, number)
+        number, open_offset, added = self._scan(start, now.st_size, number)
         conn.execute(
-            "INSERT OR REPLACE INTO meta VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO meta VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 _VERSION,
                 now.st_dev,
@@ -321,6 +359,7 @@ class HistoryIndex:
                 self._print(max(0, now.st_size - _PRINT_BYTES), now.st_size),
                 number,
                 open_offset,
+                grades + added,
             ),
         )
 
@@ -343,9 +382,9 @@ class HistoryIndex:
         data = os.pread(self._fd, end - start, start)
         return f"{zlib.crc32(data):08x}:{len(data)}"
 
-    def _scan(self, start: int, end: int, number: int) -> tuple[int, int | None]:
+    def _scan(self, start: int, end: int, number: int) -> tuple[int, int | None, int]:
         """Index the lines in bytes ``start``..``end``; (next line number, offset of a last
-        line without its newline or None)."""
+        line without its newline or None, how many of them are grades)."""
         from pytest_cleo_grade.core.models import GradeResult
         from pytest_cleo_grade.store.history import check_line
 
@@ -354,6 +393,7 @@ class HistoryIndex:
         position = start
         open_offset: int | None = None
         rows: list[tuple[Any, ...]] = []
+        added = 0
         while position < end:
             raw = handle.readline(min(MAX_LINE_BYTES + 2, end - position))
             if not raw:
@@ -369,7 +409,8 @@ class HistoryIndex:
                     text = text[:-1]
                 checked = check_line(number, text)
                 if isinstance(checked, GradeResult):
-                    rows.append((number, offset, len(raw), None, *_row(checked)))
+                    rows.append((number, offset, len(raw), None, *_row(checked), zlib.crc32(text)))
+                    added += 1
                 elif checked is not None:
                     rows.append((number, offset, len(raw), checked, *_NO_ROW))
             position += size
@@ -379,7 +420,7 @@ class HistoryIndex:
                 self._db.executemany(_INSERT, rows)
                 rows = []
         self._db.executemany(_INSERT, rows)
-        return number, open_offset
+        return number, open_offset, added
 
     def _skip_rest(self, left: int) -> int:
         """Read past the rest of an over-long line (never held whole): the bytes passed."""
@@ -421,13 +462,9 @@ class HistoryIndex:
             )
 
     def count(self) -> int:
-        """How many grades (valid lines) the history holds."""
-        # Every row less the (few) problem rows: both counted from an index, never the table.
-        rows = self._db.execute("SELECT count(*) FROM lines").fetchone()[0]
-        problems = self._db.execute(
-            "SELECT count(*) FROM lines WHERE problem IS NOT NULL"
-        ).fetchone()[0]
-        return int(rows) - int(problems)
+        """How many grades (valid lines) the history holds (kept as the lines are indexed:
+        counting 200,000 rows took longer than reading the latest run's lines)."""
+        return int(self._db.execute("SELECT grades FROM meta").fetchone()[0])
 
     def lines(self, where: str = "", params: Iterable[Any] = ()) -> list[Line]:
         """The valid lines matching ``where`` (SQL over ``lines``), in file order."""
@@ -464,6 +501,52 @@ class HistoryIndex:
                 extra,
             )
 
+    def scored(self, where: str, params: Iterable[Any] = ()) -> list[ScoredLine]:
+        """The valid lines matching ``where`` with their scores, in file order, each line's
+        bytes read and checked against the CRC-32 taken when it was validated: StaleIndex
+        when the file no longer holds it (the history wins over its index)."""
+        from pytest_cleo_grade.core._scale import percent_of
+
+        rows = self._db.execute(
+            "SELECT number, offset, length, session_id, crc, "
+            "'[' || coalesce(extras, 'null') || ',' || scores || ']' FROM lines "
+            f"WHERE problem IS NULL AND ({where}) ORDER BY number",
+            tuple(params),
+        ).fetchall()
+        # One parse for every row's extras and scores: a call per row cost more than it read.
+        values = json.loads("[" + ",".join(row[5] for row in rows) + "]")
+        found: list[ScoredLine] = []
+        for (number, offset, length, session, crc, _), (extra, scores) in zip(
+            rows, values, strict=True
+        ):
+            if zlib.crc32(self._line_text(number, offset, length)) != crc:
+                raise StaleIndex(f"line {number} is not the grade indexed")
+            total, most, dimensions = scores
+            found.append(
+                ScoredLine(
+                    number,
+                    session,
+                    percent_of(total, most),
+                    {name: Score(score, high) for name, score, high in dimensions},
+                    extra or {},
+                )
+            )
+        return found
+
+    def _line_text(self, number: int, offset: int, length: int) -> bytes:
+        """Line ``number``'s bytes as its row says (newline and ``\r`` trimmed), checked to
+        start a line: StaleIndex when they cannot be its."""
+        if offset:
+            # The byte before it read with it: a newline, or the row is not this line's.
+            raw = os.pread(self._fd, length + 1, offset - 1)
+            if raw[:1] != b"\n":
+                raise StaleIndex(f"line {number} does not start at {offset}")
+            raw = raw[1:]
+        else:
+            raw = os.pread(self._fd, length, offset)
+        text = raw[:-1] if raw.endswith(b"\n") else raw
+        return text[:-1] if text.endswith(b"\r") else text
+
     def grades(self, lines: Iterable[Line]) -> Iterator[tuple[int, GradeResult]]:
         """(number, grade) of each line, read at its offset and checked against its row:
         StaleIndex when the file no longer holds it there."""
@@ -471,13 +554,9 @@ class HistoryIndex:
         from pytest_cleo_grade.store.history import check_line
 
         for line in lines:
-            if line.offset and os.pread(self._fd, 1, line.offset - 1) != b"\n":
-                raise StaleIndex(f"line {line.number} does not start at {line.offset}")
-            raw = os.pread(self._fd, line.length, line.offset)
-            text = raw[:-1] if raw.endswith(b"\n") else raw
-            if text.endswith(b"\r"):
-                text = text[:-1]
-            checked = check_line(line.number, text)
+            checked = check_line(
+                line.number, self._line_text(line.number, line.offset, line.length)
+            )
             if not isinstance(checked, GradeResult) or checked.session_id != line.session_id:
                 raise StaleIndex(f"line {line.number} is not the grade indexed")
             yield line.number, checked
@@ -508,7 +587,7 @@ class HistoryIndex:
         self.close()
 
 
-_NO_ROW: Final = (None,) * 12
+_NO_ROW: Final = (None,) * 14
 
 
 def _row(result: GradeResult) -> tuple[Any, ...]:
@@ -533,6 +612,16 @@ def _row(result: GradeResult) -> tuple[Any, ...]:
         result.letter,
         len(result.flags),
         json.dumps(kept, separators=(",", ":")) if kept else None,
+        # Exact (JSON keeps every int and float as read): a baseline's percentages from it
+        # are the grade's own. The CRC-32 of the line follows it (see _scan).
+        json.dumps(
+            [
+                result.total_score,
+                result.max_score,
+                [[name, dim.score, dim.max] for name, dim in result.dimensions.items()],
+            ],
+            separators=(",", ":"),
+        ),
     )
 
 

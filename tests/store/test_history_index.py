@@ -82,13 +82,23 @@ def first_row_kept(path: Path) -> bool:
     return bool(row[0])
 
 
+def kept(path: Path) -> bool:
+    """Whether the index is still current: a read that found a row lying forgets it (and
+    answers by streaming), which these answers alone would not show."""
+    conn = sqlite3.connect(index_path(path))
+    try:
+        return bool(conn.execute("SELECT count(*) FROM meta").fetchone()[0])
+    finally:
+        conn.close()
+
+
 def test_readers_through_the_index_answer_as_a_streaming_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     history = tmp_path / "GRADES.jsonl"
     runs(history, 0, 5)
     assert indexed(history) == streamed(history, monkeypatch)
-    assert index_path(history).is_file()
+    assert index_path(history).is_file() and kept(history)
     assert latest_totals(history) == [("s-4-0", 40), ("s-4-1", 40), ("s-4-2", 40)]
     assert run_lines_file(history, "run-2")[0][0].session_id == "s-2-0"
 
@@ -172,6 +182,30 @@ def test_a_line_edited_in_place_at_the_same_size_is_read_as_edited(
     assert history.stat().st_size == before.st_size
     assert latest_totals(history)[1] == ("s-2-1", 45)
     assert indexed(history) == streamed(history, monkeypatch)
+
+
+def test_a_line_a_baseline_reads_edited_while_the_file_grew_is_read_as_edited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The baseline takes a grade's scores from its row once the line's bytes are checked
+    # against the row's CRC-32: an edit the head and tail fingerprints cannot see (a line of
+    # the latest run more than their 4 KiB from the end, then a grade appended) is noticed.
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3, tests=30)
+    assert latest_from_history_file(history)[0]["t::0"].totals == (40.0,)
+    data = history.read_bytes()
+    line = grade_line(grade(2, 0, 40)).encode()
+    assert data.count(line) == 1 and len(data) - data.index(line) > 4096
+    history.write_bytes(data.replace(line, line.replace(b'"totalScore":40', b'"totalScore":45')))
+    unrun = grade(9, 0, 70).model_dump(by_alias=True)
+    del unrun["runId"]
+    append_grades([GradeResult.model_validate({**unrun, "testId": "t::other"})], history)
+    found = latest_from_history_file(history)
+    assert found[0]["t::0"].totals == (45.0,)
+    with monkeypatch.context() as patch:
+        patch.setenv(INDEX_VARIABLE, "off")
+        assert latest_from_history_file(history) == found
+    assert latest_from_history_file(history) == found  # through the index rebuilt
 
 
 def test_a_head_edited_while_the_file_grew_is_indexed_again(
@@ -369,7 +403,7 @@ def test_a_baseline_from_the_newest_lines_is_the_baseline_of_the_whole_history(
             patch.setenv(INDEX_VARIABLE, "off")
             expected = latest_from_history_file(history, whole=whole)
         assert latest_from_history_file(history, whole=whole) == expected
-    assert index_path(history).is_file()
+        assert kept(history)
     assert latest_from_history_file(history)[0]["t::r"].totals == (61.0, 62.0, 63.0)
 
 
