@@ -23,6 +23,22 @@ _NEEDS_ESCAPE: Final = re.compile(
 )
 
 
+#: The same but for the line break: a text made of lines joined by it holds nothing else to
+#: escape when this finds nothing (see reports._display.render_grade).
+_NEEDS_ESCAPE_BUT_NEWLINE: Final = re.compile(
+    "["
+    + "".join(
+        f"\\U{low:08x}-\\U{high:08x}" for low, high in ((0x00, 0x09), (0x0B, 0x1F), *_ESCAPED[1:])
+    )
+    + "]"
+)
+
+
+def needs_escape_but_newline(text: str) -> bool:
+    """Whether :func:`terminal_text` would escape anything in ``text`` but its line breaks."""
+    return _NEEDS_ESCAPE_BUT_NEWLINE.search(text) is not None
+
+
 @functools.cache
 def _escape_table() -> dict[int, str]:
     """Each escaped character's escape (built on first need: most runs never need it)."""

@@ -4,12 +4,17 @@ and the CLI's report of one grade. Shared by the plugin, the CLI and the reports
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from pydantic import ValidationError
 
-from pytest_cleo_grade.core._text import markdown_cell, markdown_code_cell, terminal_text
+from pytest_cleo_grade.core._text import (
+    markdown_cell,
+    markdown_code_cell,
+    needs_escape_but_newline,
+    terminal_text,
+)
 from pytest_cleo_grade.core.models import POINT_ENTRY_LIMIT, GradeResult, Point, format_timestamp
 from pytest_cleo_grade.grading._run_ids import REASON_KEY, status_of
 from pytest_cleo_grade.grading._runs import QUARANTINED
@@ -555,26 +560,43 @@ def judge_line(run: RunGrade) -> str | None:
 
 def render_grade(result: GradeResult) -> str:
     """The human-readable report of one grade (the CLEO Grade Specification's CLI fields)."""
+    plain = _render(result, str)
+    # Agent text holding nothing to escape (as almost all does) reads the same escaped: one
+    # search of the whole report tells, not one per line (a report has dozens). A line
+    # break inside a piece is the only escape the search cannot see, so they are counted.
+    if plain.count("\n") == _line_breaks(result) and not needs_escape_but_newline(plain):
+        return plain
+    return _render(result, terminal_text)
+
+
+def _line_breaks(result: GradeResult) -> int:
+    """How many line breaks :func:`_render` puts between the lines of its report."""
+    evidence = sum(len(dim.evidence) for dim in result.dimensions.values())
+    return 7 + bool(result.task_id) + len(result.dimensions) + evidence + len(result.flags)
+
+
+def _render(result: GradeResult, escape: Callable[[str], str]) -> str:
+    """:func:`render_grade`'s report with agent text passed through ``escape``."""
     lines = [
-        f"Session:    {terminal_text(result.session_id)}",
-        *([f"Task:       {terminal_text(result.task_id)}"] if result.task_id else []),
+        f"Session:    {escape(result.session_id)}",
+        *([f"Task:       {escape(result.task_id)}"] if result.task_id else []),
         f"Score:      {score_text(result)}  ({result.display_percent}%, grade {result.letter})",
         f"Entries:    {result.entry_count}",
         f"Graded at:  {format_timestamp(result.timestamp)}",
         "",
         "Dimensions:",
     ]
-    names = {name: terminal_text(name) for name in result.dimensions}
+    names = {name: escape(name) for name in result.dimensions}
     width = max(map(len, names.values()), default=0)
     evidence = f"  {'':<{width}}    - "
     for name, dim in result.dimensions.items():
         score = f"{number_text(dim.score):>3}/{number_text(dim.max)}"
         lines.append(f"  {names[name]:<{width}}  {score}")
-        lines.extend(evidence + text for text in map(terminal_text, dim.evidence))
+        lines.extend(evidence + text for text in map(escape, dim.evidence))
     lines.append("")
     if result.flags:
         lines.append(f"Flags ({len(result.flags)}):")
-        lines.extend("  - " + flag for flag in map(terminal_text, result.flags))
+        lines.extend("  - " + flag for flag in map(escape, result.flags))
     else:
         lines.append("Flags: none")
     return "\n".join(lines)
