@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
 
+from pytest_cleo_grade.core._text import printable_ascii
+
 if TYPE_CHECKING:
     from junit_xml import TestCase
 
@@ -98,6 +100,15 @@ _PLAIN_ATTRIBUTE = re.compile(f"[{_PLAIN}]*")
 #: In text, line breaks too (a carriage return would become one: expat's end of line).
 _PLAIN_TEXT = re.compile(f"[\n{_PLAIN}]*")
 
+
+def _plain_attribute(text: str) -> bool:
+    return printable_ascii(text) or _PLAIN_ATTRIBUTE.fullmatch(text) is not None
+
+
+def _plain_text(text: str) -> bool:
+    return printable_ascii(text, lines=True) or _PLAIN_TEXT.fullmatch(text) is not None
+
+
 #: The fields of a case this writer spells; a case with any other set takes junit-xml's way.
 _OTHER_FIELDS = (
     *("assertions", "elapsed_sec", "status", "category", "file", "line", "log", "url"),
@@ -139,9 +150,9 @@ def _plain_case_xml(case: TestCase) -> str | None:
         texts.append(case.stdout)
     named = [v for _, v in attributes]
     named += [str(f[k]) for f in failures for k in ("message", "type") if f[k]]
-    if not all(isinstance(v, str) and _PLAIN_ATTRIBUTE.fullmatch(v) for v in named):
+    if not all(isinstance(v, str) and _plain_attribute(v) for v in named):
         return None
-    if not all(isinstance(t, str) and _PLAIN_TEXT.fullmatch(t) for t in texts):
+    if not all(isinstance(t, str) and _plain_text(t) for t in texts):
         return None
     quotes = _quotes_in_text()
     children = []

@@ -98,9 +98,15 @@ def latest_by_session(grades: list[GradeResult]) -> list[GradeResult]:
 _NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
+#: Printable ASCII and the three controls XML holds: ASCII text of these alone is kept.
+_XML_PLAIN: Final = bytes(range(0x20, 0x7F)) + b"\t\n\r"
+
+
 def _xml_text(text: str) -> str:
     """Agent text (a task id in a flag, a session id) as XML can hold it: what it cannot is
     spelled as its escape (``\\ufffe``)."""
+    if text.isascii() and not text.encode("ascii").translate(None, _XML_PLAIN):
+        return text  # nothing XML cannot hold (a report is mostly such text)
     return _NOT_XML.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 

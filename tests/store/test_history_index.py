@@ -184,6 +184,38 @@ def test_a_line_edited_in_place_at_the_same_size_is_read_as_edited(
     assert indexed(history) == streamed(history, monkeypatch)
 
 
+#: The tables of the index's format 3 (before rows kept their line's CRC-32 and scores).
+_FORMAT_3 = """
+CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL,
+    device INTEGER NOT NULL, inode INTEGER NOT NULL, size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL, head TEXT NOT NULL, tail TEXT NOT NULL,
+    next_number INTEGER NOT NULL, open_offset INTEGER);
+CREATE TABLE lines (number INTEGER PRIMARY KEY, offset INTEGER NOT NULL,
+    length INTEGER NOT NULL, problem TEXT, session_id TEXT, test_id TEXT, run_id TEXT,
+    evaluator TEXT, timestamp TEXT, at TEXT, total REAL, max REAL, percent INTEGER,
+    letter TEXT, flags INTEGER, extras TEXT);
+INSERT INTO meta VALUES (1, 3, 0, 0, 0, 0, '', '', 1, NULL);
+"""
+
+
+def test_an_index_of_an_older_format_is_made_anew_and_read_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 3)
+    conn = sqlite3.connect(index_path(history))
+    conn.executescript(_FORMAT_3)
+    conn.close()
+    assert indexed(history) == streamed(history, monkeypatch)
+    assert kept(history)  # read through the index, not streamed past tables it cannot use
+    conn = sqlite3.connect(index_path(history))
+    try:
+        assert conn.execute("SELECT grades FROM meta").fetchone() == (9,)
+        assert conn.execute("SELECT count(*) FROM lines WHERE crc IS NOT NULL").fetchone() == (9,)
+    finally:
+        conn.close()
+
+
 def test_a_line_a_baseline_reads_edited_while_the_file_grew_is_read_as_edited(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
