@@ -23,17 +23,6 @@ _NEEDS_ESCAPE: Final = re.compile(
 )
 
 
-#: The same but for the line break: a text made of lines joined by it holds nothing else to
-#: escape when this finds nothing (see reports._display.render_grade).
-_NEEDS_ESCAPE_BUT_NEWLINE: Final = re.compile(
-    "["
-    + "".join(
-        f"\\U{low:08x}-\\U{high:08x}" for low, high in ((0x00, 0x09), (0x0B, 0x1F), *_ESCAPED[1:])
-    )
-    + "]"
-)
-
-
 #: Printable ASCII (space to ``~``), and with the line break: what :func:`printable_ascii`
 #: deletes from a text to see whether anything is left.
 _PRINTABLE: Final = bytes(range(0x20, 0x7F))
@@ -54,7 +43,16 @@ def needs_escape_but_newline(text: str) -> bool:
     """Whether :func:`terminal_text` would escape anything in ``text`` but its line breaks."""
     if printable_ascii(text, lines=True):
         return False
-    return _NEEDS_ESCAPE_BUT_NEWLINE.search(text) is not None
+    return _needs_escape_but_newline().search(text) is not None
+
+
+@functools.cache
+def _needs_escape_but_newline() -> re.Pattern[str]:
+    """:data:`_NEEDS_ESCAPE` but for the line break (compiled on first need, as most text is
+    printable ASCII): a text of lines joined by it holds nothing else to escape when this
+    finds nothing (see reports._display.render_grade)."""
+    ranges = ((0x00, 0x09), (0x0B, 0x1F), *_ESCAPED[1:])
+    return re.compile("[" + "".join(f"\\U{low:08x}-\\U{high:08x}" for low, high in ranges) + "]")
 
 
 @functools.cache

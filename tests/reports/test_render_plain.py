@@ -63,3 +63,16 @@ def test_a_grade_without_task_flags_or_evidence_renders_as_before() -> None:
             }
         )
         assert render_grade(result) == _display._render(result, terminal_text)
+
+
+def test_terminal_text_escapes_every_character_it_escaped_before_its_shortcut() -> None:
+    # The shortcut (printable ASCII) must let through only what the table leaves alone.
+    from pytest_cleo_grade.core import _text
+
+    table = _text._escape_table()
+    for code in [*range(0x3000), *range(0xD7F0, 0xE010), 0xFEFF, 0x1F600]:
+        text = f"a{chr(code)}b"
+        assert terminal_text(text) == text.translate(table), hex(code)
+        assert _text.needs_escape_but_newline(text) == (
+            code != 0x0A and text.translate(table) != text
+        ), hex(code)
