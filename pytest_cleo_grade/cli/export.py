@@ -27,7 +27,12 @@ from pytest_cleo_grade.cli.grade import (
     save_grade,
     warn_no_entries,
 )
-from pytest_cleo_grade.core._files import parse_json_strict, replaced_input, write_atomically
+from pytest_cleo_grade.core._files import (
+    inputs_of,
+    parse_json_strict,
+    replaced_input,
+    write_atomically,
+)
 from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
@@ -235,8 +240,6 @@ def _say_not_applied(threshold: float, history: Path) -> None:
 def refuse_replacing(target: Path, history: Path, db: Path, *, where: str) -> None:
     """A one-line error, before anything is written, when ``target`` is the history read or
     the project's audit store (or one of SQLite's files beside it): DESIGN §9, no data loss."""
-    from pytest_cleo_grade.reports._html import inputs_of
-
     kept = inputs_of(history=history, db=db)
     source = replaced_input(target, kept)
     if source is not None:

@@ -211,7 +211,8 @@ def _write_html(
     history: Path,
     baseline: dict[str, tuple[float, ...]] | None,
 ) -> None:
-    from pytest_cleo_grade.reports._html import inputs_of, write_html_report
+    from pytest_cleo_grade.core._files import inputs_of
+    from pytest_cleo_grade.reports._html import write_html_report
 
     target = Path(args.html)
     # The page may not replace what it is made from (the store is checked with ``db``).

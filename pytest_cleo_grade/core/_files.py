@@ -517,6 +517,23 @@ def _entries_behind(path: str | os.PathLike[str]) -> set[str]:
     return entries
 
 
+def inputs_of(
+    *, history: Path | None = None, db: Path | None = None, baseline: Path | None = None
+) -> dict[Path, str]:
+    """The files a report (or ``cleo-grade junit``) reads, each with what it is, for
+    :func:`replaced_input`; a database comes with SQLite's side files."""
+    reads: dict[Path, str] = {}
+    if history is not None:
+        reads[history] = "grade history"
+    if db is not None:
+        reads[db] = "audit store"
+        for suffix in SQLITE_SIDE_FILES:
+            reads[db.with_name(db.name + suffix)] = "audit store's SQLite file"
+    if baseline is not None:
+        reads[baseline] = "baseline"
+    return reads
+
+
 def replaced_input(
     target: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]]
 ) -> str | os.PathLike[str] | None:

@@ -459,9 +459,10 @@ class Controller:
         path = self.options.html_path
         if path is None:
             return
+        from pytest_cleo_grade.core._files import inputs_of
         from pytest_cleo_grade.core.errors import warnings_shown_not_raised
         from pytest_cleo_grade.grading._verdict import RunGrade
-        from pytest_cleo_grade.reports._html import inputs_of, write_html_report
+        from pytest_cleo_grade.reports._html import write_html_report
 
         run = self.current_run() or RunGrade((), self.options.gate, self.run_options.shard)
         # With --cleo-grade-baseline, changes are against the baseline the gate compared with.

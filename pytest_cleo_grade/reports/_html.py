@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._files import (
-    SQLITE_SIDE_FILES,
     NotRegularFileError,
+    inputs_of,
     kind_of,
     replaced_input,
     write_atomically,
@@ -41,7 +41,6 @@ from pytest_cleo_grade.reports._html_page import (
 __all__ = [
     "EXCLUDED_KEY",
     "ReportError",
-    "inputs_of",
     "latest_run",
     "refuse_replacing_inputs",
     "session_calls",
@@ -163,23 +162,6 @@ def session_conversations(db: Path, sessions: Sequence[str]) -> dict[str, Conver
             if not talk.empty:
                 found[session] = talk
     return found
-
-
-def inputs_of(
-    *, history: Path | None = None, db: Path | None = None, baseline: Path | None = None
-) -> dict[Path, str]:
-    """The files a report (or ``cleo-grade junit``) reads, each with what it is, for
-    :func:`refuse_replacing_inputs`; a database comes with SQLite's side files."""
-    reads: dict[Path, str] = {}
-    if history is not None:
-        reads[history] = "grade history"
-    if db is not None:
-        reads[db] = "audit store"
-        for suffix in SQLITE_SIDE_FILES:
-            reads[db.with_name(db.name + suffix)] = "audit store's SQLite file"
-    if baseline is not None:
-        reads[baseline] = "baseline"
-    return reads
 
 
 def refuse_replacing_inputs(path: Path, reads: Mapping[Path, str], *, what: str) -> None:
