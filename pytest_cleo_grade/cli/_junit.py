@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 from xml.etree import ElementTree as ET
 
-from pytest_cleo_grade.core._text import printable_ascii
+from pytest_cleo_grade.core._text import PRINTABLE_LINES, printable_ascii
 
 if TYPE_CHECKING:
     from junit_xml import TestCase
@@ -106,7 +106,7 @@ def _plain_attribute(text: str) -> bool:
 
 
 def _plain_text(text: str) -> bool:
-    return printable_ascii(text, lines=True) or _PLAIN_TEXT.fullmatch(text) is not None
+    return printable_ascii(text, PRINTABLE_LINES) or _PLAIN_TEXT.fullmatch(text) is not None
 
 
 #: The fields of a case this writer spells; a case with any other set takes junit-xml's way.

@@ -33,7 +33,7 @@ from pytest_cleo_grade.core._files import (
     replaced_input,
     write_atomically,
 )
-from pytest_cleo_grade.core._text import terminal_text
+from pytest_cleo_grade.core._text import PRINTABLE, printable_ascii, terminal_text
 
 if TYPE_CHECKING:
     from junit_xml import TestCase
@@ -104,13 +104,13 @@ _NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uff
 
 
 #: Printable ASCII and the three controls XML holds: ASCII text of these alone is kept.
-_XML_PLAIN: Final = bytes(range(0x20, 0x7F)) + b"\t\n\r"
+_XML_PLAIN: Final = PRINTABLE + b"\t\n\r"
 
 
 def _xml_text(text: str) -> str:
     """Agent text (a task id in a flag, a session id) as XML can hold it: what it cannot is
     spelled as its escape (``\\ufffe``)."""
-    if text.isascii() and not text.encode("ascii").translate(None, _XML_PLAIN):
+    if printable_ascii(text, _XML_PLAIN):
         return text  # nothing XML cannot hold (a report is mostly such text)
     return _NOT_XML.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 

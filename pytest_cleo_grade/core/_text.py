@@ -23,25 +23,23 @@ _NEEDS_ESCAPE: Final = re.compile(
 )
 
 
-#: Printable ASCII (space to ``~``), and with the line break: what :func:`printable_ascii`
-#: deletes from a text to see whether anything is left.
-_PRINTABLE: Final = bytes(range(0x20, 0x7F))
-_PRINTABLE_LINES: Final = _PRINTABLE + b"\n"
+#: Printable ASCII (space to ``~``), and with the line break: the bytes
+#: :func:`printable_ascii` deletes from a text to see whether anything is left.
+PRINTABLE: Final = bytes(range(0x20, 0x7F))
+PRINTABLE_LINES: Final = PRINTABLE + b"\n"
 
 
-def printable_ascii(text: str, *, lines: bool = False) -> bool:
-    """Whether ``text`` is printable ASCII (space to ``~``; with line breaks too when
-    ``lines``): text no escaping here, nor XML, changes. At C speed (``isascii`` reads a
-    flag; encoding and deleting the printable bytes are one pass each): a tenth of a regular
-    expression's search of the same text."""
-    return text.isascii() and not text.encode("ascii").translate(
-        None, _PRINTABLE_LINES if lines else _PRINTABLE
-    )
+def printable_ascii(text: str, keep: bytes = PRINTABLE) -> bool:
+    """Whether ``text`` is ASCII of the bytes ``keep`` alone (printable ASCII: text no
+    escaping here changes; ``PRINTABLE_LINES``, with line breaks). At C speed (``isascii``
+    reads a flag; encoding and deleting the kept bytes are one pass each): a tenth of a
+    regular expression's search of the same text."""
+    return text.isascii() and not text.encode("ascii").translate(None, keep)
 
 
 def needs_escape_but_newline(text: str) -> bool:
     """Whether :func:`terminal_text` would escape anything in ``text`` but its line breaks."""
-    if printable_ascii(text, lines=True):
+    if printable_ascii(text, PRINTABLE_LINES):
         return False
     return _needs_escape_but_newline().search(text) is not None
 

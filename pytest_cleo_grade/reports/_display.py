@@ -560,23 +560,24 @@ def judge_line(run: RunGrade) -> str | None:
 
 def render_grade(result: GradeResult) -> str:
     """The human-readable report of one grade (the CLEO Grade Specification's CLI fields)."""
-    plain = _render(result, str)
+    lines = _report_lines(result, str)
+    plain = "\n".join(lines)
     # Agent text holding nothing to escape (as almost all does) reads the same escaped: one
     # search of the whole report tells, not one per line (a report has dozens). A line
-    # break inside a piece is the only escape the search cannot see, so they are counted.
-    if plain.count("\n") == _line_breaks(result) and not needs_escape_but_newline(plain):
+    # break inside a piece is the only escape the search cannot see: there is none when the
+    # report has just the breaks that join its lines.
+    if plain.count("\n") == len(lines) - 1 and not needs_escape_but_newline(plain):
         return plain
     return _render(result, terminal_text)
 
 
-def _line_breaks(result: GradeResult) -> int:
-    """How many line breaks :func:`_render` puts between the lines of its report."""
-    evidence = sum(len(dim.evidence) for dim in result.dimensions.values())
-    return 7 + bool(result.task_id) + len(result.dimensions) + evidence + len(result.flags)
-
-
 def _render(result: GradeResult, escape: Callable[[str], str]) -> str:
     """:func:`render_grade`'s report with agent text passed through ``escape``."""
+    return "\n".join(_report_lines(result, escape))
+
+
+def _report_lines(result: GradeResult, escape: Callable[[str], str]) -> list[str]:
+    """The lines of :func:`render_grade`'s report, agent text passed through ``escape``."""
     lines = [
         f"Session:    {escape(result.session_id)}",
         *([f"Task:       {escape(result.task_id)}"] if result.task_id else []),
@@ -599,4 +600,4 @@ def _render(result: GradeResult, escape: Callable[[str], str]) -> str:
         lines.extend("  - " + flag for flag in map(escape, result.flags))
     else:
         lines.append("Flags: none")
-    return "\n".join(lines)
+    return lines
