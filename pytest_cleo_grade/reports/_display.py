@@ -25,7 +25,6 @@ from pytest_cleo_grade.grading._verdict import (
     percent_below,
 )
 from pytest_cleo_grade.judges.protocol import judge_usage_totals
-from pytest_cleo_grade.rubrics.comparison.render import comparison_properties
 
 __all__ = [
     "calls_counted",
@@ -208,10 +207,11 @@ def grade_section(test: GradedTest) -> str:
 def junit_properties(result: GradeResult, status: str | None = None) -> list[tuple[str, object]]:
     """DESIGN section 6's per-test JUnit properties, in a stable order.
 
-    A grade of another rubric than CLEO adds ``cleo_rubric``; a comparison grade adds
-    :func:`comparison_properties` at the end; ``status`` (passed, below) comes last. A test
-    that could not be graded carries ``cleo_status`` = ``ungradable`` and ``cleo_reason``
-    (with its session and entry count), never a score that would read as the agent's.
+    A grade of another rubric than CLEO adds ``cleo_rubric``; a comparison grade adds its own
+    (``rubrics.comparison.render.comparison_properties``) at the end; ``status`` (passed,
+    below) comes last. A test that could not be graded carries ``cleo_status`` =
+    ``ungradable`` and ``cleo_reason`` (with its session and entry count), never a score that
+    would read as the agent's.
     """
     if status_of(result) == "ungradable":
         reason = (result.model_extra or {}).get(REASON_KEY)
@@ -238,7 +238,12 @@ def junit_properties(result: GradeResult, status: str | None = None) -> list[tup
         (f"cleo_dim_{name}", f"{number_text(dim.score)}/{number_text(dim.max)}")
         for name, dim in result.dimensions.items()
     )
-    properties.extend(comparison_properties(result))
+    if "variant" in (result.model_extra or {}):
+        # Only a comparison grade has these: the comparison's modules cost a process (an xdist
+        # worker, a CLI command) about 50 ms to import, which every other grade did without.
+        from pytest_cleo_grade.rubrics.comparison.render import comparison_properties
+
+        properties.extend(comparison_properties(result))
     if status is not None:
         properties.append(("cleo_status", status))
     return properties

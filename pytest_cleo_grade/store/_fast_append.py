@@ -15,9 +15,8 @@ from pytest_cleo_grade.store._row import INSERT_ENTRY
 from pytest_cleo_grade.store._sqlite import (
     BUSY_TIMEOUT_S,
     CURRENT_MIGRATIONS,
-    MIGRATION_SET,
-    MIGRATIONS_TABLE,
     WRITE_FAILURES,
+    applied_migrations,
     retry_while_locked,
     same_file,
     write_error,
@@ -122,10 +121,4 @@ def _current(conn: sqlite3.Connection) -> bool:
     mode: AuditStore would open it without changing anything."""
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         return False
-    applied = {
-        row[0]
-        for row in conn.execute(
-            f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = ?", (MIGRATION_SET,)
-        )
-    }
-    return applied == CURRENT_MIGRATIONS
+    return applied_migrations(conn) == CURRENT_MIGRATIONS

@@ -17,6 +17,7 @@ __all__ = [
     "MIGRATIONS_TABLE",
     "MIGRATION_SET",
     "WRITE_FAILURES",
+    "applied_migrations",
     "describe",
     "locked",
     "retry_while_locked",
@@ -42,6 +43,20 @@ MIGRATION_SET: Final = "pytest_cleo_grade"
 CURRENT_MIGRATIONS: Final = frozenset(
     {"0001_audit_log_and_grades", "0002_conversation", "0004_history_archive"}
 )
+
+
+def applied_migrations(conn: sqlite3.Connection) -> frozenset[str]:
+    """The store's migrations the database records as applied (none before the first)."""
+    if not conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (MIGRATIONS_TABLE,)
+    ).fetchone():
+        return frozenset()
+    return frozenset(
+        row[0]
+        for row in conn.execute(
+            f"SELECT name FROM {MIGRATIONS_TABLE} WHERE migration_set = ?", (MIGRATION_SET,)
+        )
+    )
 
 
 def same_file(opened: os.stat_result, path: Path) -> bool:

@@ -16,8 +16,6 @@ from types import TracebackType
 from typing import Any, Final, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
-from sqlite_utils import Database
-from sqlite_utils.migrations import Migrations
 
 from pytest_cleo_grade.core._conversation import Conversation
 from pytest_cleo_grade.core._files import (
@@ -42,8 +40,6 @@ from pytest_cleo_grade.store._conversation import insert_conversation, read_conv
 from pytest_cleo_grade.store._schema import (
     AUDIT_COLUMNS,
     INSERT_ENTRY,
-    KNOWN_MIGRATIONS,
-    MIGRATIONS,
     entry_row,
     entry_rows,
     exit_code_sql,
@@ -51,7 +47,14 @@ from pytest_cleo_grade.store._schema import (
     register_functions,
     task_id_sql,
 )
-from pytest_cleo_grade.store._sqlite import BUSY_TIMEOUT_S, WRITE_FAILURES, write_error
+from pytest_cleo_grade.store._sqlite import (
+    BUSY_TIMEOUT_S,
+    CURRENT_MIGRATIONS,
+    MIGRATIONS_TABLE,
+    WRITE_FAILURES,
+    applied_migrations,
+    write_error,
+)
 from pytest_cleo_grade.store._sqlite import describe as _describe
 from pytest_cleo_grade.store._sqlite import retry_while_locked as _retry_while_locked
 from pytest_cleo_grade.store._sqlite import same_file as _same_file
@@ -64,7 +67,7 @@ _T = TypeVar("_T")
 _ENTRIES: Final = TypeAdapter(list[AuditEntry])
 _ENTRY_JSON: Final = TypeAdapter(AuditEntry)
 #: Tables this package creates outside its migrations, and sqlite-utils' migrations table.
-_OWN_TABLES: Final = frozenset({"judge_cache", Migrations.migrations_table})
+_OWN_TABLES: Final = frozenset({"judge_cache", MIGRATIONS_TABLE})
 
 
 class AuditStore:
@@ -116,7 +119,6 @@ class AuditStore:
     def _open(self) -> None:
         self._close_quietly()  # an earlier attempt that met a lock
         self._conn = self._connect()
-        self.db = Database(self._conn, execute_plugins=False, recursive_triggers=False)
         if self.read_only:
             try:
                 self._columns = self._check_readable()
@@ -193,7 +195,6 @@ class AuditStore:
         self._close_quietly()
         self._tidy_sides = False  # an immutable open creates nothing
         self._conn = self._connect(immutable=True)
-        self.db = Database(self._conn, execute_plugins=False, recursive_triggers=False)
 
     def _refuse_links(self) -> None:
         """The store and its side files are never written through a link (DESIGN section 5)."""
@@ -231,8 +232,7 @@ class AuditStore:
         # In WAL mode NORMAL syncs at checkpoints only: a commit survives a killed process
         # (the WAL is in the OS cache), not a power cut, at a fraction of FULL's cost.
         conn.execute("PRAGMA synchronous = NORMAL")
-        self._check_version()
-        if MIGRATIONS.pending(self.db):
+        if CURRENT_MIGRATIONS - self._check_version():
             # IMMEDIATE takes the write lock first, so processes that create the store at the
             # same moment migrate it one after another; Migrations nests in savepoints.
             conn.execute("BEGIN IMMEDIATE")
@@ -243,8 +243,7 @@ class AuditStore:
                 # is held by now, so nothing in here waits for another process.
                 with interrupts_held():
                     self._check_version()
-                    MIGRATIONS.ensure_migrations_table(self.db)
-                    MIGRATIONS.apply(self.db)
+                    _migrate(self._conn)
                 conn.execute("COMMIT")
             except BaseException:
                 _roll_back(conn)
@@ -260,7 +259,7 @@ class AuditStore:
         # Our own tables may precede the migrations (the judge cache creates its table
         # itself); any other table in an unmigrated file belongs to someone else.
         foreign = tables - _OWN_TABLES
-        if not foreign or {m.name for m in MIGRATIONS.applied(self.db)}:
+        if not foreign or applied_migrations(self._conn):
             return
         tables = foreign
         shown = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
@@ -270,13 +269,16 @@ class AuditStore:
             "left unchanged (read a CLEO database with --cleo-db or import it)"
         )
 
-    def _check_version(self) -> None:
-        unknown = {m.name for m in MIGRATIONS.applied(self.db)} - KNOWN_MIGRATIONS
+    def _check_version(self) -> frozenset[str]:
+        """The migrations applied, all known to this version (else StoreError)."""
+        applied = applied_migrations(self._conn)
+        unknown = applied - CURRENT_MIGRATIONS
         if unknown:
             raise StoreError(
                 f"{self.path}: written by a newer pytest-cleo-grade (unknown schema migration "
                 f"{sorted(unknown)[0]}); upgrade pytest-cleo-grade to use it"
             )
+        return applied
 
     def _check_readable(self) -> tuple[str, ...]:
         self._check_version()
@@ -746,6 +748,17 @@ def _row_json_problem(text: str) -> str | None:
     return None
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply the store's pending migrations (the caller holds the write lock)."""
+    from sqlite_utils import Database
+
+    from pytest_cleo_grade.store._migrations import MIGRATIONS
+
+    db = Database(conn, execute_plugins=False, recursive_triggers=False)
+    MIGRATIONS.ensure_migrations_table(db)
+    MIGRATIONS.apply(db)
+
+
 def remove_if_unused(path: str | os.PathLike[str]) -> bool:
     """Remove a store file that is provably nobody's: for an import that created the store
     and failed. Returns whether the path is gone (it may have been absent already).
@@ -813,7 +826,7 @@ def _holds_no_row(path: Path) -> bool:
         return not any(
             conn.execute(f'SELECT 1 FROM "{name}" LIMIT 1').fetchone()
             for name in tables
-            if name != Migrations.migrations_table
+            if name != MIGRATIONS_TABLE
         )
     except sqlite3.Error:
         return False

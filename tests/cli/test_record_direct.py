@@ -24,7 +24,7 @@ from pytest_cleo_grade.capture import audit
 from pytest_cleo_grade.cli import common, main, record
 from pytest_cleo_grade.cli.main import build_parser
 from pytest_cleo_grade.core.errors import StoreError
-from pytest_cleo_grade.store import AUDIT_COLUMNS, AuditStore, _schema, _sqlite
+from pytest_cleo_grade.store import AUDIT_COLUMNS, AuditStore, _migrations, _schema, _sqlite
 from pytest_cleo_grade.store._row import NotPlainJSON, plain_json
 
 SESSION = "session-7-é"
@@ -344,8 +344,8 @@ def test_what_record_repeats_of_the_capture_layer_and_the_schema_is_theirs() -> 
         audit.ENV_SESSION_ID,
     )
     assert (record._GATEWAYS, record._MUTATE_GATEWAYS) == (audit.GATEWAYS, audit.MUTATE_GATEWAYS)
-    assert _sqlite.CURRENT_MIGRATIONS == _schema.KNOWN_MIGRATIONS
-    migrations = (Migrations.migrations_table, _schema.MIGRATIONS.name)
+    assert _sqlite.CURRENT_MIGRATIONS == _migrations.KNOWN_MIGRATIONS
+    migrations = (Migrations.migrations_table, _migrations.MIGRATIONS.name)
     assert migrations == (_sqlite.MIGRATIONS_TABLE, _sqlite.MIGRATION_SET)
 
 

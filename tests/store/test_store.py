@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,25 +41,25 @@ def store(tmp_path: Path) -> Any:
 
 
 def test_new_store_has_cleo_columns_then_exit_code_and_metadata_json(store: AuditStore) -> None:
-    columns = [row[1] for row in store.db.execute("PRAGMA table_info(audit_log)").fetchall()]
+    columns = [row[1] for row in store._conn.execute("PRAGMA table_info(audit_log)").fetchall()]
     assert columns == list(AUDIT_COLUMNS)
     assert columns[-2:] == ["exit_code", "metadata_json"]
 
 
 def test_new_store_uses_wal_and_indexes_session_and_timestamp(store: AuditStore) -> None:
-    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     indexes = {
-        row[1]: [c[2] for c in store.db.execute(f"PRAGMA index_info({row[1]})").fetchall()]
-        for row in store.db.execute("PRAGMA index_list(audit_log)").fetchall()
+        row[1]: [c[2] for c in store._conn.execute(f"PRAGMA index_info({row[1]})").fetchall()]
+        for row in store._conn.execute("PRAGMA index_list(audit_log)").fetchall()
     }
     assert ["session_id", "timestamp"] in indexes.values()
-    assert store.db["grades"].exists()
+    assert store._conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'grades'").fetchone()
 
 
 def test_store_and_its_directory_are_created_and_migrations_recorded(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "audit.db"
     with AuditStore(path) as opened:
-        applied = opened.db.execute("SELECT name FROM _sqlite_migrations").fetchall()
+        applied = opened._conn.execute("SELECT name FROM _sqlite_migrations").fetchall()
     assert path.is_file()
     assert [row[0] for row in applied] == [
         "0001_audit_log_and_grades",
@@ -72,7 +74,7 @@ def test_reopening_a_store_keeps_its_rows_and_applies_nothing_twice(tmp_path: Pa
         first.append(entry())
     with AuditStore(path) as second:
         assert second.count() == 1
-        assert second.db.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == 3
+        assert second._conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == 3
 
 
 def test_entry_round_trips_through_the_store_losslessly(store: AuditStore) -> None:
@@ -108,7 +110,7 @@ def test_a_task_id_that_looks_like_cleos_placeholder_reads_back_as_written(
     (call,) = store.session_calls("s1") or []
     assert call[7] == task_id  # the graded-calls reading agrees
     # The column keeps a CLEO placeholder, so CLEO's own readers still find one.
-    (column,) = store.db.execute("SELECT task_id FROM audit_log").fetchone()
+    (column,) = store._conn.execute("SELECT task_id FROM audit_log").fetchone()
     assert column in ("system", "unknown")
 
 
@@ -117,7 +119,7 @@ def test_rows_written_before_task_ids_were_kept_still_read_as_no_task(store: Aud
     # value was kept in metadata_json: the placeholder only.
     row = entry_row(entry(operation="add", metadata={"role": "planner"}))
     store.append_rows([row])
-    store.db.execute("UPDATE audit_log SET task_id = 'unknown'")
+    store._conn.execute("UPDATE audit_log SET task_id = 'unknown'")
     (back,) = store.session_entries("s1")
     assert back.metadata.task_id is None
     assert back.metadata.model_extra == {"role": "planner"}
@@ -142,7 +144,7 @@ def test_timestamps_in_other_zones_are_stored_as_utc_and_still_order(store: Audi
     plus_two = datetime(2026, 3, 1, 13, 0, 0, 500000, tzinfo=timezone_hours(2))  # 11:00:00.5Z
     store.append(entry(at=0, operation="list"))  # 12:00Z
     store.append(entry(operation="show", timestamp=plus_two))
-    stored = [row[0] for row in store.db.execute("SELECT timestamp FROM audit_log ORDER BY 1")]
+    stored = [row[0] for row in store._conn.execute("SELECT timestamp FROM audit_log ORDER BY 1")]
     assert stored == ["2026-03-01T11:00:00.500Z", "2026-03-01T12:00:00.000Z"]
     assert [e.operation for e in store.session_entries("s1")] == ["show", "list"]
 
@@ -204,7 +206,7 @@ def test_grades_table_keeps_every_grade_in_order(store: AuditStore) -> None:
     store.add_grade(second)
     assert store.grades() == [first, second]
     assert store.grades("s2") == [second]
-    row = store.db.execute("SELECT letter, entry_count, flag_count FROM grades").fetchone()
+    row = store._conn.execute("SELECT letter, entry_count, flag_count FROM grades").fetchone()
     assert tuple(row) == (first.letter, 1, len(first.flags))
 
 
@@ -222,7 +224,7 @@ def test_several_grades_are_stored_all_or_nothing(store: AuditStore) -> None:
 def test_a_corrupt_grades_row_is_skipped_with_a_warning_naming_its_id(store: AuditStore) -> None:
     for session in ("a", "b"):
         store.add_grade(grade_entries([entry(session)], session_id=session, now=T0))
-    store.db.execute("UPDATE grades SET result_json = '{bad' WHERE session_id = 'a'")
+    store._conn.execute("UPDATE grades SET result_json = '{bad' WHERE session_id = 'a'")
     with pytest.warns(CleoGradeWarning, match=r"grades row 1: skipped corrupt grade"):
         assert [g.session_id for g in store.grades()] == ["b"]
 
@@ -348,3 +350,36 @@ def test_rows_with_the_same_id_are_stored_once(store: AuditStore) -> None:
 def test_integrity_check_of_a_healthy_store_is_ok(store: AuditStore) -> None:
     store.append_many(entry(at=i) for i in range(50))
     assert store.integrity_check() == "ok"
+
+
+_OPENS = """
+import sys
+from pytest_cleo_grade.store import AuditStore
+with AuditStore(sys.argv[1]) as store:
+    store.append_many([])
+print("sqlite_utils" in sys.modules)
+"""
+
+
+@pytest.mark.e2e
+def test_only_a_store_that_needs_a_migration_loads_sqlite_utils(tmp_path: Path) -> None:
+    # sqlite-utils costs a process about 80 ms to import: every xdist worker and CLI command
+    # that opened a store paid it, though only creating or upgrading one uses it.
+    path = tmp_path / "audit.db"
+
+    def opened_loads_it() -> bool:
+        done = subprocess.run(
+            [sys.executable, "-c", _OPENS, str(path)], capture_output=True, text=True, check=True
+        )
+        return done.stdout.split() == ["True"]
+
+    assert opened_loads_it()  # created: the migrations ran
+    assert not opened_loads_it()  # current: read with the standard library alone
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0004_history_archive'")
+        conn.execute("DROP TABLE history_archive")
+        conn.execute("DROP TABLE history_archive_batches")
+    assert opened_loads_it()  # an older store: upgraded
+    with closing(sqlite3.connect(path)) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "history_archive" in tables
