@@ -663,7 +663,7 @@ def test_also_plain():
     )
 
 
-#: Tests that ask for their session with request.getfixturevalue, one run on two workers.
+#: Tests that ask for their session with request.getfixturevalue, one run under xdist.
 ASKED_FOR = """
 @pytest.mark.cleo_grade(fail_under="C")
 def test_dynamic_marked(request):
@@ -684,10 +684,10 @@ def asked_for(
 ) -> tuple[pytest.RunResult, Path]:
     """ASKED_FOR run once under xdist, warnings as errors (the marked test's ``fail_under`` beats
     the command line's B): the two tests below read its two sides. Shared because the run
-    starts two worker processes."""
+    starts a worker process."""
     with shared_pytester(request, tmp_path_factory) as (pytester, _):
         make_suite(pytester, ASKED_FOR)
-        result = pytester.runpytest("-W", "error", "--cleo-grade-fail-under=B", "-n", "2")
+        result = pytester.runpytest("-W", "error", "--cleo-grade-fail-under=B", "-n", "1")
         return result, pytester.path
 
 
@@ -962,7 +962,7 @@ record("admin", "help", gateway="cleo_query")
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+@pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["serial", "xdist"])
 def test_calls_a_child_process_records_after_the_grade_are_said_to_be_in_no_grade(
     pytester: pytest.Pytester, workers: list[str]
 ) -> None:

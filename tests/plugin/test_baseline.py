@@ -238,7 +238,7 @@ def test_with_repeats_on_both_sides_only_a_drop_beyond_the_noise_fails_under_xdi
     assert ("cleo_regressions", "1") in suite
 
 
-@pytest.mark.parametrize("workers", [None, pytest.param("2", marks=pytest.mark.e2e)])
+@pytest.mark.parametrize("workers", [None, pytest.param("1", marks=pytest.mark.e2e)])
 def test_a_repeated_test_of_which_only_some_runs_ran_is_not_compared(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: str | None
 ) -> None:
@@ -357,14 +357,14 @@ def test_a_run_never_saves_its_baseline_over_its_history(pytester: pytest.Pytest
     [
         pytest.param(["-k", "one"], "1 test was deselected (-k, -m, --deselect, *)", id="-k"),
         pytest.param(
-            ["-k", "one", "-n", "2"],
+            ["-k", "one", "-n", "1"],
             "1 test was deselected (-k, -m, --deselect, *)",
             id="-k under xdist",
             marks=pytest.mark.e2e,
         ),
         pytest.param(["--lf"], "--lf re-ran only the tests that failed last time", id="--lf"),
         pytest.param(
-            ["--lf", "-n", "2"],
+            ["--lf", "-n", "1"],
             "--lf re-ran only the tests that failed last time",
             id="--lf under xdist",
             marks=pytest.mark.e2e,
