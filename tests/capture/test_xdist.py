@@ -18,27 +18,30 @@ HINTED = pytest.importorskip("tests.capture.test_mcp", reason="needs the mcp ext
 ROOT = Path(__file__).resolve().parents[2]
 
 SUITE = """
+# Each test imports its framework itself: both workers collect this module, and only the
+# one that runs a test needs its framework (mcp, pydantic-ai: about a second each to import).
 import json
-import anyio
-from mcp import Client
-from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
 
-from pytest_cleo_grade.capture.mcp import audited_client
-from pytest_cleo_grade.capture.pydantic_ai import audit_agent
 from tests.capture_scenario import CALLS, MISSING_TASK
-from tests.capture_servers import mcp_tasks
-from tests.capture.test_mcp import agent as mcp_agent
-from tests.capture.test_pydantic_ai import build_agent, scripted
 
 
 def test_pydantic_ai(graded_session):
+    from pytest_cleo_grade.capture.pydantic_ai import audit_agent
+    from tests.capture.test_pydantic_ai import build_agent, scripted
+
     agent = build_agent()
     with audit_agent(agent), agent.override(model=scripted(CALLS)):
         agent.run_sync("fix the login bug")
 
 
 def test_mcp(graded_session):
+    import anyio
+    from mcp import Client
+
+    from pytest_cleo_grade.capture.mcp import audited_client
+    from tests.capture_servers import mcp_tasks
+    from tests.capture.test_mcp import agent as mcp_agent
+
     async def main():
         async with Client(mcp_tasks.build()) as client:
             await mcp_agent(audited_client(client))
@@ -47,6 +50,9 @@ def test_mcp(graded_session):
 
 
 def test_otel(graded_session):
+    from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
+
     tracer = trace.get_tracer("agent")
     for name, arguments in CALLS:
         attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
