@@ -1,12 +1,13 @@
 """The store's schema migrations (sqlite-utils'), loaded only when a store needs one.
 
 Opening a current store reads the applied migrations with the standard library
-(``_sqlite.applied_migrations``): sqlite-utils costs a process about 80 ms to import, which
-every xdist worker and CLI command that opens a store paid before.
+(``_sqlite.applied_migrations``): sqlite-utils costs a process about 80 ms to import, and most
+processes that open a store (an xdist worker, a CLI command) only read and append.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Final
 
 from sqlite_utils import Database
@@ -14,7 +15,7 @@ from sqlite_utils.migrations import Migrations
 
 from pytest_cleo_grade.store._sqlite import MIGRATION_SET
 
-__all__ = ["KNOWN_MIGRATIONS", "MIGRATIONS"]
+__all__ = ["KNOWN_MIGRATIONS", "MIGRATIONS", "migrate"]
 
 MIGRATIONS: Final = Migrations(MIGRATION_SET)
 
@@ -139,3 +140,10 @@ def _create_history_archive(db: Database) -> None:
 #: (``_sqlite.CURRENT_MIGRATIONS`` repeats them for the stores that need none of these; a test
 #: holds the two equal.)
 KNOWN_MIGRATIONS: Final = frozenset(m.name for m in MIGRATIONS._migrations)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply the store's pending migrations (the caller holds the write lock)."""
+    db = Database(conn, execute_plugins=False, recursive_triggers=False)
+    MIGRATIONS.ensure_migrations_table(db)
+    MIGRATIONS.apply(db)

@@ -1,4 +1,5 @@
-"""The store's schema: CLEO's ``audit_log`` column layout, migrations, and row mapping."""
+"""The store's schema: CLEO's ``audit_log`` column layout and row mapping (its migrations:
+``_migrations``)."""
 
 from __future__ import annotations
 

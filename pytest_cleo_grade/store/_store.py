@@ -243,7 +243,10 @@ class AuditStore:
                 # is held by now, so nothing in here waits for another process.
                 with interrupts_held():
                     self._check_version()
-                    _migrate(self._conn)
+                    # Loaded here only: sqlite-utils is for creating and upgrading a store.
+                    from pytest_cleo_grade.store._migrations import migrate
+
+                    migrate(self._conn)
                 conn.execute("COMMIT")
             except BaseException:
                 _roll_back(conn)
@@ -746,17 +749,6 @@ def _row_json_problem(text: str) -> str | None:
             return "details_json or metadata_json is nested too deeply"
         return f"holds a number JSON cannot carry ({error['msg']})"
     return None
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Apply the store's pending migrations (the caller holds the write lock)."""
-    from sqlite_utils import Database
-
-    from pytest_cleo_grade.store._migrations import MIGRATIONS
-
-    db = Database(conn, execute_plugins=False, recursive_triggers=False)
-    MIGRATIONS.ensure_migrations_table(db)
-    MIGRATIONS.apply(db)
 
 
 def remove_if_unused(path: str | os.PathLike[str]) -> bool:
