@@ -31,10 +31,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # The collected tests (items, their fixtures' definitions, the test modules) live as long
-    # as the run: kept out of every collection too. Each in-process inner run ends with a full
-    # collection (pytest's unraisable-exception check; five in a row on pytest 8.4), and over
-    # the whole suite's collection one took about 280 ms: on .ci/run's lowest leg they were
-    # half the suite's CPU.
+    # as the run: kept out of every collection too. On pytest 8.4 (.ci/run's lowest leg) each
+    # in-process inner run ends with five full collections (the unraisable-exception check,
+    # which pytest 9's pytester turns off), and over the whole suite's collection one took
+    # about 280 ms: a third of that leg's CPU.
     gc.collect()
     gc.freeze()
 
