@@ -191,8 +191,8 @@ class Gateway:
         return started.to_json()
 
     def _end(self, call: _Call) -> Any:
+        from pytest_cleo_grade.cli._grading import save_grade
         from pytest_cleo_grade.cli._sessions import grade_known_session
-        from pytest_cleo_grade.cli.grade import save_grade
 
         _allow(call, {"sessionId"})
         session_id = _session_param(call, required=False) or self._current(call)

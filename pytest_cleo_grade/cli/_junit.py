@@ -17,15 +17,15 @@ import tempfile
 import xml.dom.minidom
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Final
 from xml.etree import ElementTree as ET
 
-from pytest_cleo_grade.core._text import PRINTABLE_LINES, printable_ascii
+from pytest_cleo_grade.core._text import PRINTABLE, PRINTABLE_LINES, printable_ascii
 
 if TYPE_CHECKING:
     from junit_xml import TestCase
 
-__all__ = ["Counts", "document_chunks", "spool_cases", "write_text"]
+__all__ = ["Counts", "document_chunks", "spool_cases", "write_text", "xml_text"]
 
 _CHUNK = 1 << 20
 
@@ -221,3 +221,20 @@ def write_text(write: Callable[[str], object], chunks: Iterable[bytes]) -> None:
     for chunk in chunks:
         write(decoder.decode(chunk))
     write(decoder.decode(b"", final=True))
+
+
+#: What XML 1.0 cannot hold at all, even as a character reference (junit-xml drops C0
+#: controls itself, but re-parses its output, so these would crash it).
+_NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+#: Printable ASCII and the three controls XML holds: ASCII text of these alone is kept.
+_XML_PLAIN: Final = PRINTABLE + b"\t\n\r"
+
+
+def xml_text(text: str) -> str:
+    """Agent text (a task id in a flag, a session id) as XML can hold it: what it cannot is
+    spelled as its escape (``\\ufffe``)."""
+    if printable_ascii(text, _XML_PLAIN):
+        return text  # nothing XML cannot hold (a report is mostly such text)
+    return _NOT_XML.sub(lambda found: f"\\u{ord(found.group()):04x}", text)

@@ -184,7 +184,7 @@ def grade_known_session(
 
     Raises CommandError with status 4 for a session nobody started or recorded into.
     """
-    from pytest_cleo_grade.cli.grade import grade_from_store, grade_with_args
+    from pytest_cleo_grade.cli._grading import grade_from_store, grade_with_args
     from pytest_cleo_grade.core.settings import DEFAULT_RUBRIC
     from pytest_cleo_grade.store import AuditStore
 

@@ -163,7 +163,7 @@ def _ask(spec: RubricSpec, where: str) -> dict[str, object]:
 
 
 def run_review(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.cli.grade import save_grade
+    from pytest_cleo_grade.cli._grading import save_grade
     from pytest_cleo_grade.rubrics.weighted._manual import manual_grade
 
     where = "cleo-grade review"

@@ -34,9 +34,11 @@ __all__ = [
     "history_path",
     "parse_threshold",
     "print_json",
+    "refuse_replacing",
     "session_id_arg",
     "warning_line",
     "warnings_to_stderr",
+    "write_replacing",
 ]
 
 Handler = Callable[[argparse.Namespace], int]
@@ -203,3 +205,26 @@ def warning_line(message: object) -> str:
 
     text = str(message).removeprefix("cleo-grade: ")  # said once, in front
     return terminal_text(f"cleo-grade: warning: {text}")
+
+
+def refuse_replacing(target: Path, history: Path, db: Path, *, where: str) -> None:
+    """A one-line error, before anything is written, when ``target`` is the history read or
+    the project's audit store (or one of SQLite's files beside it): DESIGN §9, no data loss."""
+    from pytest_cleo_grade.core._files import inputs_of, replaced_input
+
+    kept = inputs_of(history=history, db=db)
+    source = replaced_input(target, kept)
+    if source is not None:
+        raise CommandError(
+            f"{where}: {target}: would replace the {kept[Path(source)]} {source}: nothing written"
+        )
+
+
+def write_replacing(target: Path, data: bytes | Iterable[bytes], *, where: str) -> None:
+    """Write ``data`` over ``target`` atomically (:func:`files.write_atomically`)."""
+    from pytest_cleo_grade.core._files import write_atomically
+
+    try:
+        write_atomically(target, data)
+    except OSError as exc:
+        raise CommandError(f"{where}: {target}: {exc.strerror or exc}") from exc

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any
 
+from pytest_cleo_grade.cli._grading import (
+    grade_from_store,
+    refuse_empty,
+    save_grade,
+    warn_no_entries,
+)
+from pytest_cleo_grade.cli._junit import xml_text
+from pytest_cleo_grade.cli._latest import latest_by_session, latest_by_session_indexed
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_db_option,
@@ -19,32 +25,23 @@ from pytest_cleo_grade.cli.common import (
     parse_threshold,
     print_json,
     print_json_list,
+    refuse_replacing,
     warnings_to_stderr,
-)
-from pytest_cleo_grade.cli.grade import (
-    grade_from_store,
-    refuse_empty,
-    save_grade,
-    warn_no_entries,
+    write_replacing,
 )
 from pytest_cleo_grade.core._files import (
-    inputs_of,
     parse_json_strict,
-    replaced_input,
-    write_atomically,
 )
-from pytest_cleo_grade.core._text import PRINTABLE, printable_ascii, terminal_text
+from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
     from junit_xml import TestCase
 
     from pytest_cleo_grade.cli._junit import Counts
     from pytest_cleo_grade.core.models import GradeResult
-    from pytest_cleo_grade.store._history_index import HistoryIndex
 
 # The history's models, the display and junit-xml are imported where a command reads or
-# writes grades: `--help` starts without them, and so does `export` (send.py), which borrows
-# latest_by_session.
+# writes grades: `--help` starts without them.
 
 __all__ = ["register"]
 
@@ -90,36 +87,11 @@ def register(subparsers: Any) -> None:
     query.set_defaults(handler=run_query)
 
 
-def latest_by_session(grades: list[GradeResult]) -> list[GradeResult]:
-    """The last grade of each session, in the order sessions were first graded."""
-    latest: dict[str, GradeResult] = {}
-    for grade in grades:
-        latest[grade.session_id] = grade
-    return list(latest.values())
-
-
-#: What XML 1.0 cannot hold at all, even as a character reference (junit-xml drops C0
-#: controls itself, but re-parses its output, so these would crash it).
-_NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-#: Printable ASCII and the three controls XML holds: ASCII text of these alone is kept.
-_XML_PLAIN: Final = PRINTABLE + b"\t\n\r"
-
-
-def _xml_text(text: str) -> str:
-    """Agent text (a task id in a flag, a session id) as XML can hold it: what it cannot is
-    spelled as its escape (``\\ufffe``)."""
-    if printable_ascii(text, _XML_PLAIN):
-        return text  # nothing XML cannot hold (a report is mostly such text)
-    return _NOT_XML.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
-
-
 def _agent_text(text: str) -> str:
     """Agent text in a test's name or failure: also what a terminal or a CI's test list acts
     on (C1 controls such as CSI, bidirectional overrides) escaped, as in every other output
     (``junit -`` writes to the terminal)."""
-    return terminal_text(_xml_text(text))
+    return terminal_text(xml_text(text))
 
 
 def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
@@ -138,7 +110,7 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     case = TestCase(
         name=_agent_text(grade.session_id),
         classname="cleo_grade",
-        stdout=_xml_text(render_grade(grade)),
+        stdout=xml_text(render_grade(grade)),
         timestamp=format_timestamp(grade.timestamp),
     )
     if not passes(grade.percent, threshold):
@@ -149,32 +121,6 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
             failure_type="cleo_grade",
         )
     return case
-
-
-def latest_by_session_file(history: Path) -> list[GradeResult]:
-    """:func:`latest_by_session` of the history, through its index when it has one (only
-    those lines are read)."""
-    from pytest_cleo_grade.store._history_index import through_index
-    from pytest_cleo_grade.store.history import read_grades
-
-    grades = through_index(history, lambda index: list(_latest_by_session_indexed(index)))
-    if grades is not None:
-        return grades
-    return latest_by_session(read_grades(history))
-
-
-def _latest_by_session_indexed(index: HistoryIndex) -> Iterator[GradeResult]:
-    """Each session's latest line, in the order sessions were first graded, one at a time
-    (StaleIndex when a line is not where the index says)."""
-    from pytest_cleo_grade.store._history_index import Line
-
-    rows = index.query(
-        "SELECT l.number, l.offset, l.length, l.session_id FROM (SELECT min(number) "
-        "AS first, max(number) AS last FROM lines WHERE problem IS NULL "
-        "GROUP BY session_id) AS s JOIN lines AS l ON l.number = s.last ORDER BY s.first"
-    )
-    for _, grade in index.grades(Line(*row) for row in rows):
-        yield grade
 
 
 def _spooled_cases(history: Path, threshold: float | None) -> tuple[IO[bytes], Counts]:
@@ -188,7 +134,7 @@ def _spooled_cases(history: Path, threshold: float | None) -> tuple[IO[bytes], C
         return _testcase(grade, threshold)
 
     spooled = through_index(
-        history, lambda index: spool_cases(_latest_by_session_indexed(index), testcase)
+        history, lambda index: spool_cases(latest_by_session_indexed(index), testcase)
     )
     if spooled is not None:
         return spooled
@@ -235,25 +181,6 @@ def _say_not_applied(threshold: float, history: Path) -> None:
         ),
         file=sys.stderr,
     )
-
-
-def refuse_replacing(target: Path, history: Path, db: Path, *, where: str) -> None:
-    """A one-line error, before anything is written, when ``target`` is the history read or
-    the project's audit store (or one of SQLite's files beside it): DESIGN §9, no data loss."""
-    kept = inputs_of(history=history, db=db)
-    source = replaced_input(target, kept)
-    if source is not None:
-        raise CommandError(
-            f"{where}: {target}: would replace the {kept[Path(source)]} {source}: nothing written"
-        )
-
-
-def write_replacing(target: Path, data: bytes | Iterable[bytes], *, where: str) -> None:
-    """Write ``data`` over ``target`` atomically (:func:`files.write_atomically`)."""
-    try:
-        write_atomically(target, data)
-    except OSError as exc:
-        raise CommandError(f"{where}: {target}: {exc.strerror or exc}") from exc
 
 
 def run_query(args: argparse.Namespace) -> int:

@@ -8,13 +8,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from pytest_cleo_grade.cli._archived import count_text as _count
+from pytest_cleo_grade.cli._archived import shown_path as _shown
 from pytest_cleo_grade.cli.common import CommandError, add_history_option, db_path, history_path
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.store._compact import Compaction, RunLines
     from pytest_cleo_grade.store._restore import Restoration
 
-__all__ = ["archived_run_hint", "register"]
+__all__ = ["register"]
 
 #: How long compact and restore wait for a pytest run or another cleo-grade appending to
 #: the history (they hold its lock for a line at a time) before giving up.
@@ -208,10 +210,6 @@ def _run_text(run: RunLines) -> str:
     return f"run {run.name}: {_count(run.lines, 'line')}{span}"
 
 
-def _count(number: int, noun: str, plural: str | None = None) -> str:
-    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
-
-
 def _size(size: int) -> str:
     """Bytes as people read a file's size: decimal units, three digits."""
     if size < 1000:
@@ -222,34 +220,3 @@ def _size(size: int) -> str:
         if value < 999.95 or unit == "TB":
             return f"{value:.1f} {unit}"
     raise AssertionError("unreachable")
-
-
-def _shown(path: Path) -> str:
-    """The path as the user would type it: relative to the current directory when under it."""
-    try:
-        return str(path.absolute().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def archived_run_hint(args: argparse.Namespace, run_id: str) -> str | None:
-    """For a reader asked for a run the history lacks: where the run went, when ``history
-    compact`` archived it into the store the command uses (None: it did not)."""
-    from pytest_cleo_grade.core.errors import CleoGradeError
-    from pytest_cleo_grade.store import AuditStore
-    from pytest_cleo_grade.store._archive import archived_run_lines, history_key
-
-    history, store = history_path(args), db_path(args)
-    if not store.is_file():
-        return None
-    try:
-        with AuditStore(store, read_only=True) as audit:
-            lines = archived_run_lines(audit, history_key(store, history), run_id)
-    except CleoGradeError:
-        return None  # an unreadable store: the reader's own error says what it found
-    if not lines:
-        return None
-    return (
-        f"run {run_id} is archived ({_count(lines, 'line')} in {_shown(store)}, moved there "
-        f"by `cleo-grade history compact`): `cleo-grade history restore` puts it back"
-    )

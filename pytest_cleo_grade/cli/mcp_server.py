@@ -17,12 +17,12 @@ import socket
 import sys
 from typing import Any, Final
 
+from pytest_cleo_grade.cli._rubric_args import add_rubric_options
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_db_option,
     add_history_option,
 )
-from pytest_cleo_grade.cli.rubrics import add_rubric_options
 
 __all__ = ["ENV_TOKEN", "register"]
 

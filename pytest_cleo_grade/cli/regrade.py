@@ -7,6 +7,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
+from pytest_cleo_grade.cli._rubric_args import add_rubric_options
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_db_option,
@@ -15,7 +16,6 @@ from pytest_cleo_grade.cli.common import (
     history_path,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.rubrics import add_rubric_options
 from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_regrade(args: argparse.Namespace) -> int:
-    from pytest_cleo_grade.cli.grade import grade_with_args, save_grades
+    from pytest_cleo_grade.cli._grading import grade_with_args, save_grades
     from pytest_cleo_grade.grading._run_ids import (
         RUN_ID_KEY,
         STATUS_KEY,
@@ -81,7 +81,7 @@ def run_regrade(args: argparse.Namespace) -> int:
         raise CommandError(f"{WHERE}: {history}: its last line carries no run id (pass --run-id)")
     lines = [line for line in of_run(results, run_id) if line.entry_count]
     if not lines:
-        from pytest_cleo_grade.cli.history import archived_run_hint
+        from pytest_cleo_grade.cli._archived import archived_run_hint
 
         hint = archived_run_hint(args, run_id)
         raise CommandError(

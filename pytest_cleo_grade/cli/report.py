@@ -176,7 +176,7 @@ def _run_id(
     except ValueError as exc:
         raise CommandError(f"cleo-grade report: --run-id: {exc}") from None
     if not of_run(results, run_id):
-        from pytest_cleo_grade.cli.history import archived_run_hint
+        from pytest_cleo_grade.cli._archived import archived_run_hint
 
         hint = archived_run_hint(args, run_id)
         raise CommandError(
@@ -248,7 +248,7 @@ def _write_junit(target: Path, run: RunGrade, history: Path, db: Path) -> None:
     same ``cleo_*`` properties, a ``<failure>`` where the run failed the test for its grade."""
     from xml.etree import ElementTree as ET
 
-    from pytest_cleo_grade.cli.export import refuse_replacing, write_replacing
+    from pytest_cleo_grade.cli.common import refuse_replacing, write_replacing
     from pytest_cleo_grade.reports._display import failure_message, junit_properties
 
     refuse_replacing(target, history, db, where="cleo-grade report")
@@ -275,6 +275,6 @@ def _write_junit(target: Path, run: RunGrade, history: Path, db: Path) -> None:
 
 
 def _xml(text: str) -> str:
-    from pytest_cleo_grade.cli.export import _xml_text
+    from pytest_cleo_grade.cli._junit import xml_text
 
-    return _xml_text(text)
+    return xml_text(text)

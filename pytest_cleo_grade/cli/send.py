@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_cleo_grade.cli._latest import latest_by_session
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_history_option,
@@ -15,7 +16,6 @@ from pytest_cleo_grade.cli.common import (
     session_id_arg,
     warnings_to_stderr,
 )
-from pytest_cleo_grade.cli.export import latest_by_session
 from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def run_export(args: argparse.Namespace) -> int:
 def _grades(history: Path, session_id: str | None, *, latest: bool) -> list[GradeResult]:
     """The history's grades, one session's, the latest of each session when ``latest``:
     through the history's index only those lines are read."""
-    from pytest_cleo_grade.cli.export import latest_by_session_file
+    from pytest_cleo_grade.cli._latest import latest_by_session_file
     from pytest_cleo_grade.store._history_index import grades_where
     from pytest_cleo_grade.store.history import read_grades
 

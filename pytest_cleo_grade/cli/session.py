@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_cleo_grade.cli._rubric_args import add_rubric_options
 from pytest_cleo_grade.cli.common import (
     ENV_GRADE_ID,
     ENV_SESSION_ID,
@@ -26,7 +27,6 @@ from pytest_cleo_grade.cli.common import (
     print_json,
     session_id_arg,
 )
-from pytest_cleo_grade.cli.rubrics import add_rubric_options
 
 __all__ = ["register"]
 
@@ -145,8 +145,8 @@ def current_session(env: Mapping[str, str]) -> str | None:
 
 
 def run_end(args: argparse.Namespace) -> int:
+    from pytest_cleo_grade.cli._grading import report
     from pytest_cleo_grade.cli._sessions import grade_known_session
-    from pytest_cleo_grade.cli.grade import report
 
     where = "cleo-grade session end"
     session_id: str | None = args.session

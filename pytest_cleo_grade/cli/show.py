@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_cleo_grade.cli.common import add_db_option, print_json, session_id_arg
-from pytest_cleo_grade.cli.grade import (
+from pytest_cleo_grade.cli._grading import (
     grade_with_args,
     refuse_empty,
     session_source,
     warn_no_entries,
 )
-from pytest_cleo_grade.cli.rubrics import add_rubric_options
+from pytest_cleo_grade.cli._rubric_args import add_rubric_options
+from pytest_cleo_grade.cli.common import add_db_option, print_json, session_id_arg
 from pytest_cleo_grade.core._defaults import DEFAULT_RUBRIC
 from pytest_cleo_grade.core._text import terminal_text
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import pytest_cleo_grade.cli
 from pytest_cleo_grade.cli import main
 from pytest_cleo_grade.cli.main import COMMANDS, build_parser
 
@@ -94,3 +97,39 @@ def test_the_top_level_help_imports_no_command_module() -> None:
     loaded = {m for m in modules if m.startswith("pytest_cleo_grade.cli.")}
     assert loaded == {"pytest_cleo_grade.cli.main", "pytest_cleo_grade.cli.common"}
     assert not {m.split(".")[0] for m in modules} & {"pydantic", "sqlite_utils", "sqlite3"}
+
+
+def _cli_imports(module: str) -> set[str]:
+    """The modules of ``pytest_cleo_grade.cli`` that ``module`` imports anywhere in its code
+    (a function's lazy import included: every path a run of it could take)."""
+    source = Path(pytest_cleo_grade.cli.__file__).with_name(f"{module}.py").read_text()
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "pytest_cleo_grade.cli":
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("pytest_cleo_grade.cli."):
+                found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            found.update(
+                alias.name.split(".")[2]
+                for alias in node.names
+                if alias.name.startswith("pytest_cleo_grade.cli.")
+            )
+    return found
+
+
+def test_a_command_never_imports_another_commands_module() -> None:
+    # A command's run imports its own module and the shared helpers (common, the _private
+    # ones), never another command's: what two commands share lives in a helper.
+    commands = {module for _, module, _ in COMMANDS}
+    assert "_grading" in _cli_imports("grade")  # the walk sees what it should
+    for command in sorted(commands):
+        reached, todo = set(), [command]
+        while todo:
+            for imported in _cli_imports(todo.pop()) - reached:
+                reached.add(imported)
+                todo.append(imported)
+        others = (reached & commands) - {command}
+        assert not others, f"cli/{command}.py reaches the command modules {sorted(others)}"
+        assert "main" not in reached, f"cli/{command}.py reaches cli/main.py"

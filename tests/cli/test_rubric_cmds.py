@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cleo_grade.cli import _rubric_args as rubric_args
 from pytest_cleo_grade.cli import rubrics as rubric_cmds
 from pytest_cleo_grade.core.errors import RubricError
 from pytest_cleo_grade.rubrics.cleo import CLEO_DIMENSIONS
@@ -23,7 +24,7 @@ def parser() -> argparse.ArgumentParser:
     subparsers = root.add_subparsers(dest="command")
     rubric_cmds.register(subparsers)
     grade = subparsers.add_parser("grade")
-    rubric_cmds.add_rubric_options(grade)
+    rubric_args.add_rubric_options(grade)
     return root
 
 
@@ -87,7 +88,7 @@ def test_rubrics_check_of_an_invalid_file_raises_the_rubric_error(tmp_path: Path
 
 def test_grade_options_default_to_the_cleo_rubric_with_the_cache_on() -> None:
     args = parser().parse_args(["grade"])
-    config = rubric_cmds.rubric_config_from_args(args, cache_path=None)
+    config = rubric_args.rubric_config_from_args(args, cache_path=None)
     assert args.rubric == "cleo"
     assert config.cache_mode == "on"
     assert config.rubric_file is None
@@ -123,8 +124,8 @@ def test_grade_options_configure_a_weighted_grade_against_an_endpoint(
         [entry("tasks", "complete")],
         session_id="s1",
         now=NOW,
-        config=rubric_cmds.rubric_config_from_args(args, cache_path=store),
-        context=rubric_cmds.grade_context_from_args(args, task_id="T1"),
+        config=rubric_args.rubric_config_from_args(args, cache_path=store),
+        context=rubric_args.grade_context_from_args(args, task_id="T1"),
     )
     assert result.total_score == 90.0
     assert result.letter == "A"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cleo_grade.cli import main
-from pytest_cleo_grade.cli.grade import grade_entries_file
+from pytest_cleo_grade.cli._grading import grade_entries_file
 from pytest_cleo_grade.core.errors import EntryError
 from pytest_cleo_grade.core.models import GradeResult, validate_entry_dicts
 from pytest_cleo_grade.rubrics import _fast_calls
