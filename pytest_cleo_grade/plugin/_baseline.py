@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Final
 import pytest
 
 from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
-from pytest_cleo_grade.plugin._state import REPEAT_ATTRIBUTE
 
 if TYPE_CHECKING:
     from pytest_cleo_grade.grading._baseline import BaselineComparison, TestGrades
+    from pytest_cleo_grade.grading._runs import RepeatInfo
     from pytest_cleo_grade.grading._verdict import GradedTest
 
 __all__ = ["BaselineGate", "DeselectedOnWorker"]
@@ -152,22 +152,20 @@ class BaselineGate:
             self.note = f"baseline not usable: {why}"
             self.failed_without_baseline = self.gated or self.options.baseline_required
 
-    def on_report(self, report: pytest.TestReport, graded: GradedTest | None) -> None:
+    def on_report(
+        self, report: pytest.TestReport, graded: GradedTest | None, info: RepeatInfo | None
+    ) -> None:
+        """Take one report, its grade and its run as the controller decoded them."""
         if report.when == "setup":
             self.ran.add(report.nodeid)
-        self._count_run(report)
+        if info is not None:
+            self._count_run(info)
         if report.when == "call" and graded is not None and not graded.ungradable:
             # A test that could not be graded has no score to save or compare: its own
             # failure says so, never a regression.
             self.graded[graded.nodeid] = graded
 
-    def _count_run(self, report: pytest.TestReport) -> None:
-        encoded = getattr(report, REPEAT_ATTRIBUTE, None)
-        if not isinstance(encoded, str) or str(report.outcome) == "rerun":
-            return  # not a run of a repeated test, or an attempt a rerun replaced
-        from pytest_cleo_grade.grading._runs import decode_repeat
-
-        info = decode_repeat(encoded)
+    def _count_run(self, info: RepeatInfo) -> None:
         self.runs_asked[info.test_id] = info.runs
         self.runs_ran.setdefault(info.test_id, set()).add(info.run)
         if info.min_runs is not None:

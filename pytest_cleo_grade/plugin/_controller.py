@@ -37,7 +37,7 @@ from pytest_cleo_grade.grading._runs import EXCLUDED_KEY, SERIES_KEY
 from pytest_cleo_grade.plugin._baseline import BaselineGate
 from pytest_cleo_grade.plugin._pytest_html import HtmlColumns
 from pytest_cleo_grade.plugin._repeat_options import RepeatOptions
-from pytest_cleo_grade.plugin._repeats import Repeats
+from pytest_cleo_grade.plugin._repeats import Repeats, repeat_of
 from pytest_cleo_grade.plugin._run_options import RunOptions
 from pytest_cleo_grade.plugin._state import (
     GRADE_ATTRIBUTE,
@@ -87,30 +87,16 @@ def _decision_markup(kind: str) -> dict[str, bool]:
     return {"green": True, "bold": True}
 
 
-class _DecidedChannel:
-    """Under xdist: a directory where the controller tells the workers that an adaptive
-    test (runs="auto") is decided, so they skip its remaining runs; removed at the end."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput[DECIDED_INPUT] = str(self.directory)
-
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
-
-
 #: The workerinput key of the directory of decided adaptive tests.
 DECIDED_INPUT: Final = "cleo_grade_decided"
 
 
-def _decided_channel(config: pytest.Config) -> Path | None:
-    if Role.of(config) is not Role.CONTROLLER:
+def _decided_dir(config: pytest.Config) -> Path | None:
+    """Under xdist: a directory where the controller tells the workers that an adaptive test
+    (runs="auto") is decided, so they skip its remaining runs; removed at the end."""
+    if run_state(config).role is not Role.CONTROLLER:
         return None
-    directory = Path(tempfile.mkdtemp(prefix="cleo-grade-decided-"))
-    config.pluginmanager.register(_DecidedChannel(directory), "cleo_grade_decided_channel")
-    return directory
+    return Path(tempfile.mkdtemp(prefix="cleo-grade-decided-"))
 
 
 class Controller:
@@ -132,7 +118,8 @@ class Controller:
         self.store = store
         #: The run id every grade of this run is saved with, and the shard this run is.
         self.run_options = run_options or RunOptions(fresh_run_id(), None)
-        self.repeats = Repeats(_decided_channel(config))
+        self._decided_dir = _decided_dir(config)
+        self.repeats = Repeats(self._decided_dir)
         #: The baseline gate, with --cleo-grade-baseline or --cleo-grade-save-baseline only.
         self.baseline: BaselineGate | None = None
         if repeat_options.baseline is not None or repeat_options.save_baseline is not None:
@@ -185,7 +172,8 @@ class Controller:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         graded = self._decoded(report)
-        graded = self.repeats.on_report(report, graded)
+        info = repeat_of(report)
+        graded = self.repeats.on_report(report, graded, info)
         if str(report.outcome) == "rerun":
             # pytest-rerunfailures will run this test again: its grade is not the final one.
             self.graded.pop(report.nodeid, None)
@@ -195,7 +183,7 @@ class Controller:
             self.graded[graded.nodeid] = graded
             self._unsaved[graded.nodeid] = graded
         if self.baseline is not None:
-            self.baseline.on_report(report, graded)
+            self.baseline.on_report(report, graded, info)
 
     def _decoded(self, report: pytest.TestReport) -> GradedTest | None:
         """The grade a call report carries (once per report: every part reads this one):
@@ -293,6 +281,15 @@ class Controller:
             sync_history(self.options.history_path)
         except CleoGradeError as exc:
             self.problem(f"cleo-grade: {exc}")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        if self._decided_dir is not None:
+            node.workerinput[DECIDED_INPUT] = str(self._decided_dir)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._decided_dir is not None:
+            shutil.rmtree(self._decided_dir, ignore_errors=True)
 
     # -- the run's grade -----------------------------------------------------------------
 

@@ -42,6 +42,7 @@ __all__ = [
     "decided_elsewhere",
     "decided_name",
     "parametrize_runs",
+    "repeat_of",
 ]
 
 #: The fixture ``graded_session`` depends on; parametrised with the run index when runs > 1.
@@ -78,6 +79,15 @@ def parametrize_runs(
         metafunc.parametrize(RUN_FIXTURE, indices, indirect=True, ids=[run_id(i) for i in indices])
 
 
+def repeat_of(report: pytest.TestReport) -> RepeatInfo | None:
+    """The run of a repeated test that ``report`` carries (a run's call, or its setup when
+    that ended it), or None: not a repeated test's, or an attempt a rerun plugin replaced."""
+    encoded = getattr(report, REPEAT_ATTRIBUTE, None)
+    if not isinstance(encoded, str) or str(report.outcome) == "rerun":
+        return None
+    return decode_repeat(encoded)
+
+
 class Repeats:
     """The controller's collection of repeated runs: each test decided once, when its last
     run reports. A plain component of the controller, which hands it every report first
@@ -101,22 +111,24 @@ class Repeats:
                 counts[test_id] = counts.get(test_id, 0) + 1
         self.expected = counts
 
-    def on_report(self, report: pytest.TestReport, graded: GradedTest | None) -> GradedTest | None:
-        """Take one report (and its grade, decoded once by the controller); returns the
-        grade as the decision leaves it (an xfail-marked test's run may change its mark)."""
+    def on_report(
+        self, report: pytest.TestReport, graded: GradedTest | None, info: RepeatInfo | None
+    ) -> GradedTest | None:
+        """Take one report (its grade and its run, decoded once by the controller: see
+        :func:`repeat_of`); returns the grade as the decision leaves it (an xfail-marked
+        test's run may change its mark)."""
         if report.when == "teardown":
             if report.failed:
                 self._teardown_failed(report)
             report.user_properties.extend(self._properties.pop(report.nodeid, []))
             return graded
-        encoded = getattr(report, REPEAT_ATTRIBUTE, None)
-        if str(report.outcome) == "rerun" or not isinstance(encoded, str):
-            # A rerun plugin's superseded attempt: the run is the attempt that follows.
+        if info is None:
+            # Not a repeated test's run, or a rerun plugin's superseded attempt (the run is
+            # the attempt that follows).
             return graded
         # A run ends with its call, or in its setup when that skipped or failed (no call).
         if report.when != "call" and (report.when != "setup" or report.passed):
             return graded
-        info = decode_repeat(encoded)
         runs = self.tests.setdefault(
             info.test_id, TestRuns(info, expected=self.expected.get(info.test_id))
         )

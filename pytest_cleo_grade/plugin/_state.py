@@ -1,4 +1,5 @@
-"""The plugin's state: one object per run, one per test, under three stash keys.
+"""The plugin's state: one object per run, one per test, and each test's plan, under three
+stash keys (the suite's positions, ``_run_options.POSITIONS_KEY``, are a fourth).
 
 pytest's own junitxml keeps one reporter per node; here each graded test has a frozen plan
 (``_plan.Plan``, made once at setup, under its own key) and an :class:`ItemState` for what

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -154,10 +155,14 @@ def test_a_bad_runs_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 @pytest.mark.e2e
 def test_under_xdist_the_controller_decides_and_workers_skip_the_rest(
-    pytester: pytest.Pytester,
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytester.makepyfile(test_agents=AGENTS.replace("MARKER", 'runs="auto", max_runs=20,'))
+    # The controller tells the workers in a temporary directory of its own: gone at the end.
+    temporary = pytester.mkdir("temporary")
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     result = pytester.runpytest("-n", "2", "--junitxml=out.xml")
+    assert list(temporary.iterdir()) == []
     outcomes = result.parseoutcomes()
     assert outcomes["failed"] == 2
     # Workers may start a few runs before the decision reaches them, never all of them.
