@@ -233,7 +233,6 @@ _PUBLIC_UNDOCUMENTED = {
     f"{PKG}.capture.mapping",
     f"{PKG}.grading.session",
     f"{PKG}.capture.audit",
-    f"{PKG}.core.models",
     f"{PKG}.store.sources",
     f"{PKG}.store.history",
     f"{PKG}.reports.langfuse",
