@@ -1,6 +1,12 @@
 """The deciding process of a graded suite: its CPU per test under xdist, the speed-up xdist
 gives, and the memory a serial run keeps per graded test.
 
+The speed-up row says when two cores cannot reach its target whatever the plugin does: the
+plain suite's runs measure what pytest-xdist itself adds to a test's CPU (its controller and
+the workers' reports), and a graded suite that added nothing more could at best finish in half
+of its serial CPU plus that. A second pair of suites whose tests each spin 1 ms of CPU first
+shows the speed-up where a test does work of its own, graded against plain.
+
 Each variant is a fresh pytest process over a generated suite of N tests (each graded test
 records three calls; each plain test does nothing), alternating with the others in every
 round. A conftest in each suite reports the deciding process's own figures, never a
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import sys
 import tempfile
@@ -41,6 +48,20 @@ import pytest
 def test_plain(i):
     pass
 """
+
+#: Each test first spends 1 ms of its process's CPU (measured as CPU, so a busy machine
+#: does not change how much work a test does).
+_WORK = """
+import time
+
+def work():
+    end = time.process_time() + 0.001
+    while time.process_time() < end:
+        pass
+"""
+
+GRADED_WORK = _WORK + GRADED.replace("):\n", "):\n    work()\n", 1)
+PLAIN_WORK = _WORK + PLAIN.replace("    pass\n", "    work()\n")
 
 #: The deciding process's figures, written once it is done (workers write nothing).
 CONFTEST = """
@@ -83,20 +104,30 @@ def _suite(directory: Path, source: str, tests: int) -> Path:
     return directory
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _run(directory: Path, *extra: str) -> dict[str, float]:
-    """One pytest run of the suite in ``directory``: its wall time and the controller's
+    """One pytest run of the suite in ``directory``: its wall time, the CPU of its whole
+    process tree (its xdist workers are waited for, so they count), and the controller's
     loop CPU and peak RSS."""
     out = directory / "figures.json"
     shutil.rmtree(directory / ".cleo", ignore_errors=True)  # every run starts with no history
     env = {"BENCH_CONTROLLER_OUT": str(out), "PYTEST_ADDOPTS": _ADDOPTS}
+    before = _children_cpu()
     wall = run_pytest(directory, *extra, env=env)
+    tree = _children_cpu() - before
     figures = json.loads(out.read_text())
-    return {"wall": wall, "cpu": figures["cpu"], "peak": figures["peak"]}
+    return {"wall": wall, "tree": tree, "cpu": figures["cpu"], "peak": figures["peak"]}
 
 
 def controller_rows(tmp: Path, tests: int, rounds: int) -> list[Row]:
     graded = _suite(tmp / "graded", GRADED, tests)
     plain = _suite(tmp / "plain", PLAIN, tests)
+    graded_work = _suite(tmp / "graded-work", GRADED_WORK, tests)
+    plain_work = _suite(tmp / "plain-work", PLAIN_WORK, tests)
     seen: dict[str, list[dict[str, float]]] = {}
 
     def variant(name: str, directory: Path, *extra: str) -> tuple[str, Callable[[], float]]:
@@ -114,6 +145,10 @@ def controller_rows(tmp: Path, tests: int, rounds: int) -> list[Row]:
                 variant("plain -n 2", plain, "-n", "2"),
                 variant("graded serial", graded, "-p", "no:xdist"),
                 variant("plain serial", plain, "-p", "no:xdist"),
+                variant("graded work -n 2", graded_work, "-n", "2"),
+                variant("plain work -n 2", plain_work, "-n", "2"),
+                variant("graded work serial", graded_work, "-p", "no:xdist"),
+                variant("plain work serial", plain_work, "-p", "no:xdist"),
             ]
         ),
         rounds,
@@ -142,6 +177,29 @@ def controller_rows(tmp: Path, tests: int, rounds: int) -> list[Row]:
     cpu_ratios = [g / p for g, p in zip(graded_cpu, plain_cpu, strict=True)]
     serial = per_round("graded serial", "wall")
     xdist = per_round("graded -n 2", "wall")
+    # The best two cores could do if graded tests cost xdist no more than plain ones: half of
+    # (the graded suite's serial CPU + what xdist added to the plain suite's CPU).
+    ceilings = [
+        2 * g / (g + (pn - ps))
+        for g, pn, ps in zip(
+            per_round("graded serial", "tree"),
+            per_round("plain -n 2", "tree"),
+            per_round("plain serial", "tree"),
+            strict=True,
+        )
+    ]
+    ceiling = median(ceilings)
+
+    def speedups_of(kind: str) -> list[float]:
+        return [
+            s / x
+            for s, x in zip(
+                per_round(f"{kind} serial", "wall"), per_round(f"{kind} -n 2", "wall"), strict=True
+            )
+        ]
+
+    graded_work_speedups = speedups_of("graded work")
+    plain_work_speedups = speedups_of("plain work")
     return [
         Row(
             f"xdist controller CPU per graded test ({tests:,} tests, -n 2) vs a plain test",
@@ -158,6 +216,19 @@ def controller_rows(tmp: Path, tests: int, rounds: int) -> list[Row]:
             median(speedups),
             ">= 1.5x",
             median(speedups) >= 1.5,
+            out_of_reach=(
+                f"xdist's own CPU on the plain suite caps it at {ceiling:.2f}x"
+                if ceiling < 1.5
+                else None
+            ),
+        ),
+        Row(
+            "  the same with 1 ms of work per test: graded -n 2 speed-up vs plain's",
+            f"{min(graded_work_speedups):.2f} / {median(graded_work_speedups):.2f}x",
+            f"{min(plain_work_speedups):.2f} / {median(plain_work_speedups):.2f}x",
+            median([g / p for g, p in zip(graded_work_speedups, plain_work_speedups, strict=True)]),
+            "",
+            None,
         ),
         Row(
             f"kept per graded test, a serial run of {tests:,} (peak RSS over the plain run's)",
