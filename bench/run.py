@@ -518,8 +518,12 @@ def main() -> None:
             print(table([entries_file_row(tmp, entries_lines, rounds)]))
             return
         controller_tests = args.controller_tests or (1_000 if args.quick else 6_000)
+        # What a run keeps is the figure on 20,000 tests (a quick run: its own suite).
+        kept = controller_tests if args.quick else None
         if args.only == "controller":
-            print(table(controller_rows(tmp, controller_tests, max(2, rounds - 1))))
+            print(
+                table(controller_rows(tmp, controller_tests, max(2, rounds - 1), kept_tests=kept))
+            )
             return
         # A process start is a few tens of milliseconds: many rounds steady its median.
         cli = cli_rows(tmp, max(21, rounds * 7))
@@ -538,7 +542,9 @@ def main() -> None:
             *cli,
             *adaptive_rows(tmp),
             *history_rows(tmp, history_lines, rounds),
-            *controller_rows(tmp / "controller", controller_tests, max(2, rounds - 1)),
+            *controller_rows(
+                tmp / "controller", controller_tests, max(2, rounds - 1), kept_tests=kept
+            ),
         ]
     print(table(rows))
 

@@ -8,6 +8,7 @@ never say FAIL while the exit code says pass.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -97,28 +98,180 @@ def shown_percent(percent: float, threshold: float | None, *, exact: bool = Fals
     return text
 
 
-@dataclass(frozen=True, slots=True)
 class GradedTest:
-    """One graded test as the controller sees it: the final grade and the threshold it met."""
+    """One graded test as the controller sees it: the final grade and the threshold it met.
+
+    Immutable. What the run's grade asks of every test (its status, its percentage, the test
+    a repeated run belongs to) is read once, when it is made. :meth:`packed` gives the same
+    test holding its grade as compressed JSON instead of as a model, decoded again on each
+    use of :attr:`result`: what the controller keeps of each finished test, so a suite of
+    thousands holds a few hundred bytes a test where a grade's model takes kilobytes.
+    """
+
+    __slots__ = (
+        "_key",
+        "_packed",
+        "_packed_payload",
+        "_percent",
+        "_result",
+        "_run",
+        "_status",
+        "excluded",
+        "mode",
+        "nodeid",
+        "threshold",
+        "threshold_source",
+    )
 
     nodeid: str
-    result: GradeResult
     threshold: float | None
     threshold_source: str | None
     mode: str
     #: ``"xfailed"`` or ``"xpassed"``: shown, but left out of the run's mean and gate (an
     #: expected failure says nothing about the agent the gate is meant to judge).
-    excluded: str | None = None
+    excluded: str | None
+    _result: GradeResult | None
+    _packed: bytes | None
+    #: Whether ``_packed`` is a whole report payload (:func:`encode_graded_test`), the grade
+    #: under its ``result``, rather than the grade alone.
+    _packed_payload: bool
+    _status: Status | None
+    _percent: float
+    _key: str
+    _run: bool
+
+    def __init__(
+        self,
+        nodeid: str,
+        result: GradeResult,
+        threshold: float | None,
+        threshold_source: str | None,
+        mode: str,
+        excluded: str | None = None,
+    ) -> None:
+        extra = result.model_extra or {}
+        run = "run" in extra
+        # A repeated test's runs (extra ``run``) are one test, under its id.
+        key = str(extra["testId"]) if run and "testId" in extra else nodeid
+        self._set(
+            nodeid=nodeid,
+            threshold=threshold,
+            threshold_source=threshold_source,
+            mode=mode,
+            excluded=excluded,
+            _result=result,
+            _packed=None,
+            _packed_payload=False,
+            _status=status_of(result),
+            _percent=result.percent,
+            _key=key,
+            _run=extra.get("run") is not None,
+        )
+
+    def _set(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"GradedTest is immutable: cannot set {name!r}")
+
+    @property
+    def result(self) -> GradeResult:
+        """The grade (decoded again from the packed form on each use: see :meth:`packed`)."""
+        if self._result is not None:
+            return self._result
+        assert self._packed is not None
+        data = json.loads(zlib.decompress(self._packed))
+        # As a worker's grade is read off its report (decode_graded_test).
+        return GradeResult.model_validate(data["result"] if self._packed_payload else data)
+
+    def packed(self, payload: str | None = None) -> GradedTest:
+        """This test with its grade held as compressed JSON, not as a model.
+
+        ``payload``: the report payload this grade was decoded from (its
+        :func:`encode_graded_test` text), packed as it is rather than encoding the grade again
+        (the xdist controller's case).
+        """
+        if self._packed is not None:
+            return self
+        copy = object.__new__(GradedTest)
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields["_result"] = None
+        if payload is None:
+            text = compact_json_utf8(self.result.to_json_dict())
+        else:
+            text = payload
+            fields["_packed_payload"] = True
+        # Level 1: a third of the size for a fraction of the time the higher levels take.
+        fields["_packed"] = zlib.compress(text.encode("utf-8"), 1)
+        copy._set(**fields)
+        return copy
+
+    def replace(self, **changes: Any) -> GradedTest:
+        """A copy with some of the constructor's arguments changed (as dataclasses.replace)."""
+        arguments: dict[str, Any] = {
+            "nodeid": self.nodeid,
+            "result": self.result,
+            "threshold": self.threshold,
+            "threshold_source": self.threshold_source,
+            "mode": self.mode,
+            "excluded": self.excluded,
+        }
+        unknown = set(changes) - set(arguments)
+        if unknown:
+            raise TypeError(f"GradedTest has no field {sorted(unknown)[0]!r}")
+        arguments.update(changes)
+        return GradedTest(**arguments)
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.nodeid,
+            self.result,
+            self.threshold,
+            self.threshold_source,
+            self.mode,
+            self.excluded,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GradedTest):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash((self.nodeid, self.threshold, self.mode, self.excluded))
+
+    def __repr__(self) -> str:
+        return (
+            f"GradedTest(nodeid={self.nodeid!r}, result={self.result!r}, "
+            f"threshold={self.threshold!r}, threshold_source={self.threshold_source!r}, "
+            f"mode={self.mode!r}, excluded={self.excluded!r})"
+        )
+
+    @property
+    def percent(self) -> float:
+        """The grade's exact percentage."""
+        return self._percent
+
+    @property
+    def test_key(self) -> str:
+        """The test this grade belongs to: a repeated test's runs (extra ``run``) are one."""
+        return self._key
+
+    @property
+    def is_run(self) -> bool:
+        """Whether this is one run of a repeated test (its history line has a ``run``)."""
+        return self._run
 
     @property
     def ungradable(self) -> bool:
         """A test that could not be graded (its judge down, its calls unreadable, nothing
         captured): it fails, is counted apart, and has no score to enter any mean."""
-        return status_of(self.result) == "ungradable"
+        return self._status == "ungradable"
 
     @property
     def passed(self) -> bool:
-        return not self.ungradable and passes(self.result.percent, self.threshold)
+        return not self.ungradable and passes(self._percent, self.threshold)
 
     @property
     def status(self) -> Status:
@@ -127,7 +280,7 @@ class GradedTest:
         if self.ungradable:
             return "ungradable"
         if self.threshold is None:
-            return status_of(self.result) or "passed"
+            return self._status or "passed"
         return "passed" if self.passed else "below"
 
     @property
@@ -191,8 +344,7 @@ def decode_graded_test(text: str) -> GradedTest:
 
 def _test_of(test: GradedTest) -> str:
     """The test a graded run belongs to: a repeated test's runs (extra ``run``) are one."""
-    extra = test.result.model_extra or {}
-    return str(extra["testId"]) if "run" in extra and "testId" in extra else test.nodeid
+    return test.test_key
 
 
 def counted_tests(tests: Iterable[GradedTest]) -> tuple[GradedTest, ...]:
@@ -219,7 +371,7 @@ class RunGrade:
         groups: dict[str, list[float]] = {}
         for test in counted:
             if not test.ungradable:  # no score: counted apart, never as a 0
-                groups.setdefault(_test_of(test), []).append(test.result.percent)
+                groups.setdefault(_test_of(test), []).append(test.percent)
         percents = tuple(sum(values) / len(values) for values in groups.values())
         object.__setattr__(self, "_counted", counted)
         object.__setattr__(self, "_percents", percents)
@@ -257,11 +409,7 @@ class RunGrade:
     def below(self) -> tuple[GradedTest, ...]:
         """The counted tests below their threshold. A repeated test's runs are samples, not
         tests below (its decision over all runs is the repeats' summary's to say)."""
-        return tuple(
-            test
-            for test in self.counted
-            if test.status == "below" and (test.result.model_extra or {}).get("run") is None
-        )
+        return tuple(test for test in self.counted if test.status == "below" and not test.is_run)
 
     @property
     def gate_failed(self) -> bool:

@@ -9,7 +9,6 @@ that collects, saves, summarises and gates on the process that decides.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -512,7 +511,7 @@ def _grade_item(item: pytest.Item, session: GradeSession) -> GradedTest | str:
         }
         if repeat.min_runs is not None:
             extra["adaptive"] = True  # its series may stop before ``runs`` (max_runs)
-        graded = dataclasses.replace(graded, result=graded.result.model_copy(update=extra))
+        graded = graded.replace(result=graded.result.model_copy(update=extra))
     item_state(item).graded = graded
     if "otel" in run_state(item.config).options.exports:
         _export_otel(item, graded)
@@ -525,7 +524,7 @@ def _placed(item: pytest.Item, graded: GradedTest) -> GradedTest:
     if position is None:
         return graded
     result = graded.result.model_copy(update={POSITION_KEY: position})
-    return dataclasses.replace(graded, result=result)
+    return graded.replace(result=result)
 
 
 def _ungradable(item: pytest.Item, session: GradeSession, reason: str, plan: Plan) -> GradedTest:
@@ -747,10 +746,10 @@ def pytest_runtest_makereport(
         return report
     if excluded:
         # Shown with its grade, but an expected failure is left out of the run's mean.
-        graded = dataclasses.replace(graded, excluded="xfailed" if report.skipped else "xpassed")
+        graded = graded.replace(excluded="xfailed" if report.skipped else "xpassed")
     elif plan is not None and plan.quarantined:
         # Report-only, and said so everywhere: never a silent pass of the gate.
-        graded = dataclasses.replace(graded, excluded=QUARANTINED)
+        graded = graded.replace(excluded=QUARANTINED)
     from pytest_cleo_grade.grading._verdict import encode_graded_test
     from pytest_cleo_grade.reports._display import junit_properties
 
@@ -776,4 +775,7 @@ def pytest_runtest_makereport(
 
         # The test failed for its own reason; show its grade beside that failure.
         report.sections.append(("CLEO grade", grade_section(graded)))
+    # Handed on with the report: the item (kept by pytest until the session ends) need not
+    # hold its grade as well.
+    test.graded = None
     return report

@@ -165,6 +165,11 @@ class BaselineGate:
             # failure says so, never a regression.
             self.graded[graded.nodeid] = graded
 
+    def repack(self, graded: GradedTest, packed: GradedTest) -> None:
+        """Hold ``packed`` where ``graded`` was held (the controller packs a saved grade)."""
+        if self.graded.get(graded.nodeid) is graded:
+            self.graded[graded.nodeid] = packed
+
     def _count_run(self, info: RepeatInfo) -> None:
         self.runs_asked[info.test_id] = info.runs
         self.runs_ran.setdefault(info.test_id, set()).add(info.run)

@@ -140,6 +140,8 @@ class Controller:
         self._interrupted = False
         #: Graded tests whose last attempt has not finished yet (see pytest_runtest_logfinish).
         self._unsaved: dict[str, GradedTest] = {}
+        #: A worker's grade's report payload and the grade decoded from it, until it is packed.
+        self._payloads: dict[str, tuple[str, GradeResult]] = {}
         self._history_written = False
         #: Tags the runs of repeated tests this pytest run saves (the history's ``series``),
         #: so a later run of only some of them is never mixed with these (runs.latest_series).
@@ -178,6 +180,7 @@ class Controller:
             # pytest-rerunfailures will run this test again: its grade is not the final one.
             self.graded.pop(report.nodeid, None)
             self._unsaved.pop(report.nodeid, None)
+            self._payloads.pop(report.nodeid, None)
         elif graded is not None:
             self.graded.pop(graded.nodeid, None)
             self.graded[graded.nodeid] = graded
@@ -198,7 +201,10 @@ class Controller:
             return None
         from pytest_cleo_grade.grading._verdict import decode_graded_test
 
-        return decode_graded_test(encoded)
+        graded = decode_graded_test(encoded)
+        # Packed as it came once saved (_pack): encoding the grade again cost 30 us a test.
+        self._payloads[report.nodeid] = (encoded, graded.result)
+        return graded
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         # Saved as soon as its test is done (every attempt a rerun plugin makes ends before
@@ -208,6 +214,17 @@ class Controller:
         graded = self._unsaved.pop(nodeid, None)
         if graded is not None:
             self._persist(graded)
+            self._pack(graded)
+
+    def _pack(self, graded: GradedTest) -> None:
+        """Keep a saved grade packed (``GradedTest.packed``): the end of the run reads it
+        again, but a suite of thousands must not hold every grade's model until then."""
+        came, result = self._payloads.pop(graded.nodeid, (None, None))
+        packed = graded.packed(came if result is graded.result else None)
+        if self.graded.get(graded.nodeid) is graded:
+            self.graded[graded.nodeid] = packed
+        if self.baseline is not None:
+            self.baseline.repack(graded, packed)
 
     def _persist(self, graded: GradedTest) -> None:
         """Hand one final grade, with the run's identity, to the writer."""

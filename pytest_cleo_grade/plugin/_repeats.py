@@ -286,7 +286,7 @@ def _expected_failure_decided(
 
 
 def _marked(graded: GradedTest | None, excluded: str | None) -> GradedTest | None:
-    return None if graded is None else dataclasses.replace(graded, excluded=excluded)
+    return None if graded is None else graded.replace(excluded=excluded)
 
 
 def _expected_failure(report: pytest.TestReport) -> bool:

@@ -4,6 +4,7 @@ and the CLI's report of one grade. Shared by the plugin, the CLI and the reports
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -221,9 +222,13 @@ def junit_properties(result: GradeResult, status: str | None = None) -> list[tup
             ("cleo_entry_count", result.entry_count),
             ("cleo_session", result.session_id),
         ]
+    # The names and the short texts repeat from test to test (five dimensions, a few scores,
+    # a rubric's flag texts): one shared copy of each, as a run keeps every test's properties
+    # (on its item and its reports) until it ends.
+    shared = sys.intern
     properties: list[tuple[str, object]] = [
         ("cleo_grade", result.letter),
-        ("cleo_score", score_text(result)),
+        ("cleo_score", shared(score_text(result))),
         ("cleo_percent", result.display_percent),
         ("cleo_entry_count", result.entry_count),
         # The session a CI failure leads to: `cleo-grade show SESSION` explains every point.
@@ -233,9 +238,9 @@ def junit_properties(result: GradeResult, status: str | None = None) -> list[tup
     rubric = (result.model_extra or {}).get("rubric")
     if isinstance(rubric, str):
         properties.append(("cleo_rubric", rubric))
-    properties.extend(("cleo_flag", flag) for flag in result.flags)
+    properties.extend(("cleo_flag", shared(flag)) for flag in result.flags)
     properties.extend(
-        (f"cleo_dim_{name}", f"{number_text(dim.score)}/{number_text(dim.max)}")
+        (shared(f"cleo_dim_{name}"), shared(f"{number_text(dim.score)}/{number_text(dim.max)}"))
         for name, dim in result.dimensions.items()
     )
     if "variant" in (result.model_extra or {}):

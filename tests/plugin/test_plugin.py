@@ -818,3 +818,40 @@ def test_pytests_own_report_files_are_never_one_of_ours(pytester: pytest.Pyteste
     result.stderr.fnmatch_lines(
         [f"ERROR: cleo-grade: --junitxml {store}-wal: is the audit store's *"]
     )
+
+
+E2E = pytest.mark.e2e
+
+KEPT_PROBE = """
+from pytest_cleo_grade.plugin._state import ITEM_KEY, RUN_KEY
+
+def pytest_sessionfinish(session):
+    kept = session.config.stash[RUN_KEY].controller.graded.values()
+    on_items = [i.stash[ITEM_KEY].graded for i in session.items if ITEM_KEY in i.stash]
+    print(f"\\nKEPT {len(kept)} packed={sum(t._result is None for t in kept)}"
+          f" as-it-came={sum(t._packed_payload for t in kept)}"
+          f" on-items={sum(g is not None for g in on_items)}")
+"""
+
+
+@pytest.mark.parametrize(
+    ("workers", "came"),
+    [pytest.param([], 0, id="plain"), pytest.param(["-n", "1"], 2, id="xdist", marks=E2E)],
+)
+def test_a_saved_grade_is_kept_packed_and_the_summary_still_reads_it(
+    pytester: pytest.Pytester, workers: list[str], came: int
+) -> None:
+    # A suite of thousands keeps a few hundred bytes a test until the end, not each grade's
+    # model (docs/performance.md); the table at the end reads the packed grades back.
+    make_suite(
+        pytester,
+        "def test_a(graded_session):\n    forty(graded_session)\n\n"
+        "def test_b(graded_session):\n    forty(graded_session)\n",
+    )
+    pytester.makeconftest(KEPT_PROBE)
+    result = pytester.runpytest("-s", "--cleo-grade-mode=report", *workers)
+    result.assert_outcomes(passed=2)
+    # The xdist controller collects no items of its own: none of them holds a grade either.
+    # A worker's grade is packed from the payload its report brought (no encoding again).
+    result.stdout.fnmatch_lines([f"KEPT 2 packed=2 as-it-came={came} on-items=0"])
+    result.stdout.fnmatch_lines(["*test_a*40/100*", "*test_b*40/100*"])
