@@ -175,6 +175,13 @@ class GradedTest:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"GradedTest is immutable: cannot set {name!r}")
 
+    def __getstate__(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # pickle and copy restore through here: immutable, so not through __setattr__.
+        self._set(**state)
+
     @property
     def result(self) -> GradeResult:
         """The grade (decoded again from the packed form on each use: see :meth:`packed`)."""

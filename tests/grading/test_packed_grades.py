@@ -4,6 +4,8 @@ run's summaries, gates and reports use."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from datetime import UTC, datetime
 
 import pytest
@@ -98,3 +100,12 @@ def test_a_graded_test_is_immutable_and_replace_makes_a_new_one() -> None:
     assert test.excluded is None
     with pytest.raises(TypeError, match="no field 'score'"):
         test.replace(score=1)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["model", "packed"])
+def test_a_graded_test_copies_and_pickles_as_itself(packed: bool) -> None:
+    test = TESTS[2].packed() if packed else TESTS[2]
+    for again in (copy.copy(test), copy.deepcopy(test), pickle.loads(pickle.dumps(test))):
+        assert again == test
+        assert again.test_key == "t.py::test_c"
+        assert (again._result is None) is packed
