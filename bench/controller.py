@@ -133,8 +133,10 @@ def controller_rows(
     kept_tests = max(tests, 20_000) if kept_tests is None else kept_tests
     graded = _suite(tmp / "graded", GRADED, tests)
     plain = _suite(tmp / "plain", PLAIN, tests)
-    graded_kept = _suite(tmp / "graded-kept", GRADED, kept_tests)
-    plain_kept = _suite(tmp / "plain-kept", PLAIN, kept_tests)
+    # A suite of its own only where it is larger (else the serial runs above measure it).
+    apart = kept_tests != tests
+    graded_kept = _suite(tmp / "graded-kept", GRADED, kept_tests) if apart else graded
+    plain_kept = _suite(tmp / "plain-kept", PLAIN, kept_tests) if apart else plain
     graded_work = _suite(tmp / "graded-work", GRADED_WORK, tests)
     plain_work = _suite(tmp / "plain-work", PLAIN_WORK, tests)
     seen: dict[str, list[dict[str, float]]] = {}
@@ -158,8 +160,14 @@ def controller_rows(
                 variant("plain work -n 2", plain_work, "-n", "2"),
                 variant("graded work serial", graded_work, "-p", "no:xdist"),
                 variant("plain work serial", plain_work, "-p", "no:xdist"),
-                variant("graded kept", graded_kept, "-p", "no:xdist"),
-                variant("plain kept", plain_kept, "-p", "no:xdist"),
+                *(
+                    [
+                        variant("graded kept", graded_kept, "-p", "no:xdist"),
+                        variant("plain kept", plain_kept, "-p", "no:xdist"),
+                    ]
+                    if apart
+                    else []
+                ),
             ]
         ),
         rounds,
@@ -179,23 +187,21 @@ def controller_rows(
             per_round("graded serial", "wall"), per_round("graded -n 2", "wall"), strict=True
         )
     ]
-    kept = [
-        (g - p) / kept_tests / 1024
-        for g, p in zip(
-            per_round("graded kept", "peak"), per_round("plain kept", "peak"), strict=True
-        )
-    ]
+    graded_peaks = per_round("graded kept" if apart else "graded serial", "peak")
+    plain_peaks = per_round("plain kept" if apart else "plain serial", "peak")
+    kept = [(g - p) / kept_tests / 1024 for g, p in zip(graded_peaks, plain_peaks, strict=True)]
     # Each further graded test: the growth from `tests` to `kept_tests` tests, the plain
     # suite's growth taken off (what a run keeps for any test, and the imports, cancel).
     further = [
         ((gk - g) - (pk - p)) / (kept_tests - tests) / 1024
         for gk, g, pk, p in zip(
-            per_round("graded kept", "peak"),
+            graded_peaks,
             per_round("graded serial", "peak"),
-            per_round("plain kept", "peak"),
+            plain_peaks,
             per_round("plain serial", "peak"),
             strict=True,
         )
+        if apart
     ]
     cpu_ratios = [g / p for g, p in zip(graded_cpu, plain_cpu, strict=True)]
     serial = per_round("graded serial", "wall")
@@ -256,7 +262,7 @@ def controller_rows(
         Row(
             f"kept per graded test, a serial run of {kept_tests:,} (peak RSS over the plain run's)",
             f"{min(kept):.1f} / {median(kept):.1f} KB",
-            f"{min(per_round('plain kept', 'peak')) / 2**20:.0f} MB plain peak",
+            f"{min(plain_peaks) / 2**20:.0f} MB plain peak",
             median(kept) / 5,
             "<= 5 KB",
             median(kept) <= 5,
@@ -273,7 +279,7 @@ def controller_rows(
                     None,
                 )
             ]
-            if kept_tests > tests
+            if apart and kept_tests > tests
             else []
         ),
     ]
