@@ -150,9 +150,8 @@ class GradedTest:
         excluded: str | None = None,
     ) -> None:
         extra = result.model_extra or {}
-        run = "run" in extra
         # A repeated test's runs (extra ``run``) are one test, under its id.
-        key = str(extra["testId"]) if run and "testId" in extra else nodeid
+        key = str(extra["testId"]) if "run" in extra and "testId" in extra else nodeid
         self._set(
             nodeid=nodeid,
             threshold=threshold,
@@ -214,9 +213,9 @@ class GradedTest:
         copy._set(**fields)
         return copy
 
-    def replace(self, **changes: Any) -> GradedTest:
-        """A copy with some of the constructor's arguments changed (as dataclasses.replace)."""
-        arguments: dict[str, Any] = {
+    def _arguments(self) -> dict[str, Any]:
+        """The constructor's arguments that make this test (what equality compares)."""
+        return {
             "nodeid": self.nodeid,
             "result": self.result,
             "threshold": self.threshold,
@@ -224,36 +223,26 @@ class GradedTest:
             "mode": self.mode,
             "excluded": self.excluded,
         }
+
+    def replace(self, **changes: Any) -> GradedTest:
+        """A copy with some of the constructor's arguments changed (as dataclasses.replace)."""
+        arguments = self._arguments()
         unknown = set(changes) - set(arguments)
         if unknown:
             raise TypeError(f"GradedTest has no field {sorted(unknown)[0]!r}")
-        arguments.update(changes)
-        return GradedTest(**arguments)
-
-    def _fields(self) -> tuple[object, ...]:
-        return (
-            self.nodeid,
-            self.result,
-            self.threshold,
-            self.threshold_source,
-            self.mode,
-            self.excluded,
-        )
+        return GradedTest(**{**arguments, **changes})
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GradedTest):
             return NotImplemented
-        return self._fields() == other._fields()
+        return self._arguments() == other._arguments()
 
     def __hash__(self) -> int:
         return hash((self.nodeid, self.threshold, self.mode, self.excluded))
 
     def __repr__(self) -> str:
-        return (
-            f"GradedTest(nodeid={self.nodeid!r}, result={self.result!r}, "
-            f"threshold={self.threshold!r}, threshold_source={self.threshold_source!r}, "
-            f"mode={self.mode!r}, excluded={self.excluded!r})"
-        )
+        shown = ", ".join(f"{name}={value!r}" for name, value in self._arguments().items())
+        return f"GradedTest({shown})"
 
     @property
     def percent(self) -> float:
