@@ -17,7 +17,7 @@ import tempfile
 import xml.dom.minidom
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Final
 from xml.etree import ElementTree as ET
 
 from pytest_cleo_grade.core._text import PRINTABLE, PRINTABLE_LINES, printable_ascii
@@ -173,17 +173,14 @@ def _plain_case_xml(case: TestCase) -> str | None:
     return f"{head}>\n{''.join(children)}\t\t</testcase>\n"
 
 
-def spool_cases(
-    grades: Iterable[Any], testcase: Callable[[Any], TestCase]
-) -> tuple[IO[bytes], Counts]:
-    """Each grade's ``<testcase>`` (made by ``testcase``) into a temporary file, counted.
-    Plain cases are spelled here; the others take junit-xml's way in batches (in order)."""
+def spool_cases(cases: Iterable[TestCase]) -> tuple[IO[bytes], Counts]:
+    """Each ``<testcase>`` into a temporary file, counted. Plain cases are spelled here; the
+    others take junit-xml's way in batches (in order)."""
     counts = Counts()
     spool = tempfile.TemporaryFile()  # noqa: SIM115 (handed to document_chunks, which closes it)
     try:
         batch: list[TestCase] = []
-        for grade in grades:
-            case = testcase(grade)
+        for case in cases:
             counts.tests += 1
             counts.failures += bool(case.is_failure())
             plain = _plain_case_xml(case)

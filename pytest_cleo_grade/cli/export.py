@@ -14,7 +14,7 @@ from pytest_cleo_grade.cli._grading import (
     warn_no_entries,
 )
 from pytest_cleo_grade.cli._junit import xml_text
-from pytest_cleo_grade.cli._latest import latest_by_session, latest_by_session_indexed
+from pytest_cleo_grade.cli._latest import latest_by_session
 from pytest_cleo_grade.cli.common import (
     CommandError,
     add_db_option,
@@ -35,10 +35,13 @@ from pytest_cleo_grade.core._files import (
 from pytest_cleo_grade.core._text import terminal_text
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from junit_xml import TestCase
 
     from pytest_cleo_grade.cli._junit import Counts
     from pytest_cleo_grade.core.models import GradeResult
+    from pytest_cleo_grade.store._history_index import HistoryIndex
 
 # The history's models, the display and junit-xml are imported where a command reads or
 # writes grades: `--help` starts without them.
@@ -52,7 +55,9 @@ def register(subparsers: Any) -> None:
         help="write the grade history as JUnit XML",
         description=(
             "Write one <testcase> per graded session (its latest grade) to OUT.xml, with a "
-            "<failure> for each session below --fail-under, so any CI can show the grades."
+            "<failure> for each session below --fail-under, so any CI can show the grades. "
+            "A failing session's case holds its whole report; a passing one's its score "
+            "line (--reports: every session's report)."
         ),
     )
     junit.add_argument("output", metavar="OUT.xml", help="where to write the XML ('-' for stdout)")
@@ -63,6 +68,11 @@ def register(subparsers: Any) -> None:
         help="sessions below GRADE (a letter or a percentage) become failures; exit status 1",
     )
     junit.add_argument("--suite-name", default="cleo-grade", help="the <testsuite> name")
+    junit.add_argument(
+        "--reports",
+        action="store_true",
+        help="every session's whole report in its <system-out>, not only a failing one's",
+    )
     add_history_option(junit)
     junit.set_defaults(handler=run_junit)
 
@@ -94,26 +104,45 @@ def _agent_text(text: str) -> str:
     return terminal_text(xml_text(text))
 
 
-def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
+def _summary(
+    score: str, percent: float, shown: int, letter: str, flags: int, threshold: float | None
+) -> str:
+    """``85/100 (85%, grade B), 2 flag(s)``: a case's score line (its failure's message)."""
+    from pytest_cleo_grade.grading._verdict import passes, percent_below
+
+    text = (
+        f"{shown}%"
+        if threshold is None or passes(percent, threshold)
+        else percent_below(percent, threshold)
+    )
+    return f"{score} ({text}, grade {letter}), {flags} flag(s)"
+
+
+def _testcase(grade: GradeResult, threshold: float | None, *, report: bool = True) -> TestCase:
+    """The session's case from its parsed grade: its whole report in ``<system-out>`` when
+    ``report`` or when it fails, else its score line."""
     from junit_xml import TestCase
 
     from pytest_cleo_grade.core.models import format_timestamp
-    from pytest_cleo_grade.grading._verdict import describe_threshold, passes, percent_below
+    from pytest_cleo_grade.grading._verdict import describe_threshold, passes
     from pytest_cleo_grade.reports._display import render_grade, score_text
 
-    shown = (
-        f"{grade.display_percent}%"
-        if threshold is None or passes(grade.percent, threshold)
-        else percent_below(grade.percent, threshold)
+    summary = _summary(
+        score_text(grade),
+        grade.percent,
+        grade.display_percent,
+        grade.letter,
+        len(grade.flags),
+        threshold,
     )
-    summary = f"{score_text(grade)} ({shown}, grade {grade.letter}), {len(grade.flags)} flag(s)"
+    failing = not passes(grade.percent, threshold)
     case = TestCase(
         name=_agent_text(grade.session_id),
         classname="cleo_grade",
-        stdout=xml_text(render_grade(grade)),
+        stdout=xml_text(render_grade(grade)) if report or failing else summary,
         timestamp=format_timestamp(grade.timestamp),
     )
-    if not passes(grade.percent, threshold):
+    if failing:
         assert threshold is not None
         case.add_failure_info(
             message=f"{summary}: below {describe_threshold(threshold)}",
@@ -123,22 +152,50 @@ def _testcase(grade: GradeResult, threshold: float | None) -> TestCase:
     return case
 
 
-def _spooled_cases(history: Path, threshold: float | None) -> tuple[IO[bytes], Counts]:
+def _indexed_cases(
+    index: HistoryIndex, threshold: float | None, reports: bool
+) -> Iterator[TestCase]:
+    """Each session's latest case through the history's index: a passing one (without
+    ``reports``) from its row, its line's bytes checked unchanged but not parsed (as a
+    baseline reads its scores); any other from its line, parsed and checked against its row.
+    StaleIndex when a line is not the one indexed."""
+    from junit_xml import TestCase
+
+    from pytest_cleo_grade.cli._latest import latest_rows_indexed
+    from pytest_cleo_grade.grading._verdict import passes
+    from pytest_cleo_grade.reports._display import number_text
+
+    for row in latest_rows_indexed(index):
+        if reports or not passes(row.percent, threshold):
+            ((_, grade),) = index.grades([row.line])
+            yield _testcase(grade, threshold, report=True)
+            continue
+        index.check_unchanged(row.line, row.crc)  # the history wins over its index
+        score = f"{number_text(row.total)}/{number_text(row.max)}"
+        yield TestCase(
+            name=_agent_text(row.line.session_id),
+            classname="cleo_grade",
+            stdout=_summary(score, row.percent, row.shown, row.letter, row.flags, threshold),
+            timestamp=row.timestamp,
+        )
+
+
+def _spooled_cases(
+    history: Path, threshold: float | None, reports: bool
+) -> tuple[IO[bytes], Counts]:
     """Every session's latest grade as a JUnit case, spooled: through the history's index
-    one grade at a time, else from the whole history as before."""
+    one case at a time, else from the whole history as before."""
     from pytest_cleo_grade.cli._junit import spool_cases
     from pytest_cleo_grade.store._history_index import through_index
     from pytest_cleo_grade.store.history import read_grades
 
-    def testcase(grade: GradeResult) -> TestCase:
-        return _testcase(grade, threshold)
-
     spooled = through_index(
-        history, lambda index: spool_cases(latest_by_session_indexed(index), testcase)
+        history, lambda index: spool_cases(_indexed_cases(index, threshold, reports))
     )
     if spooled is not None:
         return spooled
-    return spool_cases(latest_by_session(read_grades(history)), testcase)
+    grades = latest_by_session(read_grades(history))
+    return spool_cases(_testcase(grade, threshold, report=reports) for grade in grades)
 
 
 def run_junit(args: argparse.Namespace) -> int:
@@ -150,7 +207,7 @@ def run_junit(args: argparse.Namespace) -> int:
     existing_history(args, where="cleo-grade junit")
     threshold: float | None = args.fail_under
     with warnings_to_stderr():
-        spool, counts = _spooled_cases(history, threshold)
+        spool, counts = _spooled_cases(history, threshold, args.reports)
     if threshold is not None and not counts.tests:
         _say_not_applied(threshold, history)
     with spool:  # closed even when the target refuses the document before it is read

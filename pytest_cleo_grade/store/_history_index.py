@@ -525,8 +525,7 @@ class HistoryIndex:
         for (number, offset, length, session, crc, _), (extra, scores) in zip(
             rows, values, strict=True
         ):
-            if zlib.crc32(self._line_text(number, offset, length)) != crc:
-                raise StaleIndex(f"line {number} is not the grade indexed")
+            self.check_unchanged(Line(number, offset, length, session), crc)
             total, most, dimensions = scores
             found.append(
                 ScoredLine(
@@ -552,6 +551,12 @@ class HistoryIndex:
             raw = os.pread(self._fd, length, offset)
         text = raw[:-1] if raw.endswith(b"\n") else raw
         return text[:-1] if text.endswith(b"\r") else text
+
+    def check_unchanged(self, line: Line, crc: int) -> None:
+        """StaleIndex unless the line's bytes are still those its row took their CRC-32 of
+        when it was validated (a reader taking a grade's figures from its row)."""
+        if zlib.crc32(self._line_text(line.number, line.offset, line.length)) != crc:
+            raise StaleIndex(f"line {line.number} is not the grade indexed")
 
     def grades(self, lines: Iterable[Line]) -> Iterator[tuple[int, GradeResult]]:
         """(number, grade) of each line, read at its offset and checked against its row:

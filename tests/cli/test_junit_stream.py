@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import warnings
+import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,22 +54,28 @@ def history_of(path: Path, sessions: int) -> None:
 
 @pytest.mark.parametrize("index", ["on", "off"])
 @pytest.mark.parametrize("fail_under", [None, "60"])
+@pytest.mark.parametrize("reports", [False, True])
 def test_the_streamed_document_is_junit_xmls_document(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     index: str,
     fail_under: str | None,
+    reports: bool,
 ) -> None:
+    """Every case as junit-xml writes it from the parsed grade: through the index a passing
+    case is made from its row alone (no line read), so this also holds the row to the line."""
     monkeypatch.setenv(INDEX_VARIABLE, index)
     history = tmp_path / "GRADES.jsonl"
     history_of(history, 600)  # more cases than one batch
     threshold = None if fail_under is None else float(fail_under)
-    cases = [_testcase(g, threshold) for g in latest_by_session(read_grades(history))]
+    grades = latest_by_session(read_grades(history))
+    cases = [_testcase(g, threshold, report=reports) for g in grades]
     expected = junit_xml.to_xml_report_string(
         [junit_xml.TestSuite('suite "<&>"', cases)], prettyprint=True
     )
     gate = [] if fail_under is None else ["--fail-under", fail_under]
+    gate += ["--reports"] if reports else []
     out = tmp_path / "out.xml"
     argv = ["junit", str(out), "--history", str(history), "--suite-name", 'suite "<&>"', *gate]
     assert main(argv) == (0 if fail_under is None else 1)
@@ -88,4 +96,58 @@ def test_an_empty_history_is_junit_xmls_empty_document(
         assert main(["junit", "-", "--history", str(history)]) == 0
     assert capsys.readouterr().out == junit_xml.to_xml_report_string(
         [junit_xml.TestSuite("cleo-grade", [])]
+    )
+
+
+def _cases(document: str) -> dict[str, ET.Element]:
+    return {case.get("name", ""): case for case in ET.fromstring(document).iter("testcase")}
+
+
+@pytest.mark.parametrize("index", ["on", "off"])
+def test_a_failing_session_shows_its_report_and_a_passing_one_its_score_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    index: str,
+) -> None:
+    monkeypatch.setenv(INDEX_VARIABLE, index)
+    history = tmp_path / "GRADES.jsonl"
+    history_of(history, 100)
+    argv = ["junit", "-", "--history", str(history), "--fail-under", "C"]
+    assert main(argv) == 1
+    cases = _cases(capsys.readouterr().out)
+    passing, failing = cases["s88"], cases["s43"]  # plain ids (ODD's empty text)
+    assert passing.find("failure") is None
+    assert passing.findtext("system-out") == "88/100 (88%, grade B), 1 flag(s)"
+    assert failing.find("failure") is not None
+    report = failing.findtext("system-out") or ""
+    assert report.startswith("Session:    s43\nScore:      43/100  (43%, grade F)\n")
+    assert "Dimensions:\n  sessionDiscipline    8/20\n" in report
+    assert main([*argv, "--reports"]) == 1
+    reported = _cases(capsys.readouterr().out)["s88"].findtext("system-out") or ""
+    assert reported.startswith("Session:    s88\nScore:      88/100  (88%, grade B)\n")
+
+
+def test_a_passing_case_is_never_made_from_a_row_its_line_no_longer_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A line edited in place behind the index's back (same size, its time put back, far
+    from the fingerprinted ends) is read as edited: the history wins over its index."""
+    monkeypatch.setenv(INDEX_VARIABLE, "on")
+    history = tmp_path / "GRADES.jsonl"
+    history_of(history, 400)
+    assert main(["junit", "-", "--history", str(history)]) == 0
+    assert _cases(capsys.readouterr().out)["s187"].findtext("system-out") == (
+        "86/100 (86%, grade B), 2 flag(s)"
+    )
+    before = history.stat()
+    data = history.read_bytes()
+    line = next(raw for raw in data.splitlines() if b'"sessionId":"s187"' in raw)
+    assert 8192 < data.index(line) < len(data) - 8192
+    edited = line.replace(b'"totalScore":86', b'"totalScore":68')
+    history.write_bytes(data.replace(line, edited))
+    os.utime(history, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert main(["junit", "-", "--history", str(history)]) == 0
+    assert _cases(capsys.readouterr().out)["s187"].findtext("system-out") == (
+        "68/100 (68%, grade C), 2 flag(s)"
     )
