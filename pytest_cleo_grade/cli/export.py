@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
             "Write one <testcase> per graded session (its latest grade) to OUT.xml, with a "
             "<failure> for each session below --fail-under, so any CI can show the grades. "
             "A failing session's case holds its whole report; a passing one's its score "
-            "line (--reports: every session's report)."
+            "line (--reports: every session's report; without --fail-under no session fails)."
         ),
     )
     junit.add_argument("output", metavar="OUT.xml", help="where to write the XML ('-' for stdout)")
@@ -71,7 +71,10 @@ def register(subparsers: Any) -> None:
     junit.add_argument(
         "--reports",
         action="store_true",
-        help="every session's whole report in its <system-out>, not only a failing one's",
+        help=(
+            "every session's whole report in its <system-out>, not only a failing one's "
+            "(without --fail-under none fails: the cases hold their score lines alone)"
+        ),
     )
     add_history_option(junit)
     junit.set_defaults(handler=run_junit)
@@ -168,7 +171,8 @@ def _indexed_cases(
     for row in latest_rows_indexed(index):
         if reports or not passes(row.percent, threshold):
             ((_, grade),) = index.grades([row.line])
-            yield _testcase(grade, threshold, report=True)
+            # The parsed line decides (it may no longer be the grade its row says).
+            yield _testcase(grade, threshold, report=reports)
             continue
         index.check_unchanged(row.line, row.crc)  # the history wins over its index
         score = f"{number_text(row.total)}/{number_text(row.max)}"

@@ -48,8 +48,15 @@ def history_of(path: Path, sessions: int) -> None:
                 }
             )
         )
-    # Some sessions graded again: their latest grade counts, in first-graded order.
-    append_grades([*grades, *grades[:40:3]], path)
+    # Some sessions graded again, to other scores (fractional ones, one halfway between two
+    # percentages, integers past a float's precision): their latest grade counts, in
+    # first-graded order.
+    again = [(82.5, 100), (74.995, 100), (2**62 + 1, 2**62 + 3), (2 / 3, 1), (3, 100)]
+    regraded = []
+    for n, grade in enumerate(grades[:40:3]):
+        total, most = again[n % len(again)]
+        regraded.append(grade.model_copy(update={"total_score": total, "max_score": most}))
+    append_grades([*grades, *regraded], path)
 
 
 @pytest.mark.parametrize("index", ["on", "off"])
@@ -64,7 +71,7 @@ def test_the_streamed_document_is_junit_xmls_document(
     reports: bool,
 ) -> None:
     """Every case as junit-xml writes it from the parsed grade: through the index a passing
-    case is made from its row alone (no line read), so this also holds the row to the line."""
+    case is made from its row (its line not parsed), so this also holds the row to the line."""
     monkeypatch.setenv(INDEX_VARIABLE, index)
     history = tmp_path / "GRADES.jsonl"
     history_of(history, 600)  # more cases than one batch
@@ -151,3 +158,28 @@ def test_a_passing_case_is_never_made_from_a_row_its_line_no_longer_matches(
     assert _cases(capsys.readouterr().out)["s187"].findtext("system-out") == (
         "68/100 (68%, grade C), 2 flag(s)"
     )
+
+
+def test_a_line_its_row_says_fails_is_written_as_the_line_now_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failing session's line is parsed, and the parsed grade decides its case: edited
+    behind the index's back to pass, it is written as the history streamed would have it."""
+    history = tmp_path / "GRADES.jsonl"
+    history_of(history, 400)
+    argv = ["junit", "-", "--history", str(history), "--fail-under", "C"]
+    monkeypatch.setenv(INDEX_VARIABLE, "on")
+    assert main(argv) == 1
+    assert _cases(capsys.readouterr().out)["s52"].find("failure") is not None
+    before = history.stat()
+    data = history.read_bytes()
+    line = next(raw for raw in data.splitlines() if b'"sessionId":"s52"' in raw)
+    assert 8192 < data.index(line) < len(data) - 8192
+    history.write_bytes(data.replace(line, line.replace(b'"totalScore":52', b'"totalScore":92')))
+    os.utime(history, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert main(argv) == 1
+    indexed = capsys.readouterr().out
+    assert _cases(indexed)["s52"].findtext("system-out") == "92/100 (92%, grade A), 1 flag(s)"
+    monkeypatch.setenv(INDEX_VARIABLE, "off")
+    assert main(argv) == 1
+    assert capsys.readouterr().out == indexed
