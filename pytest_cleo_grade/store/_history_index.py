@@ -617,8 +617,8 @@ def _row(result: GradeResult) -> tuple[Any, ...]:
         result.evaluator,
         format_timestamp(result.timestamp),
         result.timestamp.isoformat(),
-        result.total_score,
-        result.max_score,
+        _real(result.total_score),
+        _real(result.max_score),
         result.display_percent,
         result.letter,
         len(result.flags),
@@ -634,6 +634,15 @@ def _row(result: GradeResult) -> tuple[Any, ...]:
             separators=(",", ":"),
         ),
     )
+
+
+def _real(value: float) -> float:
+    """A score for a REAL column: as it is, unless it is an integer SQLite cannot bind (past
+    64 bits; the column would hold it as a float anyway). OverflowError past a float's range:
+    such a history is read without an index (exact figures come from ``scores``)."""
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return float(value)
+    return value
 
 
 #: How many columns this format's tables have (see _SCHEMA).

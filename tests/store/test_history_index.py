@@ -530,3 +530,27 @@ def test_a_small_history_gets_no_index_unless_asked_and_a_large_one_does(
     assert large.stat().st_size >= INDEX_FROM_BYTES
     assert run_lines_file(large)[0][0].session_id.startswith("s-")
     assert index_path(large).is_file()
+
+
+def test_a_score_past_sqlite_integers_is_indexed_and_read_as_the_line_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A valid grade of 10**200 out of 10**200 (past SQLite's 64-bit integers) is indexed like
+    any other: the history keeps its index, and every reader says what it says streamed."""
+    history = tmp_path / "GRADES.jsonl"
+    runs(history, 0, 2)
+    huge = grade(2, 0, 40).model_copy(update={"total_score": 10**200, "max_score": 10**200})
+    append_grades([huge], history)
+    runs(history, 3, 1)
+    assert indexed(history) == streamed(history, monkeypatch)
+    with sqlite3.connect(index_path(history)) as conn:
+        rows = conn.execute("SELECT count(*) FROM lines WHERE problem IS NULL").fetchone()
+    conn.close()
+    assert rows == (10,)
+    argv = ["junit", "-", "--history", str(history), "--fail-under", "B"]
+    assert main(argv) == 1
+    through_index = capsys.readouterr().out
+    assert "s-2-0" in through_index
+    monkeypatch.setenv(INDEX_VARIABLE, "off")
+    assert main(argv) == 1
+    assert capsys.readouterr().out == through_index
