@@ -121,11 +121,18 @@ def _summary(
     return f"{score} ({text}, grade {letter}), {flags} flag(s)"
 
 
+def _case(session_id: str, stdout: str, timestamp: str) -> TestCase:
+    """A session's ``<testcase>``, its agent-made id escaped as every output escapes it."""
+    from junit_xml import TestCase
+
+    return TestCase(
+        name=_agent_text(session_id), classname="cleo_grade", stdout=stdout, timestamp=timestamp
+    )
+
+
 def _testcase(grade: GradeResult, threshold: float | None, *, report: bool = True) -> TestCase:
     """The session's case from its parsed grade: its whole report in ``<system-out>`` when
     ``report`` or when it fails, else its score line."""
-    from junit_xml import TestCase
-
     from pytest_cleo_grade.core.models import format_timestamp
     from pytest_cleo_grade.grading._verdict import describe_threshold, passes
     from pytest_cleo_grade.reports._display import render_grade, score_text
@@ -139,11 +146,10 @@ def _testcase(grade: GradeResult, threshold: float | None, *, report: bool = Tru
         threshold,
     )
     failing = not passes(grade.percent, threshold)
-    case = TestCase(
-        name=_agent_text(grade.session_id),
-        classname="cleo_grade",
-        stdout=xml_text(render_grade(grade)) if report or failing else summary,
-        timestamp=format_timestamp(grade.timestamp),
+    case = _case(
+        grade.session_id,
+        xml_text(render_grade(grade)) if report or failing else summary,
+        format_timestamp(grade.timestamp),
     )
     if failing:
         assert threshold is not None
@@ -162,11 +168,9 @@ def _indexed_cases(
     ``reports``) from its row, its line's bytes checked unchanged but not parsed (as a
     baseline reads its scores); any other from its line, parsed and checked against its row.
     StaleIndex when a line is not the one indexed."""
-    from junit_xml import TestCase
-
     from pytest_cleo_grade.cli._latest import latest_rows_indexed
     from pytest_cleo_grade.grading._verdict import passes
-    from pytest_cleo_grade.reports._display import number_text
+    from pytest_cleo_grade.reports._display import scores_text
 
     for row in latest_rows_indexed(index):
         if reports or not passes(row.percent, threshold):
@@ -175,13 +179,9 @@ def _indexed_cases(
             yield _testcase(grade, threshold, report=reports)
             continue
         index.check_unchanged(row.line, row.crc)  # the history wins over its index
-        score = f"{number_text(row.total)}/{number_text(row.max)}"
-        yield TestCase(
-            name=_agent_text(row.line.session_id),
-            classname="cleo_grade",
-            stdout=_summary(score, row.percent, row.shown, row.letter, row.flags, threshold),
-            timestamp=row.timestamp,
-        )
+        score = scores_text(row.total, row.max)
+        summary = _summary(score, row.percent, row.shown, row.letter, row.flags, threshold)
+        yield _case(row.line.session_id, summary, row.timestamp)
 
 
 def _spooled_cases(

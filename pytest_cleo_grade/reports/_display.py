@@ -57,7 +57,12 @@ def number_text(value: float) -> str:
 
 def score_text(result: GradeResult) -> str:
     """``85/100``."""
-    return f"{number_text(result.total_score)}/{number_text(result.max_score)}"
+    return scores_text(result.total_score, result.max_score)
+
+
+def scores_text(total: float, most: float) -> str:
+    """:func:`score_text` of a total and a maximum (as an index row keeps them)."""
+    return f"{number_text(total)}/{number_text(most)}"
 
 
 def dimension_lines(result: GradeResult, indent: str = "  ") -> list[str]:
